@@ -1,0 +1,117 @@
+/*
+ * gleaner-probe: the guest's workloads, built static so the initramfs needs no libc.
+ *
+ *   gleaner-probe hog                         spin forever, print loops/s every second
+ *   gleaner-probe probe [burst_us] [sleep_ms] [batch]
+ *       bursts of fixed CPU work (calibrated once to burst_us) separated by sleeps;
+ *       every `batch` bursts print p50/p99/max of the burst wall times.
+ *
+ * The probe measures what a latency-sensitive foreground tenant feels: a burst that takes
+ * longer than when alone was delayed by someone else on the same CPU.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile uint64_t sink;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin(uint64_t loops)
+{
+    uint64_t acc = sink;
+    for (uint64_t i = 0; i < loops; i++)
+        acc = acc * 6364136223846793005ull + 1442695040888963407ull;
+    sink = acc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void __attribute__((noreturn)) hog(void)
+{
+    uint64_t loops = 0, last = now_ns();
+    for (;;) {
+        spin(100000);
+        loops += 100000;
+        uint64_t t = now_ns();
+        if (t - last >= 1000000000ull) {
+            printf("GLEANER-HOG loops_per_s=%llu\n",
+                   (unsigned long long)(loops * 1000000000ull / (t - last)));
+            fflush(stdout);
+            loops = 0;
+            last = t;
+        }
+    }
+}
+
+/* Find a loop count whose run takes about burst_us, taking the fastest of several tries. */
+static uint64_t calibrate(uint64_t burst_us)
+{
+    uint64_t loops = 10000, best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        uint64_t t0 = now_ns();
+        spin(loops);
+        uint64_t dt = now_ns() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    if (best == 0)
+        best = 1;
+    return loops * burst_us * 1000ull / best;
+}
+
+static int probe(uint64_t burst_us, uint64_t sleep_ms, int batch)
+{
+    uint64_t loops = calibrate(burst_us);
+    uint64_t *samples = calloc((size_t)batch, sizeof *samples);
+    struct timespec pause = { (time_t)(sleep_ms / 1000), (long)(sleep_ms % 1000) * 1000000L };
+    if (!samples)
+        return 1;
+    printf("GLEANER-PROBE start burst_us=%llu sleep_ms=%llu batch=%d loops=%llu\n",
+           (unsigned long long)burst_us, (unsigned long long)sleep_ms, batch,
+           (unsigned long long)loops);
+    fflush(stdout);
+    for (;;) {
+        for (int i = 0; i < batch; i++) {
+            uint64_t t0 = now_ns();
+            spin(loops);
+            samples[i] = now_ns() - t0;
+            nanosleep(&pause, NULL);
+        }
+        qsort(samples, (size_t)batch, sizeof *samples, cmp_u64);
+        printf("GLEANER-PROBE n=%d p50_us=%llu p99_us=%llu max_us=%llu\n", batch,
+               (unsigned long long)(samples[batch / 2] / 1000),
+               (unsigned long long)(samples[(batch * 99) / 100] / 1000),
+               (unsigned long long)(samples[batch - 1] / 1000));
+        fflush(stdout);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "hog") == 0)
+        hog();
+    if (argc >= 2 && strcmp(argv[1], "probe") == 0) {
+        uint64_t burst_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
+        uint64_t sleep_ms = argc > 3 ? strtoull(argv[3], NULL, 10) : 10;
+        int batch = argc > 4 ? atoi(argv[4]) : 200;
+        if (burst_us == 0 || batch < 2) {
+            fprintf(stderr, "gleaner-probe: burst_us must be > 0 and batch >= 2\n");
+            return 2;
+        }
+        return probe(burst_us, sleep_ms, batch);
+    }
+    fprintf(stderr, "usage: gleaner-probe hog | probe [burst_us] [sleep_ms] [batch]\n");
+    return 2;
+}

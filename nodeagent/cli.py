@@ -1,0 +1,91 @@
+"""gleaner-agent: the node agent daemon.
+
+    gleaner-agent --config /etc/gleaner/agent.toml [--listen ADDR] [--insecure]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from . import __version__
+from .config import AgentConfig, ConfigError, load_config, with_overrides
+from .hypervisor import Hypervisor, HypervisorError
+from .lifecycle import DomainManager
+from .logs import log_event, setup_logging
+from .server import build_server
+
+log = logging.getLogger("nodeagent")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gleaner-agent", description="Gleaner node agent")
+    parser.add_argument("--config", type=Path, help="TOML configuration file")
+    parser.add_argument("--listen", help="override agent.listen (HOST:PORT or unix:PATH)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve without TLS; only allowed on loopback or a unix socket")
+    parser.add_argument("--version", action="version", version=f"gleaner-agent {__version__}")
+    return parser.parse_args(argv)
+
+
+def reap_safely(manager: DomainManager) -> None:
+    try:
+        manager.reap()
+    except HypervisorError as exc:
+        log_event(log, "reaper.skipped", logging.WARNING, error=str(exc))
+
+
+def run(config: AgentConfig) -> int:
+    hypervisor = Hypervisor(config.libvirt_uri)
+    manager = DomainManager(config, hypervisor)
+    try:
+        facts = manager.host_facts()
+        log_event(log, "agent.host", hostname=facts.hostname, cpus=facts.cpus, memory_mib=facts.memory_mib,
+                  libvirt=facts.libvirt_version, qemu=facts.qemu_version, domain_type=manager.domain_type)
+    except HypervisorError as exc:  # keep serving: calls answer UNAVAILABLE until libvirtd is back
+        log_event(log, "agent.libvirt_unreachable", logging.ERROR, error=str(exc))
+    server, port = build_server(config, manager)
+    scheduler = BackgroundScheduler(daemon=True)
+    scheduler.add_job(reap_safely, "interval", args=[manager], seconds=config.reap_interval_seconds,
+                      id="reap", max_instances=1, coalesce=True)
+    scheduler.start()
+    reap_safely(manager)  # a restarted agent cleans up what stopped while it was away
+    log_event(log, "agent.serving", listen=config.listen, port=port, version=__version__,
+              tls="off (insecure, local only)" if config.tls.insecure else "mutual",
+              state_dir=str(config.state_dir), image_dir=str(config.image_dir))
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.set())
+    stop.wait()
+    log_event(log, "agent.stopping", note="domains keep running; a restarted agent finds them")
+    scheduler.shutdown(wait=False)
+    server.stop(grace=5).wait()
+    hypervisor.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config) if args.config else AgentConfig()
+        config = with_overrides(config, listen=args.listen, insecure=args.insecure,
+                                source=str(args.config or "defaults"))
+    except ConfigError as exc:
+        print(f"gleaner-agent: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level)
+    try:
+        return run(config)
+    except (OSError, RuntimeError) as exc:
+        log_event(log, "agent.failed", logging.ERROR, error=str(exc))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The agent's TOML configuration: defaults, strict checking, and command-line overrides.
+
+Unknown sections and keys are errors, so a typo never silently leaves a default in force.
+"""
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DOMAIN_TYPES = ("auto", "kvm", "qemu")
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message names the file, key and problem."""
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool = False
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    listen: str = "0.0.0.0:7443"
+    state_dir: Path = Path("/var/lib/gleaner/agent")
+    image_dir: Path = Path("/var/lib/gleaner/images")
+    log_level: str = "info"
+    libvirt_uri: str = "qemu:///system"
+    domain_type: str = "auto"
+    grace_seconds: int = 30
+    reap_interval_seconds: float = 5.0
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    tls: TlsConfig = field(default_factory=TlsConfig)
+
+    @property
+    def overlay_dir(self) -> Path:
+        return self.state_dir / "overlays"
+
+    @property
+    def console_dir(self) -> Path:
+        return self.state_dir / "console"
+
+
+# TOML section -> {key: (AgentConfig attribute, type)}
+_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+    "agent": {"listen": ("listen", str), "state_dir": ("state_dir", Path),
+              "image_dir": ("image_dir", Path), "log_level": ("log_level", str)},
+    "libvirt": {"uri": ("libvirt_uri", str), "domain_type": ("domain_type", str)},
+    "lifecycle": {"grace_seconds": ("grace_seconds", int),
+                  "reap_interval_seconds": ("reap_interval_seconds", float)},
+    "cgroup": {"root": ("cgroup_root", Path)},
+}
+_TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
+
+
+def _coerce(where: str, value: Any, kind: type) -> Any:
+    if kind is Path:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: expected a path string, got {value!r}")
+        return Path(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
+    """Types and names are checked here; consistency by check_config, after overrides."""
+    values: dict[str, Any] = {}
+    tls: dict[str, Any] = {}
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        if section == "tls":
+            schema = {k: (k, t) for k, t in _TLS_KEYS.items()}
+            target = tls
+        elif section in _SCHEMA:
+            schema, target = _SCHEMA[section], values
+        else:
+            raise ConfigError(f"{source}: unknown section [{section}]; known: "
+                              f"{', '.join(sorted([*_SCHEMA, 'tls']))}")
+        for key, value in body.items():
+            if key not in schema:
+                raise ConfigError(f"{source}: unknown key {section}.{key}; known: {', '.join(sorted(schema))}")
+            attr, kind = schema[key]
+            target[attr] = _coerce(f"{source}: {section}.{key}", value, kind)
+    return AgentConfig(**values, tls=TlsConfig(**tls))
+
+
+def load_config(path: Path) -> AgentConfig:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,
+                   source: str = "configuration") -> AgentConfig:
+    """Apply --listen / --insecure from the command line, then check the whole."""
+    if listen:
+        config = replace(config, listen=listen)
+    if insecure:
+        config = replace(config, tls=replace(config.tls, insecure=True))
+    check_config(config, source)
+    return config
+
+
+def is_local_address(listen: str) -> bool:
+    """True for a Unix socket or a loopback host: the only places an insecure server may listen."""
+    if listen.startswith("unix:"):
+        return True
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_config(config: AgentConfig, source: str) -> None:
+    if config.domain_type not in DOMAIN_TYPES:
+        raise ConfigError(f"{source}: libvirt.domain_type must be one of {', '.join(DOMAIN_TYPES)}, "
+                          f"not {config.domain_type!r}")
+    if not 0 <= config.grace_seconds <= 3600:
+        raise ConfigError(f"{source}: lifecycle.grace_seconds must be within 0..3600")
+    if config.reap_interval_seconds <= 0:
+        raise ConfigError(f"{source}: lifecycle.reap_interval_seconds must be positive")
+    if not config.listen.startswith("unix:") and ":" not in config.listen:
+        raise ConfigError(f"{source}: agent.listen {config.listen!r} must be HOST:PORT or unix:PATH")
+    if config.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
+    tls = config.tls
+    if tls.insecure:
+        if not is_local_address(config.listen):
+            raise ConfigError(f"{source}: insecure mode is only allowed on loopback or a unix socket, "
+                              f"not on {config.listen!r}; configure [tls] ca, cert and key instead")
+    else:
+        missing = [k for k in ("ca", "cert", "key") if getattr(tls, k) is None]
+        if missing:
+            raise ConfigError(f"{source}: mutual TLS needs [tls] {', '.join(missing)} "
+                              "(or --insecure on loopback for local use)")

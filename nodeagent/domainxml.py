@@ -1,0 +1,125 @@
+"""Domain XML built and read with ElementTree, never by formatting strings.
+
+Gleaner keeps what it knows about a domain (role, lease, launch time, image, kernel
+options, overlay) in the domain's own <metadata>, under its XML namespace, so a restarted
+agent finds everything it manages in libvirt alone.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .images import BootImage
+from .validation import LaunchSpec, Role
+
+NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
+PREFIX = "gleaner"
+BASE_KERNEL_CMDLINE = "console=ttyS0 quiet"
+ET.register_namespace(PREFIX, NAMESPACE)
+
+
+def _q(tag: str) -> str:
+    return f"{{{NAMESPACE}}}{tag}"
+
+
+@dataclass(frozen=True)
+class GleanerMetadata:
+    role: Role
+    lease_id: str
+    launched_at: datetime
+    image: str
+    kernel_cmdline: str
+    overlay: str
+
+
+@dataclass(frozen=True)
+class DomainShape:
+    """What the domain XML says about size and console, read back for listing."""
+
+    vcpus: int
+    memory_mib: int
+    console_log: str
+
+
+def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    element = ET.SubElement(parent, tag, attrs)
+    if text is not None:
+        element.text = text
+    return element
+
+
+def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overlay: Path | None,
+                     console_log: Path, launched_at: datetime) -> str:
+    root = ET.Element("domain", type=domain_type)
+    _sub(root, "name", spec.name)
+    _sub(root, "memory", str(spec.memory_mib), unit="MiB")
+    _sub(root, "vcpu", str(spec.vcpus), placement="static")
+
+    meta = ET.SubElement(_sub(root, "metadata"), _q("instance"))
+    _sub(meta, _q("role"), spec.role.value)
+    _sub(meta, _q("lease-id"), spec.lease_id)
+    _sub(meta, _q("launched-at"), launched_at.astimezone(timezone.utc).isoformat())
+    _sub(meta, _q("image"), spec.image)
+    _sub(meta, _q("kernel-cmdline"), spec.kernel_cmdline)
+    _sub(meta, _q("overlay"), str(overlay) if overlay else "")
+
+    os_el = _sub(root, "os")
+    _sub(os_el, "type", "hvm", arch="x86_64", machine="pc")
+    if image.boots_kernel:
+        _sub(os_el, "kernel", str(image.kernel))
+        _sub(os_el, "initrd", str(image.initrd))
+        _sub(os_el, "cmdline", " ".join(filter(None, [BASE_KERNEL_CMDLINE, spec.kernel_cmdline])))
+    else:
+        _sub(os_el, "boot", dev="hd")
+    features = _sub(root, "features")
+    _sub(features, "acpi")
+    _sub(features, "apic")
+    _sub(root, "clock", offset="utc")
+    _sub(root, "on_poweroff", "destroy")
+    _sub(root, "on_reboot", "restart")
+    _sub(root, "on_crash", "destroy")
+
+    devices = _sub(root, "devices")
+    if overlay is not None:
+        disk = _sub(devices, "disk", type="file", device="disk")
+        _sub(disk, "driver", name="qemu", type="qcow2", discard="unmap")
+        _sub(disk, "source", file=str(overlay))
+        _sub(disk, "target", dev="vda", bus="virtio")
+    serial = _sub(devices, "serial", type="pty")
+    _sub(serial, "log", file=str(console_log), append="off")
+    console = _sub(devices, "console", type="pty")
+    _sub(console, "target", type="serial", port="0")
+    _sub(devices, "memballoon", model="none")
+    return ET.tostring(root, encoding="unicode")
+
+
+def read_metadata(xml: str) -> GleanerMetadata | None:
+    """Gleaner's metadata in a domain's XML, or None for a domain Gleaner does not manage."""
+    meta = ET.fromstring(xml).find(f"metadata/{_q('instance')}")
+    if meta is None:
+        return None
+
+    def text(tag: str) -> str:
+        return (meta.findtext(_q(tag)) or "").strip()
+
+    try:
+        role = Role(text("role"))
+        launched = datetime.fromisoformat(text("launched-at"))
+    except ValueError:
+        return None  # not ours in any useful sense: a hand-edited or foreign element
+    return GleanerMetadata(role=role, lease_id=text("lease-id"), launched_at=launched,
+                           image=text("image"), kernel_cmdline=text("kernel-cmdline"),
+                           overlay=text("overlay"))
+
+
+def read_shape(xml: str) -> DomainShape:
+    root = ET.fromstring(xml)
+    memory = root.find("memory")
+    kib = int(memory.text or 0) if memory is not None else 0
+    unit = memory.get("unit", "KiB") if memory is not None else "KiB"
+    factor = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024 * 1024, "G": 1024 * 1024}.get(unit, 1)
+    log = root.find("devices/serial/log")
+    return DomainShape(vcpus=int(root.findtext("vcpu") or 0), memory_mib=kib * factor // 1024,
+                       console_log=log.get("file", "") if log is not None else "")

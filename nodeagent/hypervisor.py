@@ -1,0 +1,211 @@
+"""The one module that talks to libvirt.
+
+It returns plain data (DomainRecord, HostFacts) and raises HypervisorError, so nothing
+else needs to know libvirt's types. The connection heals itself: when libvirtd restarts,
+the next call notices the dead socket, reconnects and (for reads) retries once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+import libvirt
+
+from .logs import log_event
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# libvirt prints every error to stderr unless a handler is set; errors reach us as exceptions.
+libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+
+STATE_NAMES = {
+    libvirt.VIR_DOMAIN_NOSTATE: "unknown",
+    libvirt.VIR_DOMAIN_RUNNING: "running",
+    libvirt.VIR_DOMAIN_BLOCKED: "blocked",
+    libvirt.VIR_DOMAIN_PAUSED: "paused",
+    libvirt.VIR_DOMAIN_SHUTDOWN: "shutting_down",
+    libvirt.VIR_DOMAIN_SHUTOFF: "shutoff",
+    libvirt.VIR_DOMAIN_CRASHED: "crashed",
+    libvirt.VIR_DOMAIN_PMSUSPENDED: "suspended",
+}
+
+
+class HypervisorError(RuntimeError):
+    """libvirt refused or failed an operation; the message is libvirt's, prefixed with ours."""
+
+
+class HypervisorUnavailable(HypervisorError):
+    """libvirtd cannot be reached."""
+
+
+class NoSuchDomain(HypervisorError):
+    pass
+
+
+@dataclass(frozen=True)
+class DomainRecord:
+    name: str
+    uuid: str
+    state: str
+    xml: str
+    cpu_time_ns: int
+
+    @property
+    def active(self) -> bool:
+        return self.state not in ("shutoff", "crashed")
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    cpus: int
+    memory_mib: int
+    libvirt_version: str
+    qemu_version: str
+    kvm_usable: bool
+
+
+def _version_string(number: int) -> str:
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+class Hypervisor:
+    """A self-healing libvirt connection with the few operations the agent needs."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._conn: libvirt.virConnect | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _connection(self) -> libvirt.virConnect:
+        with self._lock:
+            if self._conn is None or not self._conn.isAlive():
+                reconnect = self._conn is not None
+                self._drop_locked()
+                try:
+                    self._conn = libvirt.open(self.uri)
+                except libvirt.libvirtError as exc:
+                    raise HypervisorUnavailable(f"cannot connect to libvirt at {self.uri}: "
+                                                f"{exc.get_error_message()}") from None
+                if reconnect:
+                    log_event(log, "libvirt.reconnected", uri=self.uri)
+            return self._conn
+
+    def _drop_locked(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except libvirt.libvirtError:
+                pass
+            self._conn = None
+
+    def _connection_lost(self, exc: libvirt.libvirtError) -> bool:
+        with self._lock:
+            lost = self._conn is not None and (not self._conn.isAlive()
+                                               or exc.get_error_domain() == libvirt.VIR_FROM_RPC)
+        if lost:
+            log_event(log, "libvirt.connection_lost", logging.WARNING, uri=self.uri,
+                      error=exc.get_error_message())
+        return lost
+
+    def _call(self, what: str, fn: Callable[[libvirt.virConnect], T], retry: bool) -> T:
+        """Run fn on the connection; on a lost connection reconnect, and retry if allowed."""
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                return fn(conn)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    raise NoSuchDomain(f"{what}: no such domain") from None
+                if self._connection_lost(exc) and retry and attempt == 1:
+                    continue
+                raise HypervisorError(f"{what}: {exc.get_error_message()}") from None
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_locked()
+
+    # -- host ---------------------------------------------------------------------------------
+
+    def host_facts(self) -> HostFacts:
+        def read(conn: libvirt.virConnect) -> HostFacts:
+            info = conn.getInfo()  # [model, memory MiB, cpus, mhz, nodes, sockets, cores, threads]
+            return HostFacts(hostname=conn.getHostname(), cpus=int(info[2]), memory_mib=int(info[1]),
+                             libvirt_version=_version_string(conn.getLibVersion()),
+                             qemu_version=_version_string(conn.getVersion()),
+                             kvm_usable=self._kvm_usable(conn))
+        return self._call("describe host", read, retry=True)
+
+    @staticmethod
+    def _kvm_usable(conn: libvirt.virConnect) -> bool:
+        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+            return False
+        return "<domain type='kvm'" in conn.getCapabilities()
+
+    # -- domains ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record(dom: libvirt.virDomain) -> DomainRecord:
+        state, _reason = dom.state()
+        return DomainRecord(name=dom.name(), uuid=dom.UUIDString(), state=STATE_NAMES.get(state, "unknown"),
+                            xml=dom.XMLDesc(0), cpu_time_ns=int(dom.info()[4]))
+
+    def list_domains(self) -> list[DomainRecord]:
+        def read(conn: libvirt.virConnect) -> list[DomainRecord]:
+            records = []
+            for dom in conn.listAllDomains(0):
+                try:
+                    records.append(self._record(dom))
+                except libvirt.libvirtError as exc:
+                    if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                        raise  # a domain that vanished while we listed is simply gone
+            return records
+        return self._call("list domains", read, retry=True)
+
+    def get_domain(self, name: str) -> DomainRecord | None:
+        try:
+            return self._call(f"look up {name}", lambda c: self._record(c.lookupByName(name)), retry=True)
+        except NoSuchDomain:
+            return None
+
+    def state(self, name: str) -> str:
+        def read(conn: libvirt.virConnect) -> str:
+            return STATE_NAMES.get(conn.lookupByName(name).state()[0], "unknown")
+        return self._call(f"state of {name}", read, retry=True)
+
+    def define(self, xml: str) -> None:
+        self._call("define domain", lambda c: c.defineXML(xml), retry=False)
+
+    def start(self, name: str) -> None:
+        self._call(f"start {name}", lambda c: c.lookupByName(name).create(), retry=False)
+
+    def resume(self, name: str) -> None:
+        self._call(f"resume {name}", lambda c: c.lookupByName(name).resume(), retry=False)
+
+    def shutdown_acpi(self, name: str) -> None:
+        """Press the guest's ACPI power button; the guest decides what to do with it."""
+        self._call(f"ACPI shutdown of {name}",
+                   lambda c: c.lookupByName(name).shutdownFlags(libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN),
+                   retry=True)
+
+    def destroy(self, name: str) -> None:
+        """Stop the domain at once. A domain that is already stopped is left as it is."""
+        def stop(conn: libvirt.virConnect) -> None:
+            dom = conn.lookupByName(name)
+            if dom.isActive():
+                try:
+                    dom.destroy()
+                except libvirt.libvirtError as exc:
+                    if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:  # it stopped meanwhile
+                        raise
+        self._call(f"destroy {name}", stop, retry=True)
+
+    def undefine(self, name: str) -> None:
+        self._call(f"undefine {name}", lambda c: c.lookupByName(name).undefine(), retry=True)

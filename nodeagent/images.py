@@ -1,0 +1,128 @@
+"""Boot images and per-domain overlays; the one module that runs qemu-img.
+
+An image is named relative to the image directory and is either
+* a kernel bundle: a directory with ``vmlinuz`` and ``initrd.img`` and optionally a base
+  disk ``disk.qcow2`` (the project's tiny guest), or
+* a disk image: a qcow2 or raw file that boots from its own bootloader.
+
+Whatever the name, the resolved file must stay inside the image directory: absolute
+paths, ``..`` and symlinks that lead out are refused, and so is a qcow2 whose backing
+file lies outside. Every domain with a disk runs on its own qcow2 overlay, so the base
+is never written and nothing a VM writes survives it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .validation import ValidationError, validate_image_ref
+
+KERNEL_FILE = "vmlinuz"
+INITRD_FILE = "initrd.img"
+BASE_DISK_FILE = "disk.qcow2"
+QCOW2_MAGIC = b"QFI\xfb"
+
+
+class OverlayError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class BootImage:
+    name: str
+    kernel: Path | None
+    initrd: Path | None
+    disk: Path | None
+    disk_format: str | None
+
+    @property
+    def boots_kernel(self) -> bool:
+        return self.kernel is not None
+
+
+def _inside(root: Path, path: Path, image: str) -> Path:
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root):
+        raise ValidationError("image", f"{image!r} resolves outside the image directory")
+    return resolved
+
+
+def _disk_format(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return "qcow2" if handle.read(4) == QCOW2_MAGIC else "raw"
+
+
+def _check_backing_chain(root: Path, disk: Path, image: str) -> None:
+    """A qcow2 may name a backing file; it must lie inside the image directory too."""
+    info = _qemu_img(["info", "--output=json", "--backing-chain", "-f", "qcow2", str(disk)])
+    for layer in json.loads(info):
+        backing = layer.get("full-backing-filename") or layer.get("backing-filename")
+        if backing and not Path(backing).resolve().is_relative_to(root):
+            raise ValidationError("image", f"{image!r} has a backing file outside the image directory")
+
+
+def resolve_image(image_dir: Path, image: str) -> BootImage:
+    """Find the image named `image`, confined to image_dir, or raise ValidationError."""
+    validate_image_ref(image)
+    root = image_dir.resolve()
+    path = _inside(root, root / image, image)
+    if path.is_dir():
+        kernel = _inside(root, path / KERNEL_FILE, image)
+        initrd = _inside(root, path / INITRD_FILE, image)
+        for part in (kernel, initrd):
+            if not part.is_file():
+                raise ValidationError("image", f"{image!r} is a directory without {part.name}")
+        disk = path / BASE_DISK_FILE
+        if disk.exists() or disk.is_symlink():
+            disk = _inside(root, disk, image)
+            _check_backing_chain(root, disk, image)
+            return BootImage(image, kernel, initrd, disk, "qcow2")
+        return BootImage(image, kernel, initrd, None, None)
+    if path.is_file():
+        fmt = _disk_format(path)
+        if fmt == "qcow2":
+            _check_backing_chain(root, path, image)
+        return BootImage(image, None, None, path, fmt)
+    raise ValidationError("image", f"no image {image!r} in the image directory")
+
+
+def _qemu_img(args: list[str]) -> str:
+    try:
+        result = subprocess.run(["qemu-img", *args], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise OverlayError("qemu-img is not installed (package qemu-utils)") from None
+    if result.returncode != 0:
+        raise OverlayError(f"qemu-img {args[0]} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def overlay_path(overlay_dir: Path, domain: str) -> Path:
+    return overlay_dir / f"{domain}.qcow2"
+
+
+def create_overlay(overlay_dir: Path, domain: str, base: Path, base_format: str) -> Path:
+    """A fresh qcow2 overlay on `base` for `domain`; a stale one of the same name is replaced."""
+    overlay_dir.mkdir(parents=True, exist_ok=True)
+    path = overlay_path(overlay_dir, domain)
+    path.unlink(missing_ok=True)
+    _qemu_img(["create", "-q", "-f", "qcow2", "-F", base_format, "-b", str(base), str(path)])
+    path.chmod(0o600)
+    return path
+
+
+def delete_overlay(path: Path) -> bool:
+    """Remove an overlay; True if there was one."""
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def list_overlays(overlay_dir: Path) -> dict[str, Path]:
+    """Overlays by domain name."""
+    if not overlay_dir.is_dir():
+        return {}
+    return {p.stem: p for p in overlay_dir.glob("*.qcow2")}

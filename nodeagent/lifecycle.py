@@ -1,0 +1,331 @@
+"""Domain lifecycle: launch, list, terminate, and cleaning up after volunteers.
+
+This module holds the agent's behaviour; it reaches libvirt only through Hypervisor,
+disks only through images, and keeps no state of its own beyond locks: everything it
+knows about a domain is in the domain's metadata.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from . import __version__, cgroups
+from .config import AgentConfig
+from .domainxml import GleanerMetadata, build_domain_xml, read_metadata, read_shape
+from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
+from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
+                     resolve_image)
+from .logs import log_event
+from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_grace
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.05
+PROGRESS_SECONDS = 5.0
+
+
+class DomainNotFound(LookupError):
+    pass
+
+
+class NotManaged(PermissionError):
+    """The domain exists but Gleaner did not launch it: the agent will not touch it."""
+
+
+class DomainConflict(RuntimeError):
+    """A domain of that name exists with another spec."""
+
+
+class LaunchFailed(RuntimeError):
+    """libvirt or qemu-img failed part-way; everything the launch made was removed."""
+
+
+class TerminationOutcome(str, Enum):
+    CLEAN_SHUTDOWN = "clean_shutdown"
+    DESTROYED_AFTER_GRACE = "destroyed_after_grace"
+    DESTROYED_FORCED = "destroyed_forced"
+    ALREADY_STOPPED = "already_stopped"
+
+
+@dataclass(frozen=True)
+class ManagedDomain:
+    name: str
+    uuid: str
+    role: Role
+    state: str
+    vcpus: int
+    memory_mib: int
+    launched_at: datetime
+    lease_id: str
+    cpu_time_ns: int
+    image: str
+    kernel_cmdline: str
+    console_log: str
+
+
+@dataclass(frozen=True)
+class TerminationResult:
+    name: str
+    outcome: TerminationOutcome
+    duration_seconds: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class HostDescription:
+    facts: HostFacts
+    cgroup: cgroups.CgroupFacts
+    domain_type: str
+    libvirt_uri: str
+    agent_version: str
+    managed_domains: int
+
+
+def managed_domain(record: DomainRecord, meta: GleanerMetadata) -> ManagedDomain:
+    shape = read_shape(record.xml)
+    return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role, state=record.state,
+                         vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
+                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
+                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log)
+
+
+def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
+    """Fields in which an existing domain differs from a launch request."""
+    pairs = {"role": (domain.role, spec.role), "vcpus": (domain.vcpus, spec.vcpus),
+             "memory_mib": (domain.memory_mib, spec.memory_mib), "image": (domain.image, spec.image),
+             "kernel_cmdline": (domain.kernel_cmdline, spec.kernel_cmdline),
+             "lease_id": (domain.lease_id, spec.lease_id)}
+    def plain(value: object) -> str:
+        return repr(value.value if isinstance(value, Enum) else value)
+    return [f"{field} is {plain(have)}, not {plain(want)}" for field, (have, want) in pairs.items()
+            if have != want]
+
+
+class DomainManager:
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor) -> None:
+        self.config = config
+        self.hv = hypervisor
+        self._facts: HostFacts | None = None
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        for directory, mode in ((config.state_dir, 0o755), (config.overlay_dir, 0o711),
+                                (config.console_dir, 0o700)):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(mode)
+
+    # -- host -----------------------------------------------------------------------------------
+
+    def host_facts(self) -> HostFacts:
+        if self._facts is None:  # CPUs, memory and versions do not change while we run
+            facts = self.hv.host_facts()
+            # libvirt sums NUMA node memory, which misses hot-plugged memory on some hosts;
+            # the kernel's MemTotal is what the host really has.
+            memory_mib = max(facts.memory_mib, psutil.virtual_memory().total // 2**20)
+            self._facts = dataclasses.replace(facts, memory_mib=memory_mib)
+        return self._facts
+
+    def limits(self) -> HostLimits:
+        facts = self.host_facts()
+        return HostLimits(cpus=facts.cpus, memory_mib=facts.memory_mib)
+
+    @property
+    def domain_type(self) -> str:
+        if self.config.domain_type != "auto":
+            return self.config.domain_type
+        return "kvm" if self.host_facts().kvm_usable else "qemu"
+
+    def describe_host(self) -> HostDescription:
+        return HostDescription(facts=self.host_facts(), cgroup=cgroups.detect(self.config.cgroup_root),
+                               domain_type=self.domain_type, libvirt_uri=self.hv.uri,
+                               agent_version=__version__, managed_domains=len(self.list()))
+
+    # -- listing ----------------------------------------------------------------------------------
+
+    def list(self) -> list[ManagedDomain]:
+        domains = []
+        for record in self.hv.list_domains():
+            meta = read_metadata(record.xml)
+            if meta is not None:
+                domains.append(managed_domain(record, meta))
+        return sorted(domains, key=lambda d: (d.launched_at, d.name))
+
+    def _lookup(self, name: str) -> tuple[DomainRecord, GleanerMetadata]:
+        record = self.hv.get_domain(name)
+        if record is None:
+            raise DomainNotFound(f"no domain named {name!r}")
+        meta = read_metadata(record.xml)
+        if meta is None:
+            raise NotManaged(f"domain {name!r} was not launched by Gleaner; the agent leaves it alone")
+        return record, meta
+
+    @contextmanager
+    def _name_lock(self, name: str, blocking: bool = True) -> Iterator[bool]:
+        with self._locks_guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        acquired = lock.acquire(blocking)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                lock.release()
+
+    # -- launch -----------------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> tuple[ManagedDomain, bool]:
+        """Define and start `spec`; (domain, created). Same spec again returns (existing, False)."""
+        with self._name_lock(spec.name):
+            existing = self.hv.get_domain(spec.name)
+            if existing is not None:
+                return self._existing(existing, spec), False
+            image = resolve_image(self.config.image_dir, spec.image)
+            if spec.kernel_cmdline and not image.boots_kernel:
+                raise ValidationError("kernel_cmdline", f"image {spec.image!r} boots from its own disk; "
+                                                        "a kernel command line needs a kernel image")
+            started = time.monotonic()
+            self._create(spec, image)
+            record = self.hv.get_domain(spec.name)
+            if record is None:
+                raise LaunchFailed(f"{spec.name} vanished right after it started")
+            meta = read_metadata(record.xml)
+            assert meta is not None
+            log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
+                      memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
+                      domain_type=self.domain_type, took_ms=round((time.monotonic() - started) * 1000))
+            return managed_domain(record, meta), True
+
+    def _existing(self, record: DomainRecord, spec: LaunchSpec) -> ManagedDomain:
+        meta = read_metadata(record.xml)
+        if meta is None:
+            raise DomainConflict(f"a domain named {spec.name!r} exists and was not launched by Gleaner")
+        domain = managed_domain(record, meta)
+        differences = spec_differences(domain, spec)
+        if differences:
+            raise DomainConflict(f"domain {spec.name!r} exists with another spec: {'; '.join(differences)}")
+        return domain
+
+    def _create(self, spec: LaunchSpec, image) -> None:
+        """Overlay, define, start; on any failure undo what was done, then raise LaunchFailed."""
+        overlay: Path | None = None
+        defined = False
+        try:
+            if image.disk is not None:
+                overlay = create_overlay(self.config.overlay_dir, spec.name, image.disk, image.disk_format)
+            xml = build_domain_xml(spec, image, self.domain_type, overlay,
+                                   self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc))
+            self.hv.define(xml)
+            defined = True
+            self.hv.start(spec.name)
+        except (HypervisorError, OverlayError) as exc:
+            self._rollback(spec.name, defined, overlay)
+            log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
+            raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+
+    def _rollback(self, name: str, defined: bool, overlay: Path | None) -> None:
+        try:
+            if defined:
+                self.hv.destroy(name)
+                self.hv.undefine(name)
+        except NoSuchDomain:
+            pass
+        except HypervisorError as exc:
+            log_event(log, "domain.rollback_failed", logging.ERROR, domain=name, error=str(exc),
+                      hint="remove it by hand with 'virsh destroy' and 'virsh undefine'")
+        if overlay is not None:
+            delete_overlay(overlay)
+
+    # -- terminate --------------------------------------------------------------------------------
+
+    def terminate(self, name: str, force: bool = False, grace_seconds: int | None = None) -> TerminationResult:
+        """Stop a managed domain (gracefully unless forced) and remove it with its overlay."""
+        grace = validate_grace(self.config.grace_seconds if grace_seconds is None else grace_seconds)
+        with self._name_lock(name):
+            record, meta = self._lookup(name)
+            started = time.monotonic()
+            if not record.active:
+                outcome, detail = TerminationOutcome.ALREADY_STOPPED, f"it was already {record.state}"
+            elif force:
+                self.hv.destroy(name)
+                outcome, detail = TerminationOutcome.DESTROYED_FORCED, "destroyed at once, as asked"
+            else:
+                outcome, detail = self._stop_gracefully(name, grace, started)
+            duration = time.monotonic() - started
+            self._remove(name, meta)
+        log_event(log, "domain.terminated", domain=name, role=meta.role.value, outcome=outcome.value,
+                  duration_s=round(duration, 3), grace_s=grace, detail=detail)
+        return TerminationResult(name, outcome, duration, detail)
+
+    def _is_active(self, name: str) -> bool:
+        try:
+            return self.hv.state(name) not in ("shutoff", "crashed")
+        except NoSuchDomain:
+            return False
+
+    def _stop_gracefully(self, name: str, grace: int, started: float) -> tuple[TerminationOutcome, str]:
+        try:
+            if self.hv.state(name) == "paused":  # a paused guest cannot see the power button
+                self.hv.resume(name)
+            self.hv.shutdown_acpi(name)
+        except HypervisorError as exc:
+            self.hv.destroy(name)
+            return TerminationOutcome.DESTROYED_AFTER_GRACE, f"ACPI shutdown failed ({exc}); destroyed"
+        deadline = started + grace
+        next_progress = started + PROGRESS_SECONDS
+        while time.monotonic() < deadline:
+            if not self._is_active(name):
+                return TerminationOutcome.CLEAN_SHUTDOWN, "the guest powered off after the ACPI power button"
+            if time.monotonic() >= next_progress:
+                log_event(log, "domain.awaiting_shutdown", domain=name,
+                          waited_s=round(time.monotonic() - started), grace_s=grace)
+                next_progress += PROGRESS_SECONDS
+            time.sleep(POLL_SECONDS)
+        if not self._is_active(name):
+            return TerminationOutcome.CLEAN_SHUTDOWN, "the guest powered off after the ACPI power button"
+        self.hv.destroy(name)
+        return (TerminationOutcome.DESTROYED_AFTER_GRACE,
+                f"the guest did not power off within the {grace}s grace period; destroyed")
+
+    def _remove(self, name: str, meta: GleanerMetadata) -> None:
+        try:
+            self.hv.undefine(name)
+        except NoSuchDomain:
+            pass
+        delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))
+
+    # -- cleaning up --------------------------------------------------------------------------------
+
+    def reap(self) -> list[str]:
+        """Remove volunteers that stopped on their own, and overlays no domain owns.
+
+        A volunteer's work is disposable, so once its guest is off there is nothing to keep.
+        Returns what was removed, for logs and tests.
+        """
+        removed = []
+        records = self.hv.list_domains()
+        for record in records:
+            meta = read_metadata(record.xml)
+            if meta is None or meta.role is not Role.VOLUNTEER or record.active:
+                continue
+            with self._name_lock(record.name, blocking=False) as free:
+                current = self.hv.get_domain(record.name) if free else None
+                if current is not None and not current.active:
+                    self._remove(record.name, meta)
+                    removed.append(record.name)
+                    log_event(log, "volunteer.reaped", domain=record.name, state=current.state)
+        known = {r.name for r in records}
+        for name, path in list_overlays(self.config.overlay_dir).items():
+            if name in known:
+                continue
+            with self._name_lock(name, blocking=False) as free:
+                if free and self.hv.get_domain(name) is None and delete_overlay(path):
+                    removed.append(f"overlay:{name}")
+                    log_event(log, "overlay.orphan_removed", domain=name, path=str(path))
+        return removed

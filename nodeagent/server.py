@@ -1,0 +1,144 @@
+"""The agent's gRPC server: a thin layer that converts messages and maps errors to status codes."""
+from __future__ import annotations
+
+import functools
+import logging
+from concurrent import futures
+from typing import Any, Callable
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos import agent_pb2, agent_pb2_grpc
+
+from .config import AgentConfig
+from .hypervisor import HypervisorError, HypervisorUnavailable
+from .images import OverlayError
+from .lifecycle import (DomainConflict, DomainManager, DomainNotFound, LaunchFailed, ManagedDomain,
+                        NotManaged, TerminationOutcome)
+from .logs import log_event
+from .validation import Role, ValidationError, validate_launch, validate_name
+
+log = logging.getLogger(__name__)
+
+ROLE_TO_PROTO = {Role.FOREGROUND: agent_pb2.ROLE_FOREGROUND, Role.VOLUNTEER: agent_pb2.ROLE_VOLUNTEER}
+ROLE_FROM_PROTO = {v: k for k, v in ROLE_TO_PROTO.items()}
+STATE_TO_PROTO = {
+    "running": agent_pb2.DOMAIN_STATE_RUNNING, "blocked": agent_pb2.DOMAIN_STATE_BLOCKED,
+    "paused": agent_pb2.DOMAIN_STATE_PAUSED, "shutting_down": agent_pb2.DOMAIN_STATE_SHUTTING_DOWN,
+    "shutoff": agent_pb2.DOMAIN_STATE_SHUTOFF, "crashed": agent_pb2.DOMAIN_STATE_CRASHED,
+    "suspended": agent_pb2.DOMAIN_STATE_SUSPENDED,
+}
+OUTCOME_TO_PROTO = {
+    TerminationOutcome.CLEAN_SHUTDOWN: agent_pb2.TERMINATION_OUTCOME_CLEAN_SHUTDOWN,
+    TerminationOutcome.DESTROYED_AFTER_GRACE: agent_pb2.TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE,
+    TerminationOutcome.DESTROYED_FORCED: agent_pb2.TERMINATION_OUTCOME_DESTROYED_FORCED,
+    TerminationOutcome.ALREADY_STOPPED: agent_pb2.TERMINATION_OUTCOME_ALREADY_STOPPED,
+}
+# Most specific first: HypervisorUnavailable is a HypervisorError.
+ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
+    (DomainNotFound, grpc.StatusCode.NOT_FOUND),
+    (DomainConflict, grpc.StatusCode.ALREADY_EXISTS),
+    (NotManaged, grpc.StatusCode.FAILED_PRECONDITION),
+    (HypervisorUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (LaunchFailed, grpc.StatusCode.INTERNAL),
+    (HypervisorError, grpc.StatusCode.INTERNAL),
+    (OverlayError, grpc.StatusCode.INTERNAL),
+]
+# The caller's mistake, not the host's trouble: logged as warnings.
+CLIENT_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                 grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION}
+
+
+def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
+    launched = Timestamp()
+    launched.FromDatetime(domain.launched_at)
+    return agent_pb2.Domain(
+        name=domain.name, uuid=domain.uuid, role=ROLE_TO_PROTO[domain.role],
+        state=STATE_TO_PROTO.get(domain.state, agent_pb2.DOMAIN_STATE_UNSPECIFIED), vcpus=domain.vcpus,
+        memory_mib=domain.memory_mib, launched_at=launched, lease_id=domain.lease_id,
+        cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
+        console_log=domain.console_log)
+
+
+def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the agent's exceptions into gRPC status codes with a message an admin can act on."""
+    @functools.wraps(method)
+    def wrapper(self: "NodeAgentServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except tuple(cls for cls, _ in ERROR_CODES) as exc:
+            code = next(code for cls, code in ERROR_CODES if isinstance(exc, cls))
+            level = logging.WARNING if code in CLIENT_ERRORS else logging.ERROR
+            log_event(log, "rpc.failed", level, method=method.__name__, code=code.name, error=str(exc),
+                      peer=context.peer())
+            context.abort(code, str(exc))
+    return wrapper
+
+
+class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
+    def __init__(self, manager: DomainManager) -> None:
+        self.manager = manager
+
+    @rpc
+    def DescribeHost(self, request, context):
+        host = self.manager.describe_host()
+        return agent_pb2.HostDescription(
+            hostname=host.facts.hostname, cpus=host.facts.cpus, memory_mib=host.facts.memory_mib,
+            libvirt_version=host.facts.libvirt_version, qemu_version=host.facts.qemu_version,
+            cgroup_version=host.cgroup.version, cpu_idle_supported=host.cgroup.cpu_idle,
+            domain_type=host.domain_type, libvirt_uri=host.libvirt_uri, agent_version=host.agent_version,
+            managed_domains=host.managed_domains)
+
+    @rpc
+    def ListDomains(self, request, context):
+        return agent_pb2.ListDomainsResponse(domains=[domain_to_proto(d) for d in self.manager.list()])
+
+    @rpc
+    def LaunchDomain(self, request, context):
+        spec = validate_launch(
+            name=request.name, role=ROLE_FROM_PROTO.get(request.role), vcpus=request.vcpus,
+            memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
+            lease_id=request.lease_id, limits=self.manager.limits())
+        domain, created = self.manager.launch(spec)
+        return agent_pb2.LaunchDomainResponse(domain=domain_to_proto(domain), created=created)
+
+    @rpc
+    def TerminateDomain(self, request, context):
+        grace = request.grace_seconds if request.HasField("grace_seconds") else None
+        result = self.manager.terminate(validate_name(request.name), force=request.force, grace_seconds=grace)
+        return agent_pb2.TerminateDomainResponse(name=result.name, outcome=OUTCOME_TO_PROTO[result.outcome],
+                                                 duration_seconds=result.duration_seconds,
+                                                 detail=result.detail)
+
+
+def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
+    """Mutual TLS: our certificate for clients, and only clients signed by our CA get in."""
+    tls = config.tls
+    assert tls.ca and tls.cert and tls.key
+    return grpc.ssl_server_credentials([(tls.key.read_bytes(), tls.cert.read_bytes())],
+                                       root_certificates=tls.ca.read_bytes(), require_client_auth=True)
+
+
+def build_server(config: AgentConfig, manager: DomainManager, max_workers: int = 16) -> tuple[grpc.Server, int]:
+    """A started server, with the health and reflection services; (server, bound port)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"))
+    agent_pb2_grpc.add_NodeAgentServicer_to_server(NodeAgentServicer(manager), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    service_names = [agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
+                     health.SERVICE_NAME, reflection.SERVICE_NAME]
+    reflection.enable_server_reflection(service_names, server)
+    if config.tls.insecure:
+        port = server.add_insecure_port(config.listen)
+    else:
+        port = server.add_secure_port(config.listen, server_credentials(config))
+    if port == 0 and not config.listen.startswith("unix:"):
+        raise OSError(f"cannot listen on {config.listen}")
+    server.start()
+    for name in ("", service_names[0]):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port

@@ -1,0 +1,168 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_FOREGROUND: _ClassVar[Role]
+    ROLE_VOLUNTEER: _ClassVar[Role]
+
+class DomainState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DOMAIN_STATE_UNSPECIFIED: _ClassVar[DomainState]
+    DOMAIN_STATE_RUNNING: _ClassVar[DomainState]
+    DOMAIN_STATE_BLOCKED: _ClassVar[DomainState]
+    DOMAIN_STATE_PAUSED: _ClassVar[DomainState]
+    DOMAIN_STATE_SHUTTING_DOWN: _ClassVar[DomainState]
+    DOMAIN_STATE_SHUTOFF: _ClassVar[DomainState]
+    DOMAIN_STATE_CRASHED: _ClassVar[DomainState]
+    DOMAIN_STATE_SUSPENDED: _ClassVar[DomainState]
+
+class TerminationOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TERMINATION_OUTCOME_UNSPECIFIED: _ClassVar[TerminationOutcome]
+    TERMINATION_OUTCOME_CLEAN_SHUTDOWN: _ClassVar[TerminationOutcome]
+    TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE: _ClassVar[TerminationOutcome]
+    TERMINATION_OUTCOME_DESTROYED_FORCED: _ClassVar[TerminationOutcome]
+    TERMINATION_OUTCOME_ALREADY_STOPPED: _ClassVar[TerminationOutcome]
+ROLE_UNSPECIFIED: Role
+ROLE_FOREGROUND: Role
+ROLE_VOLUNTEER: Role
+DOMAIN_STATE_UNSPECIFIED: DomainState
+DOMAIN_STATE_RUNNING: DomainState
+DOMAIN_STATE_BLOCKED: DomainState
+DOMAIN_STATE_PAUSED: DomainState
+DOMAIN_STATE_SHUTTING_DOWN: DomainState
+DOMAIN_STATE_SHUTOFF: DomainState
+DOMAIN_STATE_CRASHED: DomainState
+DOMAIN_STATE_SUSPENDED: DomainState
+TERMINATION_OUTCOME_UNSPECIFIED: TerminationOutcome
+TERMINATION_OUTCOME_CLEAN_SHUTDOWN: TerminationOutcome
+TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE: TerminationOutcome
+TERMINATION_OUTCOME_DESTROYED_FORCED: TerminationOutcome
+TERMINATION_OUTCOME_ALREADY_STOPPED: TerminationOutcome
+
+class DescribeHostRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HostDescription(_message.Message):
+    __slots__ = ("hostname", "cpus", "memory_mib", "libvirt_version", "qemu_version", "cgroup_version", "cpu_idle_supported", "domain_type", "libvirt_uri", "agent_version", "managed_domains")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    LIBVIRT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    QEMU_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CPU_IDLE_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_TYPE_FIELD_NUMBER: _ClassVar[int]
+    LIBVIRT_URI_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MANAGED_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    cpus: int
+    memory_mib: int
+    libvirt_version: str
+    qemu_version: str
+    cgroup_version: int
+    cpu_idle_supported: bool
+    domain_type: str
+    libvirt_uri: str
+    agent_version: str
+    managed_domains: int
+    def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ...) -> None: ...
+
+class Domain(_message.Message):
+    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CPU_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_CMDLINE_FIELD_NUMBER: _ClassVar[int]
+    CONSOLE_LOG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    uuid: str
+    role: Role
+    state: DomainState
+    vcpus: int
+    memory_mib: int
+    launched_at: _timestamp_pb2.Timestamp
+    lease_id: str
+    cpu_time_ns: int
+    image: str
+    kernel_cmdline: str
+    console_log: str
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ...) -> None: ...
+
+class ListDomainsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDomainsResponse(_message.Message):
+    __slots__ = ("domains",)
+    DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    domains: _containers.RepeatedCompositeFieldContainer[Domain]
+    def __init__(self, domains: _Optional[_Iterable[_Union[Domain, _Mapping]]] = ...) -> None: ...
+
+class LaunchDomainRequest(_message.Message):
+    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_CMDLINE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: Role
+    vcpus: int
+    memory_mib: int
+    image: str
+    kernel_cmdline: str
+    lease_id: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
+
+class LaunchDomainResponse(_message.Message):
+    __slots__ = ("domain", "created")
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    domain: Domain
+    created: bool
+    def __init__(self, domain: _Optional[_Union[Domain, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class TerminateDomainRequest(_message.Message):
+    __slots__ = ("name", "force", "grace_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    grace_seconds: int
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., grace_seconds: _Optional[int] = ...) -> None: ...
+
+class TerminateDomainResponse(_message.Message):
+    __slots__ = ("name", "outcome", "duration_seconds", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    outcome: TerminationOutcome
+    duration_seconds: float
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., outcome: _Optional[_Union[TerminationOutcome, str]] = ..., duration_seconds: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
