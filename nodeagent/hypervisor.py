@@ -79,6 +79,7 @@ class Hypervisor:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self._conn: libvirt.virConnect | None = None
+        self._connected_before = False
         self._lock = threading.Lock()
 
     # -- connection -------------------------------------------------------------------------
@@ -86,15 +87,15 @@ class Hypervisor:
     def _connection(self) -> libvirt.virConnect:
         with self._lock:
             if self._conn is None or not self._conn.isAlive():
-                reconnect = self._conn is not None
                 self._drop_locked()
                 try:
                     self._conn = libvirt.open(self.uri)
                 except libvirt.libvirtError as exc:
                     raise HypervisorUnavailable(f"cannot connect to libvirt at {self.uri}: "
                                                 f"{exc.get_error_message()}") from None
-                if reconnect:
+                if self._connected_before:
                     log_event(log, "libvirt.reconnected", uri=self.uri)
+                self._connected_before = True
             return self._conn
 
     def _drop_locked(self) -> None:

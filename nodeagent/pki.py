@@ -14,7 +14,6 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -81,17 +80,6 @@ def ensure_lab_pki(directory: Path, hosts: list[str] | None = None) -> dict[str,
         _write_key(files[role].key, key)
         files[role].cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return files
-
-
-def client_channel(address: str, tls: TlsFiles | None, server_name: str | None = None) -> grpc.Channel:
-    """A channel to a Gleaner server: mutual TLS with `tls`, or plaintext when tls is None."""
-    if tls is None:
-        return grpc.insecure_channel(address)
-    credentials = grpc.ssl_channel_credentials(root_certificates=tls.ca.read_bytes(),
-                                               private_key=tls.key.read_bytes(),
-                                               certificate_chain=tls.cert.read_bytes())
-    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
-    return grpc.secure_channel(address, credentials, options=options)
 
 
 def main() -> None:

@@ -1,0 +1,221 @@
+"""Helpers for tests and benchmarks: a real gleaner-agent process, its client, and cleanup.
+
+Everything here drives the real thing: the agent binary as a subprocess, the local
+libvirtd, real QEMU domains. Test domains are named with TEST_PREFIX so cleanup can find
+every one of them, even after a failed test.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import libvirt
+
+from nodeagent.client import client_channel, is_serving
+from nodeagent.pki import TlsFiles, ensure_lab_pki
+from protos import agent_pb2, agent_pb2_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_PREFIX = "gtest-"
+TEST_ROOT = Path("/var/lib/gleaner-test")
+SYSTEM_IMAGE_DIR = Path(os.environ.get("GLEANER_IMAGE_DIR", "/var/lib/gleaner/images"))
+LIBVIRT_URI = "qemu:///system"
+
+
+def unique_name(label: str = "vm") -> str:
+    return f"{TEST_PREFIX}{label}-{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def console_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for_console(path: str | Path, marker: str, timeout: float = 60) -> float:
+    """Seconds until `marker` appears in the console log."""
+    started = time.monotonic()
+    wait_for(lambda: marker in console_text(path), timeout, f"{marker!r} in {path}")
+    return time.monotonic() - started
+
+
+@dataclass
+class LabEnv:
+    """A private state directory, image directory and lab PKI for one test session."""
+
+    root: Path
+    image_dir: Path
+    pki: dict[str, TlsFiles]
+
+    @classmethod
+    def create(cls) -> "LabEnv":
+        TEST_ROOT.mkdir(parents=True, exist_ok=True)
+        TEST_ROOT.chmod(0o755)  # QEMU runs as libvirt-qemu and must reach overlays below
+        root = TEST_ROOT / uuid.uuid4().hex[:10]
+        root.mkdir()
+        root.chmod(0o755)
+        image_dir = root / "images"
+        image_dir.mkdir()
+        image_dir.chmod(0o755)
+        link_image(SYSTEM_IMAGE_DIR / "tiny", image_dir / "tiny")
+        return cls(root=root, image_dir=image_dir, pki=ensure_lab_pki(root / "pki"))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def link_image(source: Path, target: Path) -> None:
+    """Hard-link (or copy) an image bundle: a symlink would point outside the image directory."""
+    target.mkdir(mode=0o755)
+    for item in source.iterdir():
+        try:
+            os.link(item, target / item.name)
+        except OSError:
+            shutil.copy2(item, target / item.name)
+
+
+@dataclass
+class AgentProcess:
+    """A gleaner-agent subprocess with mutual TLS, and a client stub for it."""
+
+    env: LabEnv
+    name: str = "agent"
+    grace_seconds: int = 10
+    reap_interval: float = 1.0
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.env.root / self.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.state_dir / "agent.toml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "agent.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def write_config(self) -> None:
+        tls = self.env.pki["server"]
+        self.state_dir.mkdir(exist_ok=True)
+        self.config_path.write_text(
+            f'[agent]\nlisten = "{self.address}"\nstate_dir = "{self.state_dir}"\n'
+            f'image_dir = "{self.env.image_dir}"\nlog_level = "debug"\n'
+            f'[libvirt]\nuri = "{LIBVIRT_URI}"\ndomain_type = "qemu"\n'
+            f'[lifecycle]\ngrace_seconds = {self.grace_seconds}\nreap_interval_seconds = {self.reap_interval}\n'
+            f'[tls]\nca = "{tls.ca}"\ncert = "{tls.cert}"\nkey = "{tls.key}"\n')
+
+    def start(self) -> "AgentProcess":
+        self.write_config()
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", "--config", str(self.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        log.close()
+        try:
+            wait_for(self._serving, 20, f"agent on {self.address} to serve")
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"agent did not start; its log:\n{self.log_text()}") from None
+        return self
+
+    def _serving(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.log_text()}")
+        with self.channel() as channel:
+            return is_serving(channel)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def log_text(self) -> str:
+        return console_text(self.log_path)
+
+    def channel(self, tls: TlsFiles | None | str = "client") -> grpc.Channel:
+        files = self.env.pki["client"] if tls == "client" else tls
+        return client_channel(self.address, files)  # type: ignore[arg-type]
+
+    def stub(self) -> agent_pb2_grpc.NodeAgentStub:
+        return agent_pb2_grpc.NodeAgentStub(self.channel())
+
+
+def launch_request(name: str, role: int = agent_pb2.ROLE_VOLUNTEER, vcpus: int = 1, memory_mib: int = 128,
+                   image: str = "tiny", kernel_cmdline: str = "", lease_id: str = "") -> agent_pb2.LaunchDomainRequest:
+    return agent_pb2.LaunchDomainRequest(name=name, role=role, vcpus=vcpus, memory_mib=memory_mib, image=image,
+                                         kernel_cmdline=kernel_cmdline, lease_id=lease_id)
+
+
+def remove_test_domains(uri: str = LIBVIRT_URI) -> list[str]:
+    """Destroy and undefine every domain whose name starts with TEST_PREFIX."""
+    conn = libvirt.open(uri)
+    removed = []
+    try:
+        for dom in conn.listAllDomains(0):
+            if not dom.name().startswith(TEST_PREFIX):
+                continue
+            try:
+                if dom.isActive():
+                    dom.destroy()
+                if dom.isPersistent():
+                    dom.undefine()
+                removed.append(dom.name())
+            except libvirt.libvirtError:
+                pass
+    finally:
+        conn.close()
+    return removed
+
+
+def domain_names(uri: str = LIBVIRT_URI) -> set[str]:
+    conn = libvirt.open(uri)
+    try:
+        return {d.name() for d in conn.listAllDomains(0)}
+    finally:
+        conn.close()
+
+
+def restart_libvirtd() -> None:
+    """Stop libvirtd and start it again the way the set-up does; running guests survive."""
+    subprocess.run(["pkill", "-x", "libvirtd"], check=False)
+    wait_for(lambda: subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True).returncode != 0,
+             15, "libvirtd to exit")
+    subprocess.run(["bash", str(REPO / "scripts/libvirt-services.sh")], check=True)

@@ -1,0 +1,52 @@
+"""Shared fixtures. Integration tests need the real libvirtd and the built guest image:
+when either is missing the tests fail with a message saying how to get them; they never skip."""
+from __future__ import annotations
+
+import pytest
+
+from tests.agentproc import (LIBVIRT_URI, SYSTEM_IMAGE_DIR, AgentProcess, LabEnv, remove_test_domains)
+
+
+@pytest.fixture(scope="session")
+def libvirt_host() -> str:
+    import libvirt
+    try:
+        conn = libvirt.open(LIBVIRT_URI)
+    except libvirt.libvirtError as exc:
+        pytest.fail(f"libvirtd is not reachable at {LIBVIRT_URI} ({exc}); run 'bash scripts/setup.sh'",
+                    pytrace=False)
+    conn.close()
+    for part in ("vmlinuz", "initrd.img", "disk.qcow2"):
+        if not (SYSTEM_IMAGE_DIR / "tiny" / part).is_file():
+            pytest.fail(f"the guest image is not built ({SYSTEM_IMAGE_DIR}/tiny/{part} is missing); "
+                        "run 'bash scripts/setup.sh'", pytrace=False)
+    return LIBVIRT_URI
+
+
+@pytest.fixture(scope="session")
+def test_env(libvirt_host):
+    env = LabEnv.create()
+    yield env
+    remove_test_domains()
+    env.remove()
+
+
+@pytest.fixture(scope="session")
+def agent(test_env):
+    """One agent shared by the tests that do not restart it."""
+    proc = AgentProcess(test_env, name="shared").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def stub(agent):
+    return agent.stub()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_domains(request):
+    """Every test leaves no domain behind, even when it fails."""
+    yield
+    if "test_env" in request.fixturenames:
+        remove_test_domains()

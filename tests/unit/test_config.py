@@ -1,0 +1,65 @@
+"""Configuration: strict parsing, clear errors, and insecure mode only where it is safe."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeagent.config import AgentConfig, ConfigError, is_local_address, load_config, with_overrides
+
+TLS = '[tls]\nca = "/pki/ca.pem"\ncert = "/pki/s.pem"\nkey = "/pki/s.key"\n'
+
+
+def load(tmp_path, text: str) -> AgentConfig:
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    return with_overrides(load_config(path), source=str(path))
+
+
+def test_full_config_is_read(tmp_path):
+    config = load(tmp_path, '[agent]\nlisten = "0.0.0.0:9000"\nstate_dir = "/srv/g"\n'
+                            '[libvirt]\ndomain_type = "kvm"\n[lifecycle]\ngrace_seconds = 45\n'
+                            'reap_interval_seconds = 2\n' + TLS)
+    assert config.listen == "0.0.0.0:9000" and config.state_dir == Path("/srv/g")
+    assert config.domain_type == "kvm" and config.grace_seconds == 45 and config.reap_interval_seconds == 2.0
+    assert config.tls.ca == Path("/pki/ca.pem") and not config.tls.insecure
+    assert config.overlay_dir == Path("/srv/g/overlays")
+
+
+@pytest.mark.parametrize("text,says", [
+    ('[agent]\nlisen = "x:1"\n' + TLS, "unknown key agent.lisen"),
+    ('[agnet]\n' + TLS, "unknown section [agnet]"),
+    ('[lifecycle]\ngrace_seconds = "30"\n' + TLS, "lifecycle.grace_seconds: expected int"),
+    ('[lifecycle]\ngrace_seconds = true\n' + TLS, "expected int"),
+    ('[lifecycle]\ngrace_seconds = 99999\n' + TLS, "grace_seconds must be within 0..3600"),
+    ('[libvirt]\ndomain_type = "xen"\n' + TLS, "domain_type must be one of auto, kvm, qemu"),
+    ('[agent]\nlisten = "nowhere"\n' + TLS, "must be HOST:PORT or unix:PATH"),
+    ('[agent]\nlisten = "0.0.0.0:1"\n', "mutual TLS needs [tls] ca, cert, key"),
+    ('[agent]\nlisten = "0.0.0.0:1"\n[tls]\ninsecure = true\n', "only allowed on loopback"),
+    ('not toml at all [', "not valid TOML"),
+])
+def test_bad_config_is_refused_with_a_clear_message(tmp_path, text, says):
+    with pytest.raises(ConfigError) as err:
+        load(tmp_path, text)
+    assert says in str(err.value) and "agent.toml" in str(err.value)
+
+
+def test_missing_file_is_named():
+    with pytest.raises(ConfigError, match="cannot read config /nonexistent.toml"):
+        load_config(Path("/nonexistent.toml"))
+
+
+def test_overrides_apply_before_the_check():
+    config = with_overrides(AgentConfig(), listen="127.0.0.1:7000", insecure=True)
+    assert config.tls.insecure and config.listen == "127.0.0.1:7000"
+    with pytest.raises(ConfigError):
+        with_overrides(AgentConfig(), listen="192.168.1.5:7000", insecure=True)
+
+
+@pytest.mark.parametrize("listen,local", [
+    ("127.0.0.1:1", True), ("127.5.5.5:1", True), ("[::1]:1", True), ("localhost:1", True),
+    ("unix:/run/gleaner.sock", True), ("0.0.0.0:1", False), ("[::]:1", False), ("10.0.0.1:1", False),
+    ("example.org:1", False), ("localhost.evil.org:1", False),
+])
+def test_only_loopback_and_unix_sockets_count_as_local(listen, local):
+    assert is_local_address(listen) is local

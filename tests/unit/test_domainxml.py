@@ -1,0 +1,71 @@
+"""Domain XML: metadata survives the round trip through XML, and foreign domains are not ours."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hypothesis import given, strategies as st
+
+from nodeagent.domainxml import NAMESPACE, build_domain_xml, read_metadata, read_shape
+from nodeagent.images import BootImage
+from nodeagent.validation import LaunchSpec, Role
+
+KERNEL_IMAGE = BootImage("tiny", Path("/img/tiny/vmlinuz"), Path("/img/tiny/initrd.img"),
+                         Path("/img/tiny/disk.qcow2"), "qcow2")
+DISK_IMAGE = BootImage("debian.qcow2", None, None, Path("/img/debian.qcow2"), "qcow2")
+WHEN = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+
+specs = st.builds(
+    LaunchSpec,
+    name=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", fullmatch=True),
+    role=st.sampled_from(list(Role)),
+    vcpus=st.integers(1, 64),
+    memory_mib=st.integers(32, 1 << 20),
+    image=st.just("tiny"),
+    kernel_cmdline=st.from_regex(r"[A-Za-z0-9._,=:/+-]{0,40}", fullmatch=True),
+    lease_id=st.from_regex(r"([A-Za-z0-9][A-Za-z0-9_.:-]{0,20})?", fullmatch=True),
+)
+
+
+@given(specs)
+def test_metadata_and_shape_round_trip(spec):
+    xml = build_domain_xml(spec, KERNEL_IMAGE, "qemu", Path(f"/ov/{spec.name}.qcow2"),
+                           Path(f"/console/{spec.name}.log"), WHEN)
+    meta = read_metadata(xml)
+    assert meta is not None
+    assert (meta.role, meta.lease_id, meta.launched_at, meta.image, meta.kernel_cmdline) == \
+        (spec.role, spec.lease_id, WHEN, spec.image, spec.kernel_cmdline)
+    shape = read_shape(xml)
+    assert (shape.vcpus, shape.memory_mib, shape.console_log) == (spec.vcpus, spec.memory_mib,
+                                                                  f"/console/{spec.name}.log")
+
+
+def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
+    spec = LaunchSpec("vm1", Role.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog")
+    root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "kvm", Path("/ov/vm1.qcow2"),
+                                          Path("/c/vm1.log"), WHEN))
+    assert root.get("type") == "kvm"
+    assert root.findtext("os/kernel") == "/img/tiny/vmlinuz"
+    assert root.findtext("os/cmdline") == "console=ttyS0 quiet gleaner.workload=hog"
+    assert root.find("devices/disk/source").get("file") == "/ov/vm1.qcow2"
+    assert root.find("features/acpi") is not None  # needed for the power button
+
+
+def test_disk_image_boots_from_disk():
+    spec = LaunchSpec("vm2", Role.FOREGROUND, 2, 1024, "debian.qcow2")
+    root = ET.fromstring(build_domain_xml(spec, DISK_IMAGE, "qemu", Path("/ov/vm2.qcow2"), Path("/c/vm2.log"), WHEN))
+    assert root.find("os/kernel") is None
+    assert root.find("os/boot").get("dev") == "hd"
+
+
+def test_domains_without_our_metadata_are_not_ours():
+    assert read_metadata("<domain type='kvm'><name>other</name></domain>") is None
+    foreign = (f"<domain><name>x</name><metadata><g:instance xmlns:g='{NAMESPACE}'><g:role>admin</g:role>"
+               "</g:instance></metadata></domain>")
+    assert read_metadata(foreign) is None  # a role we never write
+
+
+def test_read_shape_understands_libvirt_memory_units():
+    assert read_shape("<domain><memory unit='KiB'>131072</memory><vcpu>2</vcpu></domain>").memory_mib == 128
+    assert read_shape("<domain><memory unit='GiB'>2</memory><vcpu>2</vcpu></domain>").memory_mib == 2048

@@ -1,0 +1,70 @@
+"""Field validation: property tests that nothing dangerous gets through, and examples."""
+from __future__ import annotations
+
+import re
+import string
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nodeagent.validation import (HostLimits, Role, ValidationError, validate_cmdline, validate_image_ref,
+                                  validate_launch, validate_lease_id, validate_name)
+
+LIMITS = HostLimits(cpus=4, memory_mib=8192)
+XML_AND_PATH_CHARS = set("<>&'\"/\\\n\r\t;$`|*?")
+
+
+@given(st.text(max_size=80))
+def test_accepted_names_are_plain_words(text):
+    try:
+        name = validate_name(text)
+    except ValidationError as exc:
+        assert exc.field == "name"
+        return
+    assert 1 <= len(name) <= 63 and name[0].isalnum()
+    assert not set(name) & XML_AND_PATH_CHARS and ".." not in name
+
+
+@given(st.text(alphabet=string.printable, max_size=600))
+def test_accepted_cmdlines_cannot_break_out_of_xml_or_a_shell(text):
+    try:
+        cmdline = validate_cmdline(text)
+    except ValidationError as exc:
+        assert exc.field == "kernel_cmdline"
+        return
+    assert len(cmdline) <= 512
+    assert not set(cmdline) & (XML_AND_PATH_CHARS - {"/"})
+
+
+@given(st.text(alphabet=string.ascii_letters + "./-_" + "\\<", max_size=40))
+def test_accepted_image_refs_stay_relative_and_never_climb(text):
+    try:
+        ref = validate_image_ref(text)
+    except ValidationError as exc:
+        assert exc.field == "image"
+        return
+    assert not ref.startswith("/")
+    assert all(part not in ("", ".", "..") and not part.startswith(".") for part in ref.split("/"))
+
+
+def test_launch_validation_reports_the_first_bad_field():
+    good = dict(name="vm1", role="volunteer", vcpus=2, memory_mib=512, image="tiny",
+                kernel_cmdline="  gleaner.workload=hog   quiet ", lease_id="lease-1")
+    spec = validate_launch(**good, limits=LIMITS)
+    assert spec.role is Role.VOLUNTEER and spec.kernel_cmdline == "gleaner.workload=hog quiet"
+    for field, value in [("vcpus", 5), ("memory_mib", 8193), ("role", None), ("role", "batch"),
+                         ("image", "a//b"), ("lease_id", "x" * 200)]:
+        with pytest.raises(ValidationError) as err:
+            validate_launch(**{**good, field: value}, limits=LIMITS)
+        assert err.value.field == field
+        assert str(err.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("lease", ["", "lease-1", "pool:a.b_c-9"])
+def test_good_lease_ids(lease):
+    assert validate_lease_id(lease) == lease
+
+
+def test_error_messages_name_the_limit():
+    with pytest.raises(ValidationError, match=re.escape("outside 1..4 (this host's CPUs)")):
+        validate_launch("vm", "foreground", 9, 64, "tiny", "", "", LIMITS)
