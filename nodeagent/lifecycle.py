@@ -98,6 +98,13 @@ def managed_domain(record: DomainRecord, meta: GleanerMetadata) -> ManagedDomain
                          kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log)
 
 
+def choose_domain_type(configured: str, kvm_usable: bool) -> str:
+    """The libvirt domain type to launch with: `auto` means KVM only when it is usable."""
+    if configured != "auto":
+        return configured
+    return "kvm" if kvm_usable else "qemu"
+
+
 def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
     """Fields in which an existing domain differs from a launch request."""
     pairs = {"role": (domain.role, spec.role), "vcpus": (domain.vcpus, spec.vcpus),
@@ -139,9 +146,9 @@ class DomainManager:
 
     @property
     def domain_type(self) -> str:
-        if self.config.domain_type != "auto":
+        if self.config.domain_type != "auto":  # no need to ask libvirt
             return self.config.domain_type
-        return "kvm" if self.host_facts().kvm_usable else "qemu"
+        return choose_domain_type("auto", self.host_facts().kvm_usable)
 
     def describe_host(self) -> HostDescription:
         return HostDescription(facts=self.host_facts(), cgroup=cgroups.detect(self.config.cgroup_root),

@@ -26,7 +26,9 @@ for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 # The image builder asks apt which kernel is current, so the package lists must exist.
-if [ ${#missing[@]} -gt 0 ] || ! apt-cache policy linux-image-cloud-amd64 | grep -q 'Candidate: [0-9]'; then
+# (Captured first: with pipefail, grep -q closing the pipe early would fail the check.)
+kernel_policy="$(apt-cache policy linux-image-cloud-amd64 2>/dev/null || true)"
+if [ ${#missing[@]} -gt 0 ] || ! grep -q 'Candidate: [0-9]' <<<"$kernel_policy"; then
     say "apt: updating package lists"
     apt-get update -q
 fi
