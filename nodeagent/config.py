@@ -5,6 +5,7 @@ Unknown sections and keys are errors, so a typo never silently leaves a default 
 from __future__ import annotations
 
 import ipaddress
+import json
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -92,6 +93,23 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
             attr, kind = schema[key]
             target[attr] = _coerce(f"{source}: {section}.{key}", value, kind)
     return AgentConfig(**values, tls=TlsConfig(**tls))
+
+
+def to_toml(config: AgentConfig) -> str:
+    """The configuration as a TOML file that parse_config reads back to the same value."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(str(v)) if isinstance(v, (str, Path)) else str(v)
+
+    lines = []
+    for section, keys in _SCHEMA.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {value(getattr(config, attr))}" for key, (attr, _) in keys.items()]
+    lines.append("[tls]")
+    lines += [f"{key} = {value(getattr(config.tls, key))}" for key in _TLS_KEYS
+              if getattr(config.tls, key) is not None]
+    return "\n".join(lines) + "\n"
 
 
 def load_config(path: Path) -> AgentConfig:

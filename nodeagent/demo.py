@@ -22,6 +22,7 @@ import grpc
 from protos import agent_pb2, agent_pb2_grpc
 
 from .client import client_channel, wait_until_serving
+from .config import AgentConfig, TlsConfig, to_toml
 from .pki import ensure_lab_pki
 
 DEMO_VMS = (  # name, role, kernel command line
@@ -45,13 +46,11 @@ def running_nested() -> bool:
 
 def write_config(state_dir: Path, port: int, domain_type: str, image_dir: Path) -> Path:
     tls = ensure_lab_pki(state_dir / "pki")["server"]
-    config = state_dir / "agent.toml"
-    config.write_text(
-        f'[agent]\nlisten = "127.0.0.1:{port}"\nstate_dir = "{state_dir / "agent"}"\n'
-        f'image_dir = "{image_dir}"\n[libvirt]\ndomain_type = "{domain_type}"\n'
-        f'[lifecycle]\ngrace_seconds = 30\n'
-        f'[tls]\nca = "{tls.ca}"\ncert = "{tls.cert}"\nkey = "{tls.key}"\n')
-    return config
+    path = state_dir / "agent.toml"
+    path.write_text(to_toml(AgentConfig(listen=f"127.0.0.1:{port}", state_dir=state_dir / "agent",
+                                        image_dir=image_dir, domain_type=domain_type,
+                                        tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))))
+    return path
 
 
 def wait_ready(console_log: str, launched: float, timeout: float = 120) -> float:

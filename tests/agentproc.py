@@ -20,6 +20,7 @@ import grpc
 import libvirt
 
 from nodeagent.client import client_channel, is_serving
+from nodeagent.config import AgentConfig, TlsConfig, to_toml
 from nodeagent.pki import TlsFiles, ensure_lab_pki
 from protos import agent_pb2, agent_pb2_grpc
 
@@ -130,12 +131,10 @@ class AgentProcess:
     def write_config(self) -> None:
         tls = self.env.pki["server"]
         self.state_dir.mkdir(exist_ok=True)
-        self.config_path.write_text(
-            f'[agent]\nlisten = "{self.address}"\nstate_dir = "{self.state_dir}"\n'
-            f'image_dir = "{self.env.image_dir}"\nlog_level = "debug"\n'
-            f'[libvirt]\nuri = "{LIBVIRT_URI}"\ndomain_type = "qemu"\n'
-            f'[lifecycle]\ngrace_seconds = {self.grace_seconds}\nreap_interval_seconds = {self.reap_interval}\n'
-            f'[tls]\nca = "{tls.ca}"\ncert = "{tls.cert}"\nkey = "{tls.key}"\n')
+        self.config_path.write_text(to_toml(AgentConfig(
+            listen=self.address, state_dir=self.state_dir, image_dir=self.env.image_dir, log_level="debug",
+            libvirt_uri=LIBVIRT_URI, domain_type="qemu", grace_seconds=self.grace_seconds,
+            reap_interval_seconds=self.reap_interval, tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))))
 
     def start(self) -> "AgentProcess":
         self.write_config()

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import AgentConfig, ConfigError, is_local_address, load_config, with_overrides
+from nodeagent.config import (AgentConfig, ConfigError, TlsConfig, is_local_address, load_config, parse_config,
+                            to_toml, with_overrides)
+import tomllib
 
 TLS = '[tls]\nca = "/pki/ca.pem"\ncert = "/pki/s.pem"\nkey = "/pki/s.key"\n'
 
@@ -63,3 +65,12 @@ def test_overrides_apply_before_the_check():
 ])
 def test_only_loopback_and_unix_sockets_count_as_local(listen, local):
     assert is_local_address(listen) is local
+
+
+def test_to_toml_round_trips():
+    config = AgentConfig(listen="[::1]:9", state_dir=Path('/srv/with "quote"'), domain_type="kvm", grace_seconds=7,
+                         reap_interval_seconds=0.5, tls=TlsConfig(ca=Path("/p/ca.pem"), cert=Path("/p/c.pem"),
+                                                                  key=Path("/p/c.key")))
+    assert parse_config(tomllib.loads(to_toml(config))) == config
+    insecure = AgentConfig(tls=TlsConfig(insecure=True))
+    assert parse_config(tomllib.loads(to_toml(insecure))) == insecure
