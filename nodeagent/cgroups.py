@@ -1,7 +1,13 @@
-"""The one module that reads and writes cgroupfs. Its root is configurable so tests can
-point it at a fake cgroupfs in a temporary directory."""
+"""The one module that reads and writes cgroupfs.
+
+Its root is configurable so tests can point it at a fake cgroupfs in a temporary
+directory; it knows cgroup v1 (``cpu.shares``) and v2 (``cpu.weight``), and the kernel's
+rules for ``cpu.idle``: while a group is idle the kernel refuses weight writes (EINVAL),
+and clearing idle resets the weight, so the weight is written after idle is cleared.
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +16,18 @@ from pathlib import Path
 class CgroupFacts:
     version: int        # 1 or 2
     cpu_idle: bool      # the kernel offers cpu.idle (SCHED_IDLE for a whole group)
+
+
+@dataclass(frozen=True)
+class CpuSetting:
+    """What a domain's cgroup should say: idle, or not idle with a weight.
+
+    `weight` is in the version's own unit: cpu.shares on v1, cpu.weight on v2. It is not
+    written (nor compared) while idle is set, since the kernel owns it then.
+    """
+
+    idle: bool
+    weight: int
 
 
 def _cpu_dir(root: Path, version: int) -> Path:
@@ -25,3 +43,90 @@ def detect(root: Path) -> CgroupFacts:
     cpu_dir = _cpu_dir(root, version)
     candidates = [cpu_dir, *(p for p in cpu_dir.iterdir() if p.is_dir())] if cpu_dir.is_dir() else []
     return CgroupFacts(version=version, cpu_idle=any((p / "cpu.idle").is_file() for p in candidates))
+
+
+def _machine_dir_patterns(name: str) -> list[re.Pattern[str]]:
+    """libvirt's names for a domain's group: without systemd 'qemu-ID-NAME.libvirt-qemu' under
+    machine/; with systemd 'machine-qemu\\x2dID\\x2dNAME.scope' under machine.slice/."""
+    escaped = name.replace("-", "\\x2d")
+    return [re.compile(rf"(qemu-)?\d+-{re.escape(name)}\.libvirt-qemu"),
+            re.compile(rf"machine-qemu\\x2d\d+\\x2d{re.escape(escaped)}\.scope")]
+
+
+def domain_cgroup(root: Path, version: int, name: str, controller: str = "cpu") -> Path | None:
+    """The cgroup directory libvirt made for domain `name` (in `controller`'s hierarchy on v1)."""
+    base = root if version == 2 else root / controller
+    patterns = _machine_dir_patterns(name)
+    for machine in ("machine", "machine.slice"):
+        parent = base / machine
+        if not parent.is_dir():
+            continue
+        for entry in parent.iterdir():
+            if entry.is_dir() and any(p.fullmatch(entry.name) for p in patterns):
+                return entry
+    return None
+
+
+def _weight_file(version: int) -> str:
+    return "cpu.weight" if version == 2 else "cpu.shares"
+
+
+def _read_int(path: Path) -> int:
+    return int(path.read_text().split()[0])
+
+
+def read_cpu(group: Path, version: int) -> CpuSetting:
+    idle_file = group / "cpu.idle"
+    idle = idle_file.is_file() and _read_int(idle_file) == 1
+    return CpuSetting(idle=idle, weight=_read_int(group / _weight_file(version)))
+
+
+def apply_cpu(group: Path, version: int, want: CpuSetting) -> list[str]:
+    """Make `group` say `want`; returns what had to change (empty when it already did).
+
+    Asking for idle where the kernel has no cpu.idle is a caller error: callers choose a
+    setting from CgroupFacts, which says whether idle exists.
+    """
+    have = read_cpu(group, version)
+    changes = []
+    if want.idle:
+        if not have.idle:
+            (group / "cpu.idle").write_text("1")
+            changes.append("cpu.idle 0 -> 1")
+        return changes
+    if have.idle:
+        (group / "cpu.idle").write_text("0")  # the kernel resets the weight here
+        changes.append("cpu.idle 1 -> 0")
+        have = read_cpu(group, version)
+    if have.weight != want.weight:
+        (group / _weight_file(version)).write_text(str(want.weight))
+        changes.append(f"{_weight_file(version)} {have.weight} -> {want.weight}")
+    return changes
+
+
+def _task_ids(group: Path, version: int) -> list[int]:
+    listing = group / ("cgroup.threads" if version == 2 else "tasks")
+    try:
+        return [int(t) for t in listing.read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def vcpu_sched_stats(group: Path, version: int, proc: Path = Path("/proc")) -> tuple[int, int]:
+    """(ns run, ns waited runnable in the run queue) summed over the domain's vCPU threads.
+
+    Read from the kernel (schedstat of the threads libvirt put in vcpuN/ sub-groups) rather
+    than through libvirt, whose vCPU statistics ask QEMU's monitor: a starved volunteer's
+    QEMU answers late, and the guard would stall on exactly the VM it exists for.
+    """
+    vcpu_groups = [g for g in group.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
+    run = wait = 0
+    for sub in vcpu_groups or [group]:
+        for tid in _task_ids(sub, version):
+            try:
+                fields = (proc / str(tid) / "schedstat").read_text().split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread ended between the listing and the read
+            run += int(fields[0])
+            wait += int(fields[1])
+    return run, wait

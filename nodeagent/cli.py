@@ -33,11 +33,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def reap_safely(manager: DomainManager) -> None:
+def safely(job, what: str) -> None:
+    """Run a periodic job; libvirtd being away is logged and retried at the next run."""
     try:
-        manager.reap()
+        job()
     except HypervisorError as exc:
-        log_event(log, "reaper.skipped", logging.WARNING, error=str(exc))
+        log_event(log, f"{what}.skipped", logging.WARNING, error=str(exc))
 
 
 def run(config: AgentConfig) -> int:
@@ -51,10 +52,17 @@ def run(config: AgentConfig) -> int:
         log_event(log, "agent.libvirt_unreachable", logging.ERROR, error=str(exc))
     server, port = build_server(config, manager)
     scheduler = BackgroundScheduler(daemon=True)
-    scheduler.add_job(reap_safely, "interval", args=[manager], seconds=config.reap_interval_seconds,
-                      id="reap", max_instances=1, coalesce=True)
+    jobs = [(manager.reap, "reaper", config.reap_interval_seconds),
+            (manager.reconcile, "reconciler", config.reconcile_interval_seconds)]
+    if config.guard_enabled:
+        jobs.append((manager.guard_tick, "guard", config.guard_tick_seconds))
+    for job, what, seconds in jobs:
+        scheduler.add_job(safely, "interval", args=[job, what], seconds=seconds, id=what,
+                          max_instances=1, coalesce=True)
+    # A restarted agent cleans up what stopped while it was away and re-asserts classes.
+    safely(manager.reap, "reaper")
+    safely(manager.reconcile, "reconciler")
     scheduler.start()
-    reap_safely(manager)  # a restarted agent cleans up what stopped while it was away
     log_event(log, "agent.serving", listen=config.listen, port=port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",
               state_dir=str(config.state_dir), image_dir=str(config.image_dir))

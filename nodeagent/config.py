@@ -5,11 +5,15 @@ Unknown sections and keys are errors, so a typo never silently leaves a default 
 from __future__ import annotations
 
 import ipaddress
+import re
 import json
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from .guard import GuardConfig
+from .priority import CpuWeights
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
 
@@ -28,6 +32,7 @@ class TlsConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    agent_id: str = "default"  # stamped on every domain; an agent manages only its own
     listen: str = "0.0.0.0:7443"
     state_dir: Path = Path("/var/lib/gleaner/agent")
     image_dir: Path = Path("/var/lib/gleaner/images")
@@ -37,7 +42,28 @@ class AgentConfig:
     grace_seconds: int = 30
     reap_interval_seconds: float = 5.0
     cgroup_root: Path = Path("/sys/fs/cgroup")
+    use_cpu_idle: bool = True
+    foreground_weight_v1: int = 1024
+    foreground_weight_v2: int = 100
+    volunteer_weight_v1: int = 2
+    volunteer_weight_v2: int = 1
+    reconcile_interval_seconds: float = 10.0
+    guard_enabled: bool = True
+    guard_period_seconds: float = 10.0
+    guard_slice_ms: float = 500.0
+    guard_tick_seconds: float = 0.25
     tls: TlsConfig = field(default_factory=TlsConfig)
+
+    @property
+    def cpu_weights(self) -> CpuWeights:
+        return CpuWeights(foreground_v1=self.foreground_weight_v1, foreground_v2=self.foreground_weight_v2,
+                          volunteer_v1=self.volunteer_weight_v1, volunteer_v2=self.volunteer_weight_v2,
+                          use_cpu_idle=self.use_cpu_idle)
+
+    @property
+    def guard(self) -> GuardConfig:
+        return GuardConfig(enabled=self.guard_enabled, period_seconds=self.guard_period_seconds,
+                           slice_ms=self.guard_slice_ms, tick_seconds=self.guard_tick_seconds)
 
     @property
     def overlay_dir(self) -> Path:
@@ -50,12 +76,20 @@ class AgentConfig:
 
 # TOML section -> {key: (AgentConfig attribute, type)}
 _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
-    "agent": {"listen": ("listen", str), "state_dir": ("state_dir", Path),
+    "agent": {"id": ("agent_id", str), "listen": ("listen", str), "state_dir": ("state_dir", Path),
               "image_dir": ("image_dir", Path), "log_level": ("log_level", str)},
     "libvirt": {"uri": ("libvirt_uri", str), "domain_type": ("domain_type", str)},
     "lifecycle": {"grace_seconds": ("grace_seconds", int),
                   "reap_interval_seconds": ("reap_interval_seconds", float)},
     "cgroup": {"root": ("cgroup_root", Path)},
+    "priority": {"use_cpu_idle": ("use_cpu_idle", bool),
+                 "foreground_weight_v1": ("foreground_weight_v1", int),
+                 "foreground_weight_v2": ("foreground_weight_v2", int),
+                 "volunteer_weight_v1": ("volunteer_weight_v1", int),
+                 "volunteer_weight_v2": ("volunteer_weight_v2", int),
+                 "reconcile_interval_seconds": ("reconcile_interval_seconds", float)},
+    "guard": {"enabled": ("guard_enabled", bool), "period_seconds": ("guard_period_seconds", float),
+              "slice_ms": ("guard_slice_ms", float), "tick_seconds": ("guard_tick_seconds", float)},
 }
 _TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
 
@@ -152,10 +186,25 @@ def check_config(config: AgentConfig, source: str) -> None:
                           f"not {config.domain_type!r}")
     if not 0 <= config.grace_seconds <= 3600:
         raise ConfigError(f"{source}: lifecycle.grace_seconds must be within 0..3600")
-    if config.reap_interval_seconds <= 0:
-        raise ConfigError(f"{source}: lifecycle.reap_interval_seconds must be positive")
+    for key, value in (("lifecycle.reap_interval_seconds", config.reap_interval_seconds),
+                       ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
+                       ("guard.period_seconds", config.guard_period_seconds),
+                       ("guard.slice_ms", config.guard_slice_ms),
+                       ("guard.tick_seconds", config.guard_tick_seconds)):
+        if value <= 0:
+            raise ConfigError(f"{source}: {key} must be positive")
+    if config.guard_slice_ms >= config.guard_period_seconds * 1000:
+        raise ConfigError(f"{source}: guard.slice_ms must be shorter than guard.period_seconds")
+    for key, value, low, high in (("foreground_weight_v1", config.foreground_weight_v1, 2, 262144),
+                                  ("volunteer_weight_v1", config.volunteer_weight_v1, 2, 262144),
+                                  ("foreground_weight_v2", config.foreground_weight_v2, 1, 10000),
+                                  ("volunteer_weight_v2", config.volunteer_weight_v2, 1, 10000)):
+        if not low <= value <= high:
+            raise ConfigError(f"{source}: priority.{key} must be within {low}..{high} (the kernel's range)")
     if not config.listen.startswith("unix:") and ":" not in config.listen:
         raise ConfigError(f"{source}: agent.listen {config.listen!r} must be HOST:PORT or unix:PATH")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", config.agent_id):
+        raise ConfigError(f"{source}: agent.id {config.agent_id!r} must be 1-63 letters, digits, '.', '-' or '_'")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
     tls = config.tls

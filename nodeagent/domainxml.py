@@ -32,6 +32,8 @@ class GleanerMetadata:
     image: str
     kernel_cmdline: str
     overlay: str
+    priority_class: Role  # the role's class unless an admin promoted or demoted it
+    agent_id: str = "default"  # the agent that manages it
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class DomainShape:
     vcpus: int
     memory_mib: int
     console_log: str
+    cpuset: str
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -50,20 +53,37 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return element
 
 
+def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
+    element = ET.Element(qualify("instance"))
+    for tag, value in (("agent", meta.agent_id), ("role", meta.role.value), ("class", meta.priority_class.value),
+                       ("lease-id", meta.lease_id),
+                       ("launched-at", meta.launched_at.astimezone(timezone.utc).isoformat()),
+                       ("image", meta.image), ("kernel-cmdline", meta.kernel_cmdline), ("overlay", meta.overlay)):
+        _sub(element, qualify(tag), value)
+    return element
+
+
+def metadata_xml(meta: GleanerMetadata) -> str:
+    """The metadata element alone, unqualified: libvirt's setMetadata puts it in our namespace."""
+    return ET.tostring(metadata_element(meta, qualify=str), encoding="unicode")
+
+
 def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overlay: Path | None,
-                     console_log: Path, launched_at: datetime) -> str:
+                     console_log: Path, launched_at: datetime, cpu_shares: int, agent_id: str = "default") -> str:
     root = ET.Element("domain", type=domain_type)
     _sub(root, "name", spec.name)
     _sub(root, "memory", str(spec.memory_mib), unit="MiB")
-    _sub(root, "vcpu", str(spec.vcpus), placement="static")
-
-    meta = ET.SubElement(_sub(root, "metadata"), _q("instance"))
-    _sub(meta, _q("role"), spec.role.value)
-    _sub(meta, _q("lease-id"), spec.lease_id)
-    _sub(meta, _q("launched-at"), launched_at.astimezone(timezone.utc).isoformat())
-    _sub(meta, _q("image"), spec.image)
-    _sub(meta, _q("kernel-cmdline"), spec.kernel_cmdline)
-    _sub(meta, _q("overlay"), str(overlay) if overlay else "")
+    vcpu = _sub(root, "vcpu", str(spec.vcpus), placement="static")
+    if spec.cpuset:
+        vcpu.set("cpuset", spec.cpuset)
+    meta = GleanerMetadata(role=spec.role, lease_id=spec.lease_id, launched_at=launched_at, image=spec.image,
+                           kernel_cmdline=spec.kernel_cmdline, overlay=str(overlay) if overlay else "",
+                           priority_class=spec.role, agent_id=agent_id)
+    _sub(root, "metadata").append(metadata_element(meta))
+    cputune = _sub(root, "cputune")
+    _sub(cputune, "shares", str(cpu_shares))
+    if spec.cpuset:
+        _sub(cputune, "emulatorpin", cpuset=spec.cpuset)
 
     os_el = _sub(root, "os")
     _sub(os_el, "type", "hvm", arch="x86_64", machine="pc")
@@ -106,12 +126,14 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
 
     try:
         role = Role(text("role"))
+        priority_class = Role(text("class") or role)
         launched = datetime.fromisoformat(text("launched-at"))
     except ValueError:
         return None  # not ours in any useful sense: a hand-edited or foreign element
     return GleanerMetadata(role=role, lease_id=text("lease-id"), launched_at=launched,
                            image=text("image"), kernel_cmdline=text("kernel-cmdline"),
-                           overlay=text("overlay"))
+                           overlay=text("overlay"), priority_class=priority_class,
+                           agent_id=text("agent") or "default")
 
 
 def read_shape(xml: str) -> DomainShape:
@@ -121,5 +143,7 @@ def read_shape(xml: str) -> DomainShape:
     unit = memory.get("unit", "KiB") if memory is not None else "KiB"
     factor = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024 * 1024, "G": 1024 * 1024}.get(unit, 1)
     log = root.find("devices/serial/log")
-    return DomainShape(vcpus=int(root.findtext("vcpu") or 0), memory_mib=kib * factor // 1024,
-                       console_log=log.get("file", "") if log is not None else "")
+    vcpu = root.find("vcpu")
+    return DomainShape(vcpus=int(vcpu.text or 0) if vcpu is not None else 0, memory_mib=kib * factor // 1024,
+                       console_log=log.get("file", "") if log is not None else "",
+                       cpuset=vcpu.get("cpuset", "") if vcpu is not None else "")

@@ -210,3 +210,19 @@ class Hypervisor:
 
     def undefine(self, name: str) -> None:
         self._call(f"undefine {name}", lambda c: c.lookupByName(name).undefine(), retry=True)
+
+    def set_metadata(self, name: str, element_xml: str, prefix: str, namespace: str) -> None:
+        """Replace our metadata element, in the running domain and its persistent config."""
+        def update(conn: libvirt.virConnect) -> None:
+            dom = conn.lookupByName(name)
+            flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            if dom.isActive():
+                flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, element_xml, prefix, namespace, flags)
+        self._call(f"update metadata of {name}", update, retry=True)
+
+    def set_config_shares(self, name: str, shares: int) -> None:
+        """<cputune><shares> in the persistent config only: the live value is the cgroup's,
+        which the kernel refuses to take while cpu.idle is set."""
+        self._call(f"set shares of {name}", lambda c: c.lookupByName(name).setSchedulerParametersFlags(
+            {"cpu_shares": shares}, libvirt.VIR_DOMAIN_AFFECT_CONFIG), retry=True)

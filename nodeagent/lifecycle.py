@@ -21,11 +21,15 @@ import psutil
 
 from . import __version__, cgroups
 from .config import AgentConfig
-from .domainxml import GleanerMetadata, build_domain_xml, read_metadata, read_shape
+from .domainxml import (NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
+                        read_shape)
+from .events import Event, EventBus
 from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
                      resolve_image)
 from .logs import log_event
+from .priority import libvirt_shares
+from .priorityctl import PriorityController
 from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_grace
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,9 @@ class ManagedDomain:
     image: str
     kernel_cmdline: str
     console_log: str
+    cpuset: str = ""
+    priority_class: Role = Role.FOREGROUND
+    boosted: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,12 +97,13 @@ class HostDescription:
     managed_domains: int
 
 
-def managed_domain(record: DomainRecord, meta: GleanerMetadata) -> ManagedDomain:
+def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False) -> ManagedDomain:
     shape = read_shape(record.xml)
     return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role, state=record.state,
                          vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
                          lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
-                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log)
+                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log, cpuset=shape.cpuset,
+                         priority_class=meta.priority_class, boosted=boosted)
 
 
 def choose_domain_type(configured: str, kvm_usable: bool) -> str:
@@ -110,7 +118,7 @@ def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
     pairs = {"role": (domain.role, spec.role), "vcpus": (domain.vcpus, spec.vcpus),
              "memory_mib": (domain.memory_mib, spec.memory_mib), "image": (domain.image, spec.image),
              "kernel_cmdline": (domain.kernel_cmdline, spec.kernel_cmdline),
-             "lease_id": (domain.lease_id, spec.lease_id)}
+             "lease_id": (domain.lease_id, spec.lease_id), "cpuset": (domain.cpuset, spec.cpuset)}
     def plain(value: object) -> str:
         return repr(value.value if isinstance(value, Enum) else value)
     return [f"{field} is {plain(have)}, not {plain(want)}" for field, (have, want) in pairs.items()
@@ -118,9 +126,13 @@ def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
 
 
 class DomainManager:
-    def __init__(self, config: AgentConfig, hypervisor: Hypervisor) -> None:
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor, events: EventBus | None = None) -> None:
         self.config = config
         self.hv = hypervisor
+        self.events = events or EventBus()
+        self.priority = PriorityController(hypervisor, self.events, config.cgroup_root, config.cpu_weights,
+                                           config.guard)
+        self._classes: dict[str, Role] = {}  # running managed domains' classes, for the guard's fast path
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -151,28 +163,40 @@ class DomainManager:
         return choose_domain_type("auto", self.host_facts().kvm_usable)
 
     def describe_host(self) -> HostDescription:
-        return HostDescription(facts=self.host_facts(), cgroup=cgroups.detect(self.config.cgroup_root),
+        return HostDescription(facts=self.host_facts(), cgroup=self.priority.facts,
                                domain_type=self.domain_type, libvirt_uri=self.hv.uri,
                                agent_version=__version__, managed_domains=len(self.list()))
 
     # -- listing ----------------------------------------------------------------------------------
 
+    def _ours(self, record: DomainRecord) -> GleanerMetadata | None:
+        """The domain's metadata if this agent manages it: launched by Gleaner, with our id."""
+        meta = read_metadata(record.xml)
+        return meta if meta is not None and meta.agent_id == self.config.agent_id else None
+
+    def _managed_records(self) -> list[tuple[DomainRecord, GleanerMetadata]]:
+        pairs = [(r, self._ours(r)) for r in self.hv.list_domains()]
+        return [(r, m) for r, m in pairs if m is not None]
+
     def list(self) -> list[ManagedDomain]:
-        domains = []
-        for record in self.hv.list_domains():
-            meta = read_metadata(record.xml)
-            if meta is not None:
-                domains.append(managed_domain(record, meta))
+        domains = [managed_domain(r, m, self.priority.is_boosted(r.name)) for r, m in self._managed_records()]
         return sorted(domains, key=lambda d: (d.launched_at, d.name))
 
     def _lookup(self, name: str) -> tuple[DomainRecord, GleanerMetadata]:
         record = self.hv.get_domain(name)
         if record is None:
             raise DomainNotFound(f"no domain named {name!r}")
+        meta = self._ours(record)
+        if meta is None:
+            raise NotManaged(self._not_ours(record))
+        return record, meta
+
+    def _not_ours(self, record: DomainRecord) -> str:
         meta = read_metadata(record.xml)
         if meta is None:
-            raise NotManaged(f"domain {name!r} was not launched by Gleaner; the agent leaves it alone")
-        return record, meta
+            return f"domain {record.name!r} was not launched by Gleaner; the agent leaves it alone"
+        return (f"domain {record.name!r} belongs to Gleaner agent {meta.agent_id!r}, not to this agent "
+                f"({self.config.agent_id!r}); the agent leaves it alone")
 
     @contextmanager
     def _name_lock(self, name: str, blocking: bool = True) -> Iterator[bool]:
@@ -202,17 +226,55 @@ class DomainManager:
             record = self.hv.get_domain(spec.name)
             if record is None:
                 raise LaunchFailed(f"{spec.name} vanished right after it started")
-            meta = read_metadata(record.xml)
+            meta = self._ours(record)
             assert meta is not None
+            self._enforce(spec.name, spec.role)
             log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
                       domain_type=self.domain_type, took_ms=round((time.monotonic() - started) * 1000))
             return managed_domain(record, meta), True
 
+    def _enforce(self, name: str, cls: Role) -> None:
+        """Apply a running domain's class now. A failure is logged, not fatal: libvirt's
+        <shares> already holds the fallback weight, and the reconciler tries again."""
+        self._classes[name] = cls
+        try:
+            changes = self.priority.apply(name, cls)
+        except (OSError, ValueError) as exc:
+            log_event(log, "priority.apply_failed", logging.ERROR, domain=name, error=str(exc))
+            return
+        log_event(log, "priority.applied", domain=name, priority_class=cls.value, changes="; ".join(changes))
+
+    def set_class(self, name: str, cls: Role) -> ManagedDomain:
+        """Promote or demote a domain: metadata (so it survives restarts), libvirt's shares, cgroup."""
+        with self._name_lock(name):
+            record, meta = self._lookup(name)
+            updated = dataclasses.replace(meta, priority_class=cls)
+            self.hv.set_metadata(name, metadata_xml(updated), PREFIX, NAMESPACE)
+            self.hv.set_config_shares(name, libvirt_shares(self.priority.setting(cls)))
+            if record.active:
+                self._enforce(name, cls)
+            if cls is not meta.priority_class:
+                self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
+                                          {"from": meta.priority_class.value, "to": cls.value}))
+            fresh = self.hv.get_domain(name)
+            assert fresh is not None
+            return managed_domain(fresh, updated, self.priority.is_boosted(name))
+
+    def reconcile(self) -> dict[str, list[str]]:
+        """Re-assert every running managed domain's class; returns the corrections made."""
+        running = {r.name: m.priority_class for r, m in self._managed_records() if r.active}
+        self._classes = dict(running)
+        return self.priority.reconcile(list(running.items()))
+
+    def guard_tick(self) -> None:
+        volunteers = {n: c for n, c in dict(self._classes).items() if c is Role.VOLUNTEER}
+        self.priority.guard_tick(volunteers)
+
     def _existing(self, record: DomainRecord, spec: LaunchSpec) -> ManagedDomain:
-        meta = read_metadata(record.xml)
+        meta = self._ours(record)
         if meta is None:
-            raise DomainConflict(f"a domain named {spec.name!r} exists and was not launched by Gleaner")
+            raise DomainConflict(f"a domain named {spec.name!r} already exists: {self._not_ours(record)}")
         domain = managed_domain(record, meta)
         differences = spec_differences(domain, spec)
         if differences:
@@ -227,7 +289,9 @@ class DomainManager:
             if image.disk is not None:
                 overlay = create_overlay(self.config.overlay_dir, spec.name, image.disk, image.disk_format)
             xml = build_domain_xml(spec, image, self.domain_type, overlay,
-                                   self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc))
+                                   self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
+                                   cpu_shares=libvirt_shares(self.priority.setting(spec.role)),
+                                   agent_id=self.config.agent_id)
             self.hv.define(xml)
             defined = True
             self.hv.start(spec.name)
@@ -301,6 +365,8 @@ class DomainManager:
                 f"the guest did not power off within the {grace}s grace period; destroyed")
 
     def _remove(self, name: str, meta: GleanerMetadata) -> None:
+        self._classes.pop(name, None)
+        self.priority.forget(name)
         try:
             self.hv.undefine(name)
         except NoSuchDomain:
@@ -318,7 +384,7 @@ class DomainManager:
         removed = []
         records = self.hv.list_domains()
         for record in records:
-            meta = read_metadata(record.xml)
+            meta = self._ours(record)
             if meta is None or meta.role is not Role.VOLUNTEER or record.active:
                 continue
             with self._name_lock(record.name, blocking=False) as free:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
 from concurrent import futures
 from typing import Any, Callable
 
@@ -14,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from protos import agent_pb2, agent_pb2_grpc
 
 from .config import AgentConfig
+from .events import Event
 from .hypervisor import HypervisorError, HypervisorUnavailable
 from .images import OverlayError
 from .lifecycle import (DomainConflict, DomainManager, DomainNotFound, LaunchFailed, ManagedDomain,
@@ -61,7 +63,15 @@ def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
         state=STATE_TO_PROTO.get(domain.state, agent_pb2.DOMAIN_STATE_UNSPECIFIED), vcpus=domain.vcpus,
         memory_mib=domain.memory_mib, launched_at=launched, lease_id=domain.lease_id,
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
-        console_log=domain.console_log)
+        console_log=domain.console_log, cpuset=domain.cpuset, priority_class=ROLE_TO_PROTO[domain.priority_class],
+        boosted=domain.boosted)
+
+
+def event_to_proto(event: Event) -> agent_pb2.Event:
+    when = Timestamp()
+    when.FromDatetime(event.time)
+    return agent_pb2.Event(time=when, kind=event.kind, domain=event.domain, detail=event.detail,
+                           fields=event.fields)
 
 
 def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -102,7 +112,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         spec = validate_launch(
             name=request.name, role=ROLE_FROM_PROTO.get(request.role), vcpus=request.vcpus,
             memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
-            lease_id=request.lease_id, limits=self.manager.limits())
+            lease_id=request.lease_id, limits=self.manager.limits(), cpuset=request.cpuset)
         domain, created = self.manager.launch(spec)
         return agent_pb2.LaunchDomainResponse(domain=domain_to_proto(domain), created=created)
 
@@ -113,6 +123,26 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         return agent_pb2.TerminateDomainResponse(name=result.name, outcome=OUTCOME_TO_PROTO[result.outcome],
                                                  duration_seconds=result.duration_seconds,
                                                  detail=result.detail)
+
+
+    @rpc
+    def SetDomainClass(self, request, context):
+        name = validate_name(request.name)
+        cls = ROLE_FROM_PROTO.get(request.priority_class)
+        if cls is None:
+            raise ValidationError("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
+        return domain_to_proto(self.manager.set_class(name, cls))
+
+    def WatchEvents(self, request, context):
+        subscription = self.manager.events.subscribe()
+        try:
+            while context.is_active():
+                try:
+                    yield event_to_proto(subscription.get(timeout=0.5))
+                except queue.Empty:
+                    continue
+        finally:
+            self.manager.events.unsubscribe(subscription)
 
 
 def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:

@@ -45,6 +45,7 @@ class LaunchSpec:
     image: str
     kernel_cmdline: str = ""
     lease_id: str = ""
+    cpuset: str = ""
 
 
 def validate_name(name: str, field: str = "name") -> str:
@@ -105,6 +106,33 @@ def validate_lease_id(lease_id: str) -> str:
     return lease_id
 
 
+CPUSET_RE = re.compile(r"\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?)*")
+
+
+def cpuset_cpus(cpuset: str) -> set[int]:
+    """The CPU numbers in a cpuset such as '0-2,5'."""
+    cpus: set[int] = set()
+    for part in cpuset.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def validate_cpuset(cpuset: str, limits: HostLimits) -> str:
+    if not cpuset:
+        return ""
+    if not CPUSET_RE.fullmatch(cpuset):
+        raise ValidationError("cpuset", f"{cpuset!r} is not a CPU list such as '1' or '0-1,3'")
+    cpus = cpuset_cpus(cpuset)
+    for part in cpuset.split(","):
+        low, _, high = part.partition("-")
+        if high and int(high) < int(low):
+            raise ValidationError("cpuset", f"range {part!r} runs backwards")
+    if max(cpus) >= limits.cpus:
+        raise ValidationError("cpuset", f"CPU {max(cpus)} does not exist; this host has CPUs 0-{limits.cpus - 1}")
+    return cpuset
+
+
 def validate_grace(grace_seconds: int) -> int:
     if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
         raise ValidationError("grace_seconds", f"{grace_seconds} is outside 0..{MAX_GRACE_SECONDS}")
@@ -112,7 +140,7 @@ def validate_grace(grace_seconds: int) -> int:
 
 
 def validate_launch(name: str, role: str | Role | None, vcpus: int, memory_mib: int, image: str,
-                    kernel_cmdline: str, lease_id: str, limits: HostLimits) -> LaunchSpec:
+                    kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "") -> LaunchSpec:
     """Check every field of a launch request; the first bad one raises ValidationError."""
     return LaunchSpec(
         name=validate_name(name),
@@ -122,4 +150,5 @@ def validate_launch(name: str, role: str | Role | None, vcpus: int, memory_mib: 
         image=validate_image_ref(image),
         kernel_cmdline=validate_cmdline(kernel_cmdline),
         lease_id=validate_lease_id(lease_id),
+        cpuset=validate_cpuset(cpuset, limits),
     )

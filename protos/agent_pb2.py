@@ -25,37 +25,47 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/agent.proto\x12\x10gleaner.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x15\n\x13\x44\x65scribeHostRequest\"\x82\x02\n\x0fHostDescription\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\r\x12\x12\n\nmemory_mib\x18\x03 \x01(\x04\x12\x17\n\x0flibvirt_version\x18\x04 \x01(\t\x12\x14\n\x0cqemu_version\x18\x05 \x01(\t\x12\x16\n\x0e\x63group_version\x18\x06 \x01(\r\x12\x1a\n\x12\x63pu_idle_supported\x18\x07 \x01(\x08\x12\x13\n\x0b\x64omain_type\x18\x08 \x01(\t\x12\x13\n\x0blibvirt_uri\x18\t \x01(\t\x12\x15\n\ragent_version\x18\n \x01(\t\x12\x17\n\x0fmanaged_domains\x18\x0b \x01(\r\"\xaf\x02\n\x06\x44omain\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12$\n\x04role\x18\x03 \x01(\x0e\x32\x16.gleaner.agent.v1.Role\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.gleaner.agent.v1.DomainState\x12\r\n\x05vcpus\x18\x05 \x01(\r\x12\x12\n\nmemory_mib\x18\x06 \x01(\x04\x12/\n\x0blaunched_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08lease_id\x18\x08 \x01(\t\x12\x13\n\x0b\x63pu_time_ns\x18\t \x01(\x04\x12\r\n\x05image\x18\n \x01(\t\x12\x16\n\x0ekernel_cmdline\x18\x0b \x01(\t\x12\x13\n\x0b\x63onsole_log\x18\x0c \x01(\t\"\x14\n\x12ListDomainsRequest\"@\n\x13ListDomainsResponse\x12)\n\x07\x64omains\x18\x01 \x03(\x0b\x32\x18.gleaner.agent.v1.Domain\"\xa5\x01\n\x13LaunchDomainRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04role\x18\x02 \x01(\x0e\x32\x16.gleaner.agent.v1.Role\x12\r\n\x05vcpus\x18\x03 \x01(\r\x12\x12\n\nmemory_mib\x18\x04 \x01(\x04\x12\r\n\x05image\x18\x05 \x01(\t\x12\x16\n\x0ekernel_cmdline\x18\x06 \x01(\t\x12\x10\n\x08lease_id\x18\x07 \x01(\t\"Q\n\x14LaunchDomainResponse\x12(\n\x06\x64omain\x18\x01 \x01(\x0b\x32\x18.gleaner.agent.v1.Domain\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"c\n\x16TerminateDomainRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x1a\n\rgrace_seconds\x18\x03 \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_grace_seconds\"\x88\x01\n\x17TerminateDomainResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.gleaner.agent.v1.TerminationOutcome\x12\x18\n\x10\x64uration_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t*E\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x13\n\x0fROLE_FOREGROUND\x10\x01\x12\x12\n\x0eROLE_VOLUNTEER\x10\x02*\xe8\x01\n\x0b\x44omainState\x12\x1c\n\x18\x44OMAIN_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44OMAIN_STATE_RUNNING\x10\x01\x12\x18\n\x14\x44OMAIN_STATE_BLOCKED\x10\x02\x12\x17\n\x13\x44OMAIN_STATE_PAUSED\x10\x03\x12\x1e\n\x1a\x44OMAIN_STATE_SHUTTING_DOWN\x10\x04\x12\x18\n\x14\x44OMAIN_STATE_SHUTOFF\x10\x05\x12\x18\n\x14\x44OMAIN_STATE_CRASHED\x10\x06\x12\x1a\n\x16\x44OMAIN_STATE_SUSPENDED\x10\x07*\xe3\x01\n\x12TerminationOutcome\x12#\n\x1fTERMINATION_OUTCOME_UNSPECIFIED\x10\x00\x12&\n\"TERMINATION_OUTCOME_CLEAN_SHUTDOWN\x10\x01\x12-\n)TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE\x10\x02\x12(\n$TERMINATION_OUTCOME_DESTROYED_FORCED\x10\x03\x12\'\n#TERMINATION_OUTCOME_ALREADY_STOPPED\x10\x04\x32\x88\x03\n\tNodeAgent\x12X\n\x0c\x44\x65scribeHost\x12%.gleaner.agent.v1.DescribeHostRequest\x1a!.gleaner.agent.v1.HostDescription\x12Z\n\x0bListDomains\x12$.gleaner.agent.v1.ListDomainsRequest\x1a%.gleaner.agent.v1.ListDomainsResponse\x12]\n\x0cLaunchDomain\x12%.gleaner.agent.v1.LaunchDomainRequest\x1a&.gleaner.agent.v1.LaunchDomainResponse\x12\x66\n\x0fTerminateDomain\x12(.gleaner.agent.v1.TerminateDomainRequest\x1a).gleaner.agent.v1.TerminateDomainResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/agent.proto\x12\x10gleaner.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x15\n\x13\x44\x65scribeHostRequest\"\x82\x02\n\x0fHostDescription\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x0c\n\x04\x63pus\x18\x02 \x01(\r\x12\x12\n\nmemory_mib\x18\x03 \x01(\x04\x12\x17\n\x0flibvirt_version\x18\x04 \x01(\t\x12\x14\n\x0cqemu_version\x18\x05 \x01(\t\x12\x16\n\x0e\x63group_version\x18\x06 \x01(\r\x12\x1a\n\x12\x63pu_idle_supported\x18\x07 \x01(\x08\x12\x13\n\x0b\x64omain_type\x18\x08 \x01(\t\x12\x13\n\x0blibvirt_uri\x18\t \x01(\t\x12\x15\n\ragent_version\x18\n \x01(\t\x12\x17\n\x0fmanaged_domains\x18\x0b \x01(\r\"\x80\x03\n\x06\x44omain\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12$\n\x04role\x18\x03 \x01(\x0e\x32\x16.gleaner.agent.v1.Role\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.gleaner.agent.v1.DomainState\x12\r\n\x05vcpus\x18\x05 \x01(\r\x12\x12\n\nmemory_mib\x18\x06 \x01(\x04\x12/\n\x0blaunched_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08lease_id\x18\x08 \x01(\t\x12\x13\n\x0b\x63pu_time_ns\x18\t \x01(\x04\x12\r\n\x05image\x18\n \x01(\t\x12\x16\n\x0ekernel_cmdline\x18\x0b \x01(\t\x12\x13\n\x0b\x63onsole_log\x18\x0c \x01(\t\x12\x0e\n\x06\x63puset\x18\r \x01(\t\x12.\n\x0epriority_class\x18\x0e \x01(\x0e\x32\x16.gleaner.agent.v1.Role\x12\x0f\n\x07\x62oosted\x18\x0f \x01(\x08\"\x14\n\x12ListDomainsRequest\"@\n\x13ListDomainsResponse\x12)\n\x07\x64omains\x18\x01 \x03(\x0b\x32\x18.gleaner.agent.v1.Domain\"\xb5\x01\n\x13LaunchDomainRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04role\x18\x02 \x01(\x0e\x32\x16.gleaner.agent.v1.Role\x12\r\n\x05vcpus\x18\x03 \x01(\r\x12\x12\n\nmemory_mib\x18\x04 \x01(\x04\x12\r\n\x05image\x18\x05 \x01(\t\x12\x16\n\x0ekernel_cmdline\x18\x06 \x01(\t\x12\x10\n\x08lease_id\x18\x07 \x01(\t\x12\x0e\n\x06\x63puset\x18\x08 \x01(\t\"Q\n\x14LaunchDomainResponse\x12(\n\x06\x64omain\x18\x01 \x01(\x0b\x32\x18.gleaner.agent.v1.Domain\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"c\n\x16TerminateDomainRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x1a\n\rgrace_seconds\x18\x03 \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_grace_seconds\"\x88\x01\n\x17TerminateDomainResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x07outcome\x18\x02 \x01(\x0e\x32$.gleaner.agent.v1.TerminationOutcome\x12\x18\n\x10\x64uration_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"U\n\x15SetDomainClassRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x0epriority_class\x18\x02 \x01(\x0e\x32\x16.gleaner.agent.v1.Role\"\x14\n\x12WatchEventsRequest\"\xc3\x01\n\x05\x45vent\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64omain\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x33\n\x06\x66ields\x18\x05 \x03(\x0b\x32#.gleaner.agent.v1.Event.FieldsEntry\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*E\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x13\n\x0fROLE_FOREGROUND\x10\x01\x12\x12\n\x0eROLE_VOLUNTEER\x10\x02*\xe8\x01\n\x0b\x44omainState\x12\x1c\n\x18\x44OMAIN_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44OMAIN_STATE_RUNNING\x10\x01\x12\x18\n\x14\x44OMAIN_STATE_BLOCKED\x10\x02\x12\x17\n\x13\x44OMAIN_STATE_PAUSED\x10\x03\x12\x1e\n\x1a\x44OMAIN_STATE_SHUTTING_DOWN\x10\x04\x12\x18\n\x14\x44OMAIN_STATE_SHUTOFF\x10\x05\x12\x18\n\x14\x44OMAIN_STATE_CRASHED\x10\x06\x12\x1a\n\x16\x44OMAIN_STATE_SUSPENDED\x10\x07*\xe3\x01\n\x12TerminationOutcome\x12#\n\x1fTERMINATION_OUTCOME_UNSPECIFIED\x10\x00\x12&\n\"TERMINATION_OUTCOME_CLEAN_SHUTDOWN\x10\x01\x12-\n)TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE\x10\x02\x12(\n$TERMINATION_OUTCOME_DESTROYED_FORCED\x10\x03\x12\'\n#TERMINATION_OUTCOME_ALREADY_STOPPED\x10\x04\x32\xad\x04\n\tNodeAgent\x12X\n\x0c\x44\x65scribeHost\x12%.gleaner.agent.v1.DescribeHostRequest\x1a!.gleaner.agent.v1.HostDescription\x12Z\n\x0bListDomains\x12$.gleaner.agent.v1.ListDomainsRequest\x1a%.gleaner.agent.v1.ListDomainsResponse\x12]\n\x0cLaunchDomain\x12%.gleaner.agent.v1.LaunchDomainRequest\x1a&.gleaner.agent.v1.LaunchDomainResponse\x12\x66\n\x0fTerminateDomain\x12(.gleaner.agent.v1.TerminateDomainRequest\x1a).gleaner.agent.v1.TerminateDomainResponse\x12S\n\x0eSetDomainClass\x12\'.gleaner.agent.v1.SetDomainClassRequest\x1a\x18.gleaner.agent.v1.Domain\x12N\n\x0bWatchEvents\x12$.gleaner.agent.v1.WatchEventsRequest\x1a\x17.gleaner.agent.v1.Event0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=1242
-  _globals['_ROLE']._serialized_end=1311
-  _globals['_DOMAINSTATE']._serialized_start=1314
-  _globals['_DOMAINSTATE']._serialized_end=1546
-  _globals['_TERMINATIONOUTCOME']._serialized_start=1549
-  _globals['_TERMINATIONOUTCOME']._serialized_end=1776
+  _globals['_EVENT_FIELDSENTRY']._loaded_options = None
+  _globals['_EVENT_FIELDSENTRY']._serialized_options = b'8\001'
+  _globals['_ROLE']._serialized_start=1646
+  _globals['_ROLE']._serialized_end=1715
+  _globals['_DOMAINSTATE']._serialized_start=1718
+  _globals['_DOMAINSTATE']._serialized_end=1950
+  _globals['_TERMINATIONOUTCOME']._serialized_start=1953
+  _globals['_TERMINATIONOUTCOME']._serialized_end=2180
   _globals['_DESCRIBEHOSTREQUEST']._serialized_start=73
   _globals['_DESCRIBEHOSTREQUEST']._serialized_end=94
   _globals['_HOSTDESCRIPTION']._serialized_start=97
   _globals['_HOSTDESCRIPTION']._serialized_end=355
   _globals['_DOMAIN']._serialized_start=358
-  _globals['_DOMAIN']._serialized_end=661
-  _globals['_LISTDOMAINSREQUEST']._serialized_start=663
-  _globals['_LISTDOMAINSREQUEST']._serialized_end=683
-  _globals['_LISTDOMAINSRESPONSE']._serialized_start=685
-  _globals['_LISTDOMAINSRESPONSE']._serialized_end=749
-  _globals['_LAUNCHDOMAINREQUEST']._serialized_start=752
-  _globals['_LAUNCHDOMAINREQUEST']._serialized_end=917
-  _globals['_LAUNCHDOMAINRESPONSE']._serialized_start=919
-  _globals['_LAUNCHDOMAINRESPONSE']._serialized_end=1000
-  _globals['_TERMINATEDOMAINREQUEST']._serialized_start=1002
-  _globals['_TERMINATEDOMAINREQUEST']._serialized_end=1101
-  _globals['_TERMINATEDOMAINRESPONSE']._serialized_start=1104
-  _globals['_TERMINATEDOMAINRESPONSE']._serialized_end=1240
-  _globals['_NODEAGENT']._serialized_start=1779
-  _globals['_NODEAGENT']._serialized_end=2171
+  _globals['_DOMAIN']._serialized_end=742
+  _globals['_LISTDOMAINSREQUEST']._serialized_start=744
+  _globals['_LISTDOMAINSREQUEST']._serialized_end=764
+  _globals['_LISTDOMAINSRESPONSE']._serialized_start=766
+  _globals['_LISTDOMAINSRESPONSE']._serialized_end=830
+  _globals['_LAUNCHDOMAINREQUEST']._serialized_start=833
+  _globals['_LAUNCHDOMAINREQUEST']._serialized_end=1014
+  _globals['_LAUNCHDOMAINRESPONSE']._serialized_start=1016
+  _globals['_LAUNCHDOMAINRESPONSE']._serialized_end=1097
+  _globals['_TERMINATEDOMAINREQUEST']._serialized_start=1099
+  _globals['_TERMINATEDOMAINREQUEST']._serialized_end=1198
+  _globals['_TERMINATEDOMAINRESPONSE']._serialized_start=1201
+  _globals['_TERMINATEDOMAINRESPONSE']._serialized_end=1337
+  _globals['_SETDOMAINCLASSREQUEST']._serialized_start=1339
+  _globals['_SETDOMAINCLASSREQUEST']._serialized_end=1424
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=1426
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=1446
+  _globals['_EVENT']._serialized_start=1449
+  _globals['_EVENT']._serialized_end=1644
+  _globals['_EVENT_FIELDSENTRY']._serialized_start=1599
+  _globals['_EVENT_FIELDSENTRY']._serialized_end=1644
+  _globals['_NODEAGENT']._serialized_start=2183
+  _globals['_NODEAGENT']._serialized_end=2740
 # @@protoc_insertion_point(module_scope)

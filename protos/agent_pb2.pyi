@@ -82,7 +82,7 @@ class HostDescription(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ...) -> None: ...
 
 class Domain(_message.Message):
-    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log")
+    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted")
     NAME_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,9 @@ class Domain(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     KERNEL_CMDLINE_FIELD_NUMBER: _ClassVar[int]
     CONSOLE_LOG_FIELD_NUMBER: _ClassVar[int]
+    CPUSET_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    BOOSTED_FIELD_NUMBER: _ClassVar[int]
     name: str
     uuid: str
     role: Role
@@ -107,7 +110,10 @@ class Domain(_message.Message):
     image: str
     kernel_cmdline: str
     console_log: str
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ...) -> None: ...
+    cpuset: str
+    priority_class: Role
+    boosted: bool
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[Role, str]] = ..., boosted: _Optional[bool] = ...) -> None: ...
 
 class ListDomainsRequest(_message.Message):
     __slots__ = ()
@@ -120,7 +126,7 @@ class ListDomainsResponse(_message.Message):
     def __init__(self, domains: _Optional[_Iterable[_Union[Domain, _Mapping]]] = ...) -> None: ...
 
 class LaunchDomainRequest(_message.Message):
-    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id")
+    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id", "cpuset")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VCPUS_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +134,7 @@ class LaunchDomainRequest(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     KERNEL_CMDLINE_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CPUSET_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: Role
     vcpus: int
@@ -135,7 +142,8 @@ class LaunchDomainRequest(_message.Message):
     image: str
     kernel_cmdline: str
     lease_id: str
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
+    cpuset: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ..., cpuset: _Optional[str] = ...) -> None: ...
 
 class LaunchDomainResponse(_message.Message):
     __slots__ = ("domain", "created")
@@ -166,3 +174,36 @@ class TerminateDomainResponse(_message.Message):
     duration_seconds: float
     detail: str
     def __init__(self, name: _Optional[str] = ..., outcome: _Optional[_Union[TerminationOutcome, str]] = ..., duration_seconds: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class SetDomainClassRequest(_message.Message):
+    __slots__ = ("name", "priority_class")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    priority_class: Role
+    def __init__(self, name: _Optional[str] = ..., priority_class: _Optional[_Union[Role, str]] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("time", "kind", "domain", "detail", "fields")
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    kind: str
+    domain: str
+    detail: str
+    fields: _containers.ScalarMap[str, str]
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., domain: _Optional[str] = ..., detail: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -54,6 +54,16 @@ class NodeAgentStub:
                 request_serializer=protos_dot_agent__pb2.TerminateDomainRequest.SerializeToString,
                 response_deserializer=protos_dot_agent__pb2.TerminateDomainResponse.FromString,
                 _registered_method=True)
+        self.SetDomainClass = channel.unary_unary(
+                '/gleaner.agent.v1.NodeAgent/SetDomainClass',
+                request_serializer=protos_dot_agent__pb2.SetDomainClassRequest.SerializeToString,
+                response_deserializer=protos_dot_agent__pb2.Domain.FromString,
+                _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/gleaner.agent.v1.NodeAgent/WatchEvents',
+                request_serializer=protos_dot_agent__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=protos_dot_agent__pb2.Event.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -89,6 +99,21 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetDomainClass(self, request, context):
+        """Change a domain's priority class (promote to foreground, demote to volunteer) at once;
+        the role, and so preemptibility, stays as it was launched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchEvents(self, request, context):
+        """Class changes, starvation-guard boosts and releases, and drift corrections, as they happen.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +136,16 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.TerminateDomain,
                     request_deserializer=protos_dot_agent__pb2.TerminateDomainRequest.FromString,
                     response_serializer=protos_dot_agent__pb2.TerminateDomainResponse.SerializeToString,
+            ),
+            'SetDomainClass': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDomainClass,
+                    request_deserializer=protos_dot_agent__pb2.SetDomainClassRequest.FromString,
+                    response_serializer=protos_dot_agent__pb2.Domain.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=protos_dot_agent__pb2.WatchEventsRequest.FromString,
+                    response_serializer=protos_dot_agent__pb2.Event.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +256,60 @@ class NodeAgent:
             '/gleaner.agent.v1.NodeAgent/TerminateDomain',
             protos_dot_agent__pb2.TerminateDomainRequest.SerializeToString,
             protos_dot_agent__pb2.TerminateDomainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetDomainClass(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.agent.v1.NodeAgent/SetDomainClass',
+            protos_dot_agent__pb2.SetDomainClassRequest.SerializeToString,
+            protos_dot_agent__pb2.Domain.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gleaner.agent.v1.NodeAgent/WatchEvents',
+            protos_dot_agent__pb2.WatchEventsRequest.SerializeToString,
+            protos_dot_agent__pb2.Event.FromString,
             options,
             channel_credentials,
             insecure,

@@ -111,6 +111,7 @@ class AgentProcess:
     reap_interval: float = 1.0
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    settings: dict = field(default_factory=dict)  # further AgentConfig fields
 
     @property
     def state_dir(self) -> Path:
@@ -132,9 +133,10 @@ class AgentProcess:
         tls = self.env.pki["server"]
         self.state_dir.mkdir(exist_ok=True)
         self.config_path.write_text(to_toml(AgentConfig(
-            listen=self.address, state_dir=self.state_dir, image_dir=self.env.image_dir, log_level="debug",
+            agent_id=self.name, listen=self.address, state_dir=self.state_dir, image_dir=self.env.image_dir, log_level="debug",
             libvirt_uri=LIBVIRT_URI, domain_type="qemu", grace_seconds=self.grace_seconds,
-            reap_interval_seconds=self.reap_interval, tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))))
+            reap_interval_seconds=self.reap_interval, reconcile_interval_seconds=1.0,
+            tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key), **self.settings)))
 
     def start(self) -> "AgentProcess":
         self.write_config()
@@ -178,9 +180,10 @@ class AgentProcess:
 
 
 def launch_request(name: str, role: int = agent_pb2.ROLE_VOLUNTEER, vcpus: int = 1, memory_mib: int = 128,
-                   image: str = "tiny", kernel_cmdline: str = "", lease_id: str = "") -> agent_pb2.LaunchDomainRequest:
+                   image: str = "tiny", kernel_cmdline: str = "", lease_id: str = "",
+                   cpuset: str = "") -> agent_pb2.LaunchDomainRequest:
     return agent_pb2.LaunchDomainRequest(name=name, role=role, vcpus=vcpus, memory_mib=memory_mib, image=image,
-                                         kernel_cmdline=kernel_cmdline, lease_id=lease_id)
+                                         kernel_cmdline=kernel_cmdline, lease_id=lease_id, cpuset=cpuset)
 
 
 def remove_test_domains(uri: str = LIBVIRT_URI) -> list[str]:
@@ -218,3 +221,14 @@ def restart_libvirtd() -> None:
     wait_for(lambda: subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True).returncode != 0,
              15, "libvirtd to exit")
     subprocess.run(["bash", str(REPO / "scripts/libvirt-services.sh")], check=True)
+
+
+def domain_cgroup_dir(name: str, controller: str = "cpu") -> Path:
+    """The real cgroup (v1) libvirt made for a domain, found independently of the agent's code."""
+    matches = list(Path(f"/sys/fs/cgroup/{controller}/machine").glob(f"qemu-*-{name}.libvirt-qemu"))
+    assert len(matches) == 1, f"expected one cgroup for {name}, found {matches}"
+    return matches[0]
+
+
+def read_cgroup_int(group: Path, knob: str) -> int:
+    return int((group / knob).read_text().split()[0])

@@ -131,3 +131,23 @@ def test_domains_gleaner_did_not_launch_are_left_alone(stub, test_env):
     finally:
         conn.lookupByName(name).undefine()
         conn.close()
+
+
+def test_an_agent_leaves_another_agents_domains_alone(agent, stub, test_env):
+    """Two agents on one host (say the demo beside a production agent) never fight."""
+    from tests.agentproc import AgentProcess
+    other = AgentProcess(test_env, name="other-agent").start()
+    try:
+        name = unique_name("theirs")
+        other.stub().LaunchDomain(launch_request(name))
+        assert name not in {d.name for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains}
+        with pytest.raises(grpc.RpcError) as err:
+            stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "belongs to Gleaner agent 'other-agent'" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            stub.LaunchDomain(launch_request(name))
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert name in {d.name for d in other.stub().ListDomains(agent_pb2.ListDomainsRequest()).domains}
+    finally:
+        other.stop()

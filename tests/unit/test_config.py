@@ -39,6 +39,9 @@ def test_full_config_is_read(tmp_path):
     ('[agent]\nlisten = "0.0.0.0:1"\n', "mutual TLS needs [tls] ca, cert, key"),
     ('[agent]\nlisten = "0.0.0.0:1"\n[tls]\ninsecure = true\n', "only allowed on loopback"),
     ('not toml at all [', "not valid TOML"),
+    ('[agent]\nid = "has space"\n' + TLS, "agent.id 'has space' must be"),
+    ('[guard]\nperiod_seconds = 1\nslice_ms = 1000\n' + TLS, "slice_ms must be shorter than"),
+    ('[priority]\nvolunteer_weight_v1 = 1\n' + TLS, "volunteer_weight_v1 must be within 2..262144"),
 ])
 def test_bad_config_is_refused_with_a_clear_message(tmp_path, text, says):
     with pytest.raises(ConfigError) as err:

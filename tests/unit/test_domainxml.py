@@ -1,13 +1,14 @@
 """Domain XML: metadata survives the round trip through XML, and foreign domains are not ours."""
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from nodeagent.domainxml import NAMESPACE, build_domain_xml, read_metadata, read_shape
+from nodeagent.domainxml import NAMESPACE, build_domain_xml, metadata_xml, read_metadata, read_shape
 from nodeagent.images import BootImage
 from nodeagent.validation import LaunchSpec, Role
 
@@ -25,26 +26,43 @@ specs = st.builds(
     image=st.just("tiny"),
     kernel_cmdline=st.from_regex(r"[A-Za-z0-9._,=:/+-]{0,40}", fullmatch=True),
     lease_id=st.from_regex(r"([A-Za-z0-9][A-Za-z0-9_.:-]{0,20})?", fullmatch=True),
+    cpuset=st.sampled_from(["", "0", "1", "0-1,3"]),
 )
 
 
 @given(specs)
 def test_metadata_and_shape_round_trip(spec):
     xml = build_domain_xml(spec, KERNEL_IMAGE, "qemu", Path(f"/ov/{spec.name}.qcow2"),
-                           Path(f"/console/{spec.name}.log"), WHEN)
+                           Path(f"/console/{spec.name}.log"), WHEN, cpu_shares=2)
     meta = read_metadata(xml)
     assert meta is not None
-    assert (meta.role, meta.lease_id, meta.launched_at, meta.image, meta.kernel_cmdline) == \
-        (spec.role, spec.lease_id, WHEN, spec.image, spec.kernel_cmdline)
+    assert (meta.role, meta.priority_class, meta.lease_id, meta.launched_at, meta.image, meta.kernel_cmdline) == \
+        (spec.role, spec.role, spec.lease_id, WHEN, spec.image, spec.kernel_cmdline)
     shape = read_shape(xml)
-    assert (shape.vcpus, shape.memory_mib, shape.console_log) == (spec.vcpus, spec.memory_mib,
-                                                                  f"/console/{spec.name}.log")
+    assert (shape.vcpus, shape.memory_mib, shape.console_log, shape.cpuset) == (
+        spec.vcpus, spec.memory_mib, f"/console/{spec.name}.log", spec.cpuset)
+    root = ET.fromstring(xml)
+    assert root.findtext("cputune/shares") == "2"
+    pin = root.find("cputune/emulatorpin")
+    assert (pin.get("cpuset") if pin is not None else "") == spec.cpuset
+
+
+def test_metadata_element_round_trips_a_changed_class():
+    spec = LaunchSpec("vm1", Role.VOLUNTEER, 1, 128, "tiny")
+    meta = read_metadata(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c.log"), WHEN, cpu_shares=2))
+    promoted = dataclasses.replace(meta, priority_class=Role.FOREGROUND)
+    # libvirt's setMetadata takes the element unqualified and puts it in our namespace.
+    element = metadata_xml(promoted)
+    assert "xmlns" not in element
+    qualified = element.replace("<", f"<g:").replace("<g:/", "</g:").replace("<g:instance>",
+                                                                              f"<g:instance xmlns:g='{NAMESPACE}'>", 1)
+    assert read_metadata(f"<domain><metadata>{qualified}</metadata></domain>") == promoted
 
 
 def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
     spec = LaunchSpec("vm1", Role.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog")
     root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "kvm", Path("/ov/vm1.qcow2"),
-                                          Path("/c/vm1.log"), WHEN))
+                                          Path("/c/vm1.log"), WHEN, cpu_shares=2))
     assert root.get("type") == "kvm"
     assert root.findtext("os/kernel") == "/img/tiny/vmlinuz"
     assert root.findtext("os/cmdline") == "console=ttyS0 quiet gleaner.workload=hog"
@@ -54,7 +72,8 @@ def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
 
 def test_disk_image_boots_from_disk():
     spec = LaunchSpec("vm2", Role.FOREGROUND, 2, 1024, "debian.qcow2")
-    root = ET.fromstring(build_domain_xml(spec, DISK_IMAGE, "qemu", Path("/ov/vm2.qcow2"), Path("/c/vm2.log"), WHEN))
+    root = ET.fromstring(build_domain_xml(spec, DISK_IMAGE, "qemu", Path("/ov/vm2.qcow2"), Path("/c/vm2.log"), WHEN,
+                                          cpu_shares=1024))
     assert root.find("os/kernel") is None
     assert root.find("os/boot").get("dev") == "hd"
 

@@ -1,0 +1,56 @@
+"""In-process event bus: what the agent did on its own, for WatchEvents and the logs."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .logs import log_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str       # class.changed, guard.boost, guard.release, drift.corrected
+    domain: str
+    detail: str
+    fields: dict[str, str] = field(default_factory=dict)
+    time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+class EventBus:
+    """Every subscriber gets every event published after it subscribed. A subscriber that
+    stops reading loses the oldest events rather than holding the agent back."""
+
+    def __init__(self, backlog: int = 1000) -> None:
+        self._subscribers: set[queue.Queue[Event]] = set()
+        self._lock = threading.Lock()
+        self._backlog = backlog
+
+    def publish(self, event: Event) -> None:
+        log_event(log, event.kind, domain=event.domain, detail=event.detail, **event.fields)
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for q in subscribers:
+            while True:
+                try:
+                    q.put_nowait(event)
+                    break
+                except queue.Full:
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        pass
+
+    def subscribe(self) -> "queue.Queue[Event]":
+        q: queue.Queue[Event] = queue.Queue(self._backlog)
+        with self._lock:
+            self._subscribers.add(q)
+        return q
+
+    def unsubscribe(self, q: "queue.Queue[Event]") -> None:
+        with self._lock:
+            self._subscribers.discard(q)

@@ -1,0 +1,71 @@
+"""The starvation guard's rule (MIMP, section 4.2), as a pure function over CPU-time samples.
+
+A volunteer at minimal priority can starve beside busy foreground VMs. With a period p
+and a slice e: if over the last p seconds the volunteer ran less than e, raise it to
+normal priority until it has run e over the last p, then lower it again. Every window of
+p then holds about e of its CPU time (less at most what one tick of sampling lets slip),
+and the foreground loses about e/p of a CPU to it, no more.
+
+"Ran less than e" only counts when the volunteer wanted more: an idle guest also runs
+little. So a volunteer is starved when it ran less than e although what it ran plus the
+time its vCPUs sat runnable in the host's queue (libvirt's vcpu.N.delay) is at least e.
+
+Samples are (monotonic seconds, cumulative CPU ns, cumulative queue-wait ns).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+from enum import Enum
+
+
+class GuardAction(str, Enum):
+    NONE = "none"
+    BOOST = "boost"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    enabled: bool = True
+    period_seconds: float = 10.0   # p
+    slice_ms: float = 500.0        # e: 5% of a CPU, enough for heartbeats and a login shell
+    tick_seconds: float = 0.25     # how often the agent samples; bounds how far a boost overshoots e
+
+
+Sample = tuple[float, int, int]
+
+
+def window(samples: "Sequence[Sample]", now: float, period: float) -> tuple[int, int] | None:
+    """(CPU ns run, ns spent waiting to run) over the last `period` seconds, or None while the
+    samples do not reach back that far (a freshly launched VM is not judged on part of a period)."""
+    if not samples or samples[0][0] > now - period:
+        return None
+    start = samples[0]
+    for sample in samples:
+        if sample[0] > now - period:
+            break
+        start = sample
+    newest = samples[-1]
+    return newest[1] - start[1], newest[2] - start[2]
+
+
+def decide(samples: "Sequence[Sample]", now: float, boosted: bool, config: GuardConfig) -> GuardAction:
+    """What to do with one volunteer, given its samples in time order (the newest is `now`)
+    and whether it is raised now."""
+    slice_ns = int(config.slice_ms * 1e6)
+    used = window(samples, now, config.period_seconds)
+    if boosted:
+        done = used is None or used[0] >= slice_ns or not config.enabled
+        return GuardAction.RELEASE if done else GuardAction.NONE
+    if not config.enabled or used is None:
+        return GuardAction.NONE
+    ran, waited = used
+    return GuardAction.BOOST if ran < slice_ns <= ran + waited else GuardAction.NONE
+
+
+def trim(samples: "deque[Sample]", now: float, period: float) -> None:
+    """Drop samples older than needed: keep the newest one at or before now - period."""
+    while len(samples) >= 2 and samples[1][0] <= now - period:
+        samples.popleft()

@@ -1,0 +1,119 @@
+"""Keeps each domain's priority class true: applies it at launch and on class changes,
+re-asserts it periodically (drift), and runs the starvation guard.
+
+Decisions come from pure functions (priority.cpu_setting, guard.decide); this module only
+gathers their inputs and applies their answers through cgroups and the event bus.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+
+from . import cgroups
+from .events import Event, EventBus
+from .guard import GuardAction, GuardConfig, Sample, decide, trim
+from .hypervisor import Hypervisor
+from .logs import log_event
+from .priority import CpuWeights, cpu_setting
+from .validation import Role
+
+log = logging.getLogger(__name__)
+
+
+class PriorityController:
+    def __init__(self, hv: Hypervisor, events: EventBus, cgroup_root, weights: CpuWeights,
+                 guard: GuardConfig) -> None:
+        self.hv = hv
+        self.events = events
+        self.cgroup_root = cgroup_root
+        self.facts = cgroups.detect(cgroup_root)
+        self.weights = weights
+        self.guard = guard
+        self._lock = threading.Lock()
+        self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
+        self._samples: dict[str, deque[Sample]] = {}
+
+    def setting(self, cls: Role) -> cgroups.CpuSetting:
+        return cpu_setting(cls, self.facts, self.weights)
+
+    def is_boosted(self, name: str) -> bool:
+        with self._lock:
+            return name in self._boosted
+
+    def effective_class(self, name: str, cls: Role) -> Role:
+        return Role.FOREGROUND if self.is_boosted(name) else cls
+
+    def apply(self, name: str, cls: Role) -> list[str]:
+        """Put the domain's cgroup in the class's CPU setting; returns what changed."""
+        group = cgroups.domain_cgroup(self.cgroup_root, self.facts.version, name)
+        if group is None:
+            raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
+        return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
+
+    def reconcile(self, domains: list[tuple[str, Role]]) -> dict[str, list[str]]:
+        """Re-assert the class of each running (name, class); report and fix any drift."""
+        corrected = {}
+        for name, cls in domains:
+            try:
+                changes = self.apply(name, cls)
+            except (OSError, ValueError) as exc:
+                log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
+                continue
+            if changes:
+                corrected[name] = changes
+                self.events.publish(Event("drift.corrected", name, "; ".join(changes),
+                                          {"class": self.effective_class(name, cls).value}))
+        return corrected
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._boosted.pop(name, None)
+            self._samples.pop(name, None)
+
+    def _sample(self, names: list[str]) -> dict[str, tuple[int, int]]:
+        samples = {}
+        for name in names:
+            group = cgroups.domain_cgroup(self.cgroup_root, self.facts.version, name)
+            if group is not None:
+                samples[name] = cgroups.vcpu_sched_stats(group, self.facts.version)
+        return samples
+
+    def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
+        """One guard step over the running domains whose class is volunteer."""
+        now = time.monotonic() if now is None else now
+        cpu = self._sample(list(volunteers))
+        period = self.guard.period_seconds
+        with self._lock:
+            for gone in set(self._samples) - set(volunteers):
+                self._samples.pop(gone, None)
+                self._boosted.pop(gone, None)
+        for name, cls in volunteers.items():
+            if name not in cpu:
+                continue
+            ran_ns, waited_ns = cpu[name]
+            with self._lock:
+                samples = self._samples.setdefault(name, deque())
+                samples.append((now, ran_ns, waited_ns))
+                trim(samples, now, period)
+                action = decide(samples, now, name in self._boosted, self.guard)
+                if action is GuardAction.BOOST:
+                    self._boosted[name] = ran_ns
+                elif action is GuardAction.RELEASE:
+                    started = self._boosted.pop(name)
+            if action is GuardAction.NONE:
+                continue
+            try:
+                self.apply(name, cls)
+            except (OSError, ValueError) as exc:
+                log_event(log, "guard.apply_failed", logging.WARNING, domain=name, error=str(exc))
+                continue
+            if action is GuardAction.BOOST:
+                self.events.publish(Event("guard.boost", name, f"ran less than {self.guard.slice_ms:g} ms in "
+                                          f"the last {period:g} s; raised to normal priority",
+                                          {"period_s": f"{period:g}", "slice_ms": f"{self.guard.slice_ms:g}"}))
+            else:
+                ran_ms = (ran_ns - started) / 1e6
+                self.events.publish(Event("guard.release", name, f"ran {ran_ms:.0f} ms while raised; lowered again",
+                                          {"ran_ms": f"{ran_ms:.0f}"}))

@@ -1,0 +1,199 @@
+"""Priority classes on the real cgroup v1 hierarchy with real QEMU domains."""
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+import time
+
+import grpc
+
+from protos import agent_pb2, agent_pb2_grpc
+from tests.agentproc import (AgentProcess, domain_cgroup_dir, launch_request, read_cgroup_int, unique_name,
+                             wait_for, wait_for_console)
+
+
+def cpu_knobs(name: str) -> tuple[int, int]:
+    """(cpu.idle, cpu.shares) of the domain's real cgroup."""
+    group = domain_cgroup_dir(name)
+    return read_cgroup_int(group, "cpu.idle"), read_cgroup_int(group, "cpu.shares")
+
+
+def persistent_shares(name: str) -> int:
+    out = subprocess.run(["virsh", "-c", "qemu:///system", "schedinfo", name, "--config"], check=True,
+                         capture_output=True, text=True).stdout
+    return int(next(line.split(":")[1] for line in out.splitlines() if line.startswith("cpu_shares")))
+
+
+class EventWatcher:
+    """Collects the agent's WatchEvents stream in a thread."""
+
+    def __init__(self, agent: AgentProcess) -> None:
+        self.events: queue.Queue = queue.Queue()
+        self.seen: list[agent_pb2.Event] = []
+        self.channel = agent.channel()
+        self.stream = agent_pb2_grpc.NodeAgentStub(self.channel).WatchEvents(agent_pb2.WatchEventsRequest())
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for event in self.stream:
+                self.events.put(event)
+        except grpc.RpcError:
+            pass  # cancelled by close()
+
+    def expect(self, kind: str, domain: str, timeout: float = 15) -> agent_pb2.Event:
+        """The first not yet expected event of this kind for this domain, in arrival order."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in self.seen:
+                if event.kind == kind and event.domain == domain:
+                    self.seen.remove(event)
+                    return event
+            if time.monotonic() >= deadline:
+                break
+            try:
+                self.seen.append(self.events.get(timeout=0.2))
+            except queue.Empty:
+                continue
+        raise AssertionError(f"no {kind} event for {domain} within {timeout}s")
+
+    def close(self) -> None:
+        self.stream.cancel()
+        self.channel.close()
+
+
+def test_classes_are_applied_at_launch(stub):
+    fg, vol = unique_name("cls-fg"), unique_name("cls-vol")
+    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
+    assert cpu_knobs(fg) == (0, 1024)
+    idle, shares = cpu_knobs(vol)
+    assert idle == 1 and shares == 3  # the kernel's idle weight, which cpu.shares reports while idle
+    assert persistent_shares(vol) == 2 and persistent_shares(fg) == 1024  # fallback weight in libvirt
+    listed = {d.name: d for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains}
+    assert listed[vol].priority_class == agent_pb2.ROLE_VOLUNTEER
+    assert listed[fg].priority_class == agent_pb2.ROLE_FOREGROUND
+
+
+def test_promote_and_demote_change_the_cgroup_and_are_reported(agent, stub):
+    name = unique_name("promote")
+    stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER))
+    watcher = EventWatcher(agent)
+    try:
+        time.sleep(0.3)  # let the stream subscribe
+        promoted = stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name,
+                                                                       priority_class=agent_pb2.ROLE_FOREGROUND))
+        assert promoted.priority_class == agent_pb2.ROLE_FOREGROUND
+        assert promoted.role == agent_pb2.ROLE_VOLUNTEER  # still preemptible
+        assert cpu_knobs(name) == (0, 1024) and persistent_shares(name) == 1024
+        event = watcher.expect("class.changed", name)
+        assert dict(event.fields) == {"from": "volunteer", "to": "foreground"}
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name, priority_class=agent_pb2.ROLE_VOLUNTEER))
+        assert cpu_knobs(name)[0] == 1
+        watcher.expect("class.changed", name)
+    finally:
+        watcher.close()
+
+
+def test_a_promotion_survives_an_agent_restart(test_env):
+    agent = AgentProcess(test_env, name="persist-class").start()
+    try:
+        name = unique_name("keep-class")
+        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER))
+        agent.stub().SetDomainClass(agent_pb2.SetDomainClassRequest(name=name,
+                                                                    priority_class=agent_pb2.ROLE_FOREGROUND))
+        agent.stop()
+        agent.start()
+        listed = {d.name: d for d in agent.stub().ListDomains(agent_pb2.ListDomainsRequest()).domains}
+        assert listed[name].priority_class == agent_pb2.ROLE_FOREGROUND
+        assert cpu_knobs(name) == (0, 1024)
+    finally:
+        agent.stop()
+
+
+def test_settings_changed_behind_the_agents_back_are_put_back(agent, stub):
+    vol, fg = unique_name("drift-vol"), unique_name("drift-fg")
+    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
+    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+    watcher = EventWatcher(agent)
+    try:
+        time.sleep(0.3)
+        (domain_cgroup_dir(vol) / "cpu.idle").write_text("0")   # as an admin or libvirtd might
+        (domain_cgroup_dir(fg) / "cpu.shares").write_text("64")
+        event = watcher.expect("drift.corrected", vol)
+        assert "cpu.idle 0 -> 1" in event.detail
+        event = watcher.expect("drift.corrected", fg)
+        assert "cpu.shares 64 -> 1024" in event.detail
+        assert cpu_knobs(vol)[0] == 1 and cpu_knobs(fg) == (0, 1024)
+    finally:
+        watcher.close()
+
+
+def test_set_class_checks_its_fields(stub):
+    for request, code in [
+        (agent_pb2.SetDomainClassRequest(name="a/b", priority_class=agent_pb2.ROLE_FOREGROUND),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (agent_pb2.SetDomainClassRequest(name=unique_name(), priority_class=agent_pb2.ROLE_UNSPECIFIED),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (agent_pb2.SetDomainClassRequest(name=unique_name("ghost"), priority_class=agent_pb2.ROLE_FOREGROUND),
+         grpc.StatusCode.NOT_FOUND),
+    ]:
+        try:
+            stub.SetDomainClass(request)
+        except grpc.RpcError as err:
+            assert err.code() == code
+        else:
+            raise AssertionError(f"{request} was accepted")
+
+
+def volunteer_cpu_per_period(agent: AgentProcess, guard: bool, seconds: float = 24) -> tuple[list[float], float]:
+    """A foreground hog and a volunteer hog pinned to host CPU 1. Returns the volunteer's CPU
+    seconds in each guard period after the first, and the foreground's share of the CPU."""
+    stub = agent.stub()
+    fg, vol = unique_name("starve-fg"), unique_name("starve-vol")
+    hog = "gleaner.workload=hog"
+    # The volunteer boots first: beside a running foreground hog it would starve in its boot.
+    for name, role in ((vol, agent_pb2.ROLE_VOLUNTEER), (fg, agent_pb2.ROLE_FOREGROUND)):
+        reply = stub.LaunchDomain(launch_request(name, role, kernel_cmdline=hog, cpuset="1"))
+        wait_for_console(reply.domain.console_log, "GLEANER-READY", timeout=60)
+    period = agent.settings["guard_period_seconds"]
+
+    def cpu() -> dict[str, int]:
+        return {d.name: d.cpu_time_ns for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains}
+
+    time.sleep(period)  # the guard needs one whole period of samples before it judges
+    start, t0 = cpu(), time.monotonic()
+    marks = [start]
+    while time.monotonic() - t0 < seconds:
+        time.sleep(period)
+        marks.append(cpu())
+    elapsed = time.monotonic() - t0
+    per_period = [(b[vol] - a[vol]) / 1e9 for a, b in zip(marks, marks[1:])]
+    fg_share = (marks[-1][fg] - start[fg]) / 1e9 / elapsed
+    for name in (fg, vol):
+        stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
+    return per_period, fg_share
+
+
+def test_starvation_guard_gives_a_starved_volunteer_its_slice(test_env):
+    period, slice_ms = 4.0, 400.0
+    results = {}
+    for guard in (True, False):
+        agent = AgentProcess(test_env, name=f"guard-{guard}",
+                             settings=dict(guard_enabled=guard, guard_period_seconds=period,
+                                           guard_slice_ms=slice_ms, guard_tick_seconds=0.1)).start()
+        try:
+            results[guard] = volunteer_cpu_per_period(agent, guard)
+            if guard:
+                assert "event=guard.boost" in agent.log_text() and "event=guard.release" in agent.log_text()
+        finally:
+            agent.stop()
+    (on, fg_on), (off, fg_off) = results[True], results[False]
+    slice_s = slice_ms / 1000
+    # With the guard on: at least e per p, within 20% (boosts fall on tick boundaries).
+    assert min(on) >= slice_s * 0.8, on
+    # With it off: almost nothing (cpu.idle leaves a volunteer a sliver).
+    assert max(off) < slice_s * 0.25, off
+    # The foreground's loss to the guard stays within e/p of a CPU (plus 5 points of noise).
+    assert fg_off - fg_on <= slice_s / period + 0.05, (fg_on, fg_off)

@@ -1,0 +1,155 @@
+"""Priority classes on a fake cgroupfs (v1 and v2), and the starvation guard's rule."""
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from nodeagent import cgroups
+from nodeagent.guard import GuardAction, GuardConfig, decide, trim, window
+from nodeagent.priority import CpuWeights, cpu_setting
+from nodeagent.validation import Role
+
+
+def fake_domain_cgroup(root: Path, version: int, name: str, idle_file: bool = True) -> Path:
+    """A cgroupfs laid out as libvirt makes it without systemd, with a second domain beside."""
+    if version == 2:
+        (root / "cgroup.controllers").write_text("cpu io memory\n")
+    base = root if version == 2 else root / "cpu"
+    groups = []
+    for i, dom in enumerate((name, "other"), start=7):
+        group = base / "machine" / f"qemu-{i}-{dom}.libvirt-qemu"
+        group.mkdir(parents=True)
+        (group / ("cpu.weight" if version == 2 else "cpu.shares")).write_text("100\n" if version == 2 else "1024\n")
+        if idle_file:
+            (group / "cpu.idle").write_text("0\n")
+        groups.append(group)
+    return groups[0]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_domain_cgroup_is_found_by_exact_name(tmp_path, version):
+    group = fake_domain_cgroup(tmp_path, version, "vm-1")
+    assert cgroups.domain_cgroup(tmp_path, version, "vm-1") == group
+    assert cgroups.domain_cgroup(tmp_path, version, "vm") is None  # not a prefix match
+    assert cgroups.domain_cgroup(tmp_path, version, "1") is None
+
+
+def test_systemd_scope_names_are_understood(tmp_path):
+    scope = tmp_path / "machine.slice" / "machine-qemu\\x2d3\\x2dvm\\x2d1.scope"
+    scope.mkdir(parents=True)
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")
+    assert cgroups.domain_cgroup(tmp_path, 2, "vm-1") == scope
+
+
+@pytest.mark.parametrize("version,weight_file,normal", [(1, "cpu.shares", 1024), (2, "cpu.weight", 100)])
+def test_volunteer_goes_idle_without_touching_the_weight_and_back(tmp_path, version, weight_file, normal):
+    group = fake_domain_cgroup(tmp_path, version, "vm")
+    facts = cgroups.CgroupFacts(version=version, cpu_idle=True)
+    volunteer = cpu_setting(Role.VOLUNTEER, facts, CpuWeights())
+    foreground = cpu_setting(Role.FOREGROUND, facts, CpuWeights())
+    (group / weight_file).write_text("77\n")
+    assert cgroups.apply_cpu(group, version, volunteer) == ["cpu.idle 0 -> 1"]
+    assert (group / weight_file).read_text() == "77\n"  # the kernel would refuse a write now
+    assert cgroups.apply_cpu(group, version, volunteer) == []  # already true: nothing written
+    changes = cgroups.apply_cpu(group, version, foreground)
+    assert changes == ["cpu.idle 1 -> 0", f"{weight_file} 77 -> {normal}"]
+    assert cgroups.read_cpu(group, version) == cgroups.CpuSetting(idle=False, weight=normal)
+
+
+@pytest.mark.parametrize("version,weight_file,lowest", [(1, "cpu.shares", 2), (2, "cpu.weight", 1)])
+def test_without_cpu_idle_volunteers_get_the_lowest_weight(tmp_path, version, weight_file, lowest):
+    group = fake_domain_cgroup(tmp_path, version, "vm", idle_file=False)
+    facts = cgroups.detect(tmp_path)
+    assert facts == cgroups.CgroupFacts(version=version, cpu_idle=False)
+    setting = cpu_setting(Role.VOLUNTEER, facts, CpuWeights())
+    assert setting == cgroups.CpuSetting(idle=False, weight=lowest)
+    assert cgroups.apply_cpu(group, version, setting) == [f"{weight_file} {'1024' if version == 1 else '100'} -> {lowest}"]
+    assert not (group / "cpu.idle").exists()
+
+
+def test_cpu_idle_can_be_turned_off_by_configuration():
+    facts = cgroups.CgroupFacts(version=1, cpu_idle=True)
+    assert cpu_setting(Role.VOLUNTEER, facts, CpuWeights(use_cpu_idle=False)) == cgroups.CpuSetting(False, 2)
+
+
+# -- the starvation guard -------------------------------------------------------------------
+
+def test_window_needs_a_full_period_of_samples():
+    samples = [(0.0, 0, 0), (5.0, 10, 1), (10.0, 30, 2), (12.0, 40, 5)]
+    assert window(samples, 12.0, 10.0) == (40, 5)  # from the newest sample at or before t=2, t=0
+    assert window(samples, 12.0, 20.0) is None
+    assert window(samples[2:], 12.0, 10.0) is None
+
+
+def test_boost_then_release_after_the_slice():
+    config = GuardConfig(period_seconds=10, slice_ms=500)
+    starved = [(t, 0, t * 900_000_000) for t in range(11)]  # runnable all along, never ran
+    assert decide(starved, 10, False, config) is GuardAction.BOOST
+    assert decide([(1, 0, 0), (11, 400_000_000, 0)], 11, True, config) is GuardAction.NONE
+    assert decide([(2, 0, 0), (12, 500_000_000, 0)], 12, True, config) is GuardAction.RELEASE
+    busy = [(0, 0, 0), (10, 600_000_000, 0)]
+    assert decide(busy, 10, False, config) is GuardAction.NONE
+    assert decide(starved, 10, False, GuardConfig(enabled=False)) is GuardAction.NONE
+    assert decide(starved, 10, True, GuardConfig(enabled=False)) is GuardAction.RELEASE  # never stuck raised
+
+
+def test_an_idle_volunteer_is_not_starving():
+    idle = [(t, t * 1_000_000, 0) for t in range(11)]  # ran 10 ms, never waited: it wanted nothing
+    assert decide(idle, 10, False, GuardConfig(period_seconds=10, slice_ms=500)) is GuardAction.NONE
+    barely = [(t, 0, t * 20_000_000) for t in range(11)]  # waited 200 ms in all: would not reach e
+    assert decide(barely, 10, False, GuardConfig(period_seconds=10, slice_ms=500)) is GuardAction.NONE
+
+
+def simulate(idle_rate: float, boosted_rate: float, config: GuardConfig, seconds: float):
+    """A CPU-bound volunteer that gets `idle_rate` of a CPU at minimal priority (waiting the
+    rest) and `boosted_rate` when raised; returns (times, cumulative cpu ns, boosted flags)."""
+    samples: deque = deque()
+    cpu, waited, boosted, t = 0.0, 0.0, False, 0.0
+    times, cpus, flags = [], [], []
+    while t <= seconds:
+        samples.append((t, int(cpu), int(waited)))
+        trim(samples, t, config.period_seconds)
+        action = decide(samples, t, boosted, config)
+        if action is GuardAction.BOOST:
+            boosted = True
+        elif action is GuardAction.RELEASE:
+            boosted = False
+        times.append(t)
+        cpus.append(cpu)
+        flags.append(boosted)
+        rate = boosted_rate if boosted else idle_rate
+        cpu += rate * config.tick_seconds * 1e9
+        waited += (1 - rate) * config.tick_seconds * 1e9
+        t += config.tick_seconds
+    return times, cpus, flags
+
+
+@settings(max_examples=60, deadline=None)
+@given(idle_rate=st.floats(0, 0.02), boosted_rate=st.floats(0.2, 1.0),
+       period=st.sampled_from([5.0, 10.0, 20.0]), slice_ms=st.sampled_from([100.0, 500.0, 1000.0]))
+def test_a_starving_volunteer_gets_its_slice_every_period_and_little_more(idle_rate, boosted_rate, period, slice_ms):
+    tick = 0.25
+    config = GuardConfig(period_seconds=period, slice_ms=slice_ms, tick_seconds=tick)
+    times, cpus, flags = simulate(idle_rate, boosted_rate, config, seconds=period * 12)
+    slice_ns = slice_ms * 1e6
+    # Once the first deficit is made up, every window of p holds e, less what one tick at
+    # the boosted rate can let slip at the window's start.
+    slack_ns = boosted_rate * tick * 1e9
+    per_period = int(period / tick)
+    settle = per_period + int((slice_ms / 1000 / boosted_rate) / tick) + 2
+    for i in range(settle + per_period, len(times)):
+        assert cpus[i] - cpus[i - per_period] >= slice_ns - slack_ns, f"starved around t={times[i]}"
+    # The foreground's loss: time raised is about e/p of a CPU (at the boosted rate), no more.
+    after = flags[settle:]
+    raised = sum(after) * tick / (len(after) * tick)
+    assert raised * boosted_rate <= slice_ms / 1000 / period + boosted_rate * tick / period
+
+
+@given(idle_rate=st.floats(0.1, 1.0))
+def test_a_volunteer_that_gets_enough_is_never_boosted(idle_rate):
+    config = GuardConfig(period_seconds=10, slice_ms=500, tick_seconds=0.25)
+    _, _, flags = simulate(idle_rate, 1.0, config, seconds=60)
+    assert not any(flags)
