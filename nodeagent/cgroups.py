@@ -67,6 +67,82 @@ def domain_cgroup(root: Path, version: int, name: str, controller: str = "cpu") 
     return None
 
 
+class GroupFinder:
+    """domain_cgroup with a memory: a domain's group keeps its path while the domain runs,
+    so periodic jobs need not scan machine/ every time. A vanished path is looked up again."""
+
+    def __init__(self, root: Path, version: int) -> None:
+        self.root = root
+        self.version = version
+        self._paths: dict[tuple[str, str], Path] = {}
+
+    def find(self, name: str, controller: str = "cpu") -> Path | None:
+        key = (name, controller)
+        path = self._paths.get(key)
+        if path is None or not path.is_dir():
+            path = domain_cgroup(self.root, self.version, name, controller)
+            if path is None:
+                self._paths.pop(key, None)
+                return None
+            self._paths[key] = path
+        return path
+
+    def forget(self, name: str) -> None:
+        for key in [k for k in self._paths if k[0] == name]:
+            del self._paths[key]
+
+
+@dataclass(frozen=True)
+class BlockCounters:
+    read_bytes: int = 0
+    write_bytes: int = 0
+    read_ops: int = 0
+    write_ops: int = 0
+
+
+def block_counters(group: Path, version: int) -> BlockCounters:
+    """Host block I/O issued by the group, summed over devices (v1 blkio throttle counters,
+    which count on every scheduler; v2 io.stat)."""
+    if version == 2:
+        totals = {"rbytes": 0, "wbytes": 0, "rios": 0, "wios": 0}
+        for line in _read_lines(group / "io.stat"):
+            for field in line.split()[1:]:
+                key, _, value = field.partition("=")
+                if key in totals:
+                    totals[key] += int(value)
+        return BlockCounters(totals["rbytes"], totals["wbytes"], totals["rios"], totals["wios"])
+
+    def by_op(knob: str) -> dict[str, int]:
+        sums = {"Read": 0, "Write": 0}
+        for line in _read_lines(group / knob):
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in sums:
+                sums[parts[1]] += int(parts[2])
+        return sums
+
+    size = by_op("blkio.throttle.io_service_bytes_recursive")
+    ops = by_op("blkio.throttle.io_serviced_recursive")
+    return BlockCounters(size["Read"], size["Write"], ops["Read"], ops["Write"])
+
+
+def cpu_usage_ns(group: Path, version: int) -> int:
+    """CPU time the group has used: v1 cpuacct.usage (pass the cpuacct group), v2 cpu.stat."""
+    if version == 2:
+        for line in _read_lines(group / "cpu.stat"):
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) * 1000
+        return 0
+    return _read_int(group / "cpuacct.usage")
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
 def _weight_file(version: int) -> str:
     return "cpu.weight" if version == 2 else "cpu.shares"
 
@@ -112,21 +188,22 @@ def _task_ids(group: Path, version: int) -> list[int]:
         return []
 
 
-def vcpu_sched_stats(group: Path, version: int, proc: Path = Path("/proc")) -> tuple[int, int]:
-    """(ns run, ns waited runnable in the run queue) summed over the domain's vCPU threads.
+def vcpu_schedstat_paths(group: Path, version: int, proc: Path = Path("/proc")) -> list[Path]:
+    """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups).
 
-    Read from the kernel (schedstat of the threads libvirt put in vcpuN/ sub-groups) rather
-    than through libvirt, whose vCPU statistics ask QEMU's monitor: a starved volunteer's
-    QEMU answers late, and the guard would stall on exactly the VM it exists for.
+    vCPU threads live as long as the domain, so callers keep this list and read it often:
+    the starvation guard reads the kernel's numbers rather than libvirt's, whose vCPU
+    statistics ask QEMU's monitor, which a starved volunteer answers late.
     """
     vcpu_groups = [g for g in group.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
+    return [proc / str(tid) / "schedstat" for sub in vcpu_groups or [group] for tid in _task_ids(sub, version)]
+
+
+def read_schedstat(paths: list[Path]) -> tuple[int, int]:
+    """(ns run, ns waited runnable in the run queue), summed; FileNotFoundError if a thread ended."""
     run = wait = 0
-    for sub in vcpu_groups or [group]:
-        for tid in _task_ids(sub, version):
-            try:
-                fields = (proc / str(tid) / "schedstat").read_text().split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue  # the thread ended between the listing and the read
-            run += int(fields[0])
-            wait += int(fields[1])
+    for path in paths:
+        fields = path.read_text().split()
+        run += int(fields[0])
+        wait += int(fields[1])
     return run, wait

@@ -12,12 +12,14 @@ import threading
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry, start_http_server
 
 from . import __version__
 from .config import AgentConfig, ConfigError, load_config, with_overrides
 from .hypervisor import Hypervisor, HypervisorError
 from .lifecycle import DomainManager
 from .logs import log_event, setup_logging
+from .metrics import PrometheusCollector, Sampler
 from .server import build_server
 
 log = logging.getLogger("nodeagent")
@@ -41,6 +43,15 @@ def safely(job, what: str) -> None:
         log_event(log, f"{what}.skipped", logging.WARNING, error=str(exc))
 
 
+def serve_prometheus(listen: str, sampler: Sampler) -> None:
+    """The Prometheus endpoint, on a registry of its own (only Gleaner's metrics)."""
+    host, _, port = listen.rpartition(":")
+    registry = CollectorRegistry()
+    registry.register(PrometheusCollector(sampler))
+    start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    log_event(log, "metrics.serving", listen=listen, path="/metrics")
+
+
 def run(config: AgentConfig) -> int:
     hypervisor = Hypervisor(config.libvirt_uri)
     manager = DomainManager(config, hypervisor)
@@ -50,10 +61,14 @@ def run(config: AgentConfig) -> int:
                   libvirt=facts.libvirt_version, qemu=facts.qemu_version, domain_type=manager.domain_type)
     except HypervisorError as exc:  # keep serving: calls answer UNAVAILABLE until libvirtd is back
         log_event(log, "agent.libvirt_unreachable", logging.ERROR, error=str(exc))
-    server, port = build_server(config, manager)
+    sampler = Sampler(manager.domain_info, lambda: manager.host_facts().cpus, manager.counters)
+    server, port = build_server(config, manager, sampler)
+    if config.metrics_listen:
+        serve_prometheus(config.metrics_listen, sampler)
     scheduler = BackgroundScheduler(daemon=True)
     jobs = [(manager.reap, "reaper", config.reap_interval_seconds),
-            (manager.reconcile, "reconciler", config.reconcile_interval_seconds)]
+            (manager.reconcile, "reconciler", config.reconcile_interval_seconds),
+            (sampler.sample, "sampler", config.metrics_sample_seconds)]
     if config.guard_enabled:
         jobs.append((manager.guard_tick, "guard", config.guard_tick_seconds))
     for job, what, seconds in jobs:

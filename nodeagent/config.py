@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .guard import GuardConfig
-from .priority import CpuWeights
+from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
 
@@ -52,6 +52,12 @@ class AgentConfig:
     guard_period_seconds: float = 10.0
     guard_slice_ms: float = 500.0
     guard_tick_seconds: float = 0.25
+    disk_foreground_weight: int = 1000
+    disk_volunteer_weight: int = 100
+    disk_volunteer_bytes_per_second: int = 20 * 2**20
+    disk_volunteer_iops: int = 200
+    metrics_listen: str = "127.0.0.1:9477"  # Prometheus endpoint; "" turns it off
+    metrics_sample_seconds: float = 1.0
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -59,6 +65,12 @@ class AgentConfig:
         return CpuWeights(foreground_v1=self.foreground_weight_v1, foreground_v2=self.foreground_weight_v2,
                           volunteer_v1=self.volunteer_weight_v1, volunteer_v2=self.volunteer_weight_v2,
                           use_cpu_idle=self.use_cpu_idle)
+
+    @property
+    def disk_policy(self) -> DiskPolicy:
+        return DiskPolicy(foreground_weight=self.disk_foreground_weight, volunteer_weight=self.disk_volunteer_weight,
+                          volunteer_bytes_per_second=self.disk_volunteer_bytes_per_second,
+                          volunteer_iops=self.disk_volunteer_iops)
 
     @property
     def guard(self) -> GuardConfig:
@@ -90,6 +102,10 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                  "reconcile_interval_seconds": ("reconcile_interval_seconds", float)},
     "guard": {"enabled": ("guard_enabled", bool), "period_seconds": ("guard_period_seconds", float),
               "slice_ms": ("guard_slice_ms", float), "tick_seconds": ("guard_tick_seconds", float)},
+    "disk": {"foreground_weight": ("disk_foreground_weight", int), "volunteer_weight": ("disk_volunteer_weight", int),
+             "volunteer_bytes_per_second": ("disk_volunteer_bytes_per_second", int),
+             "volunteer_iops": ("disk_volunteer_iops", int)},
+    "metrics": {"listen": ("metrics_listen", str), "sample_seconds": ("metrics_sample_seconds", float)},
 }
 _TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
 
@@ -190,7 +206,8 @@ def check_config(config: AgentConfig, source: str) -> None:
                        ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
                        ("guard.period_seconds", config.guard_period_seconds),
                        ("guard.slice_ms", config.guard_slice_ms),
-                       ("guard.tick_seconds", config.guard_tick_seconds)):
+                       ("guard.tick_seconds", config.guard_tick_seconds),
+                       ("metrics.sample_seconds", config.metrics_sample_seconds)):
         if value <= 0:
             raise ConfigError(f"{source}: {key} must be positive")
     if config.guard_slice_ms >= config.guard_period_seconds * 1000:
@@ -201,10 +218,18 @@ def check_config(config: AgentConfig, source: str) -> None:
                                   ("volunteer_weight_v2", config.volunteer_weight_v2, 1, 10000)):
         if not low <= value <= high:
             raise ConfigError(f"{source}: priority.{key} must be within {low}..{high} (the kernel's range)")
+    for key in ("foreground_weight", "volunteer_weight"):
+        if not 100 <= getattr(config, f"disk_{key}") <= 1000:
+            raise ConfigError(f"{source}: disk.{key} must be within 100..1000 (libvirt's blkiotune range)")
+    for key in ("volunteer_bytes_per_second", "volunteer_iops"):
+        if getattr(config, f"disk_{key}") < 0:
+            raise ConfigError(f"{source}: disk.{key} must be 0 (no cap) or more")
     if not config.listen.startswith("unix:") and ":" not in config.listen:
         raise ConfigError(f"{source}: agent.listen {config.listen!r} must be HOST:PORT or unix:PATH")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", config.agent_id):
         raise ConfigError(f"{source}: agent.id {config.agent_id!r} must be 1-63 letters, digits, '.', '-' or '_'")
+    if config.metrics_listen and not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}", config.metrics_listen):
+        raise ConfigError(f"{source}: metrics.listen {config.metrics_listen!r} must be HOST:PORT, or \"\" for off")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
     tls = config.tls

@@ -47,7 +47,8 @@ def running_nested() -> bool:
 def write_config(state_dir: Path, port: int, domain_type: str, image_dir: Path) -> Path:
     tls = ensure_lab_pki(state_dir / "pki")["server"]
     path = state_dir / "agent.toml"
-    path.write_text(to_toml(AgentConfig(agent_id="demo", listen=f"127.0.0.1:{port}", state_dir=state_dir / "agent",
+    path.write_text(to_toml(AgentConfig(agent_id="demo", listen=f"127.0.0.1:{port}",
+                                        metrics_listen=f"127.0.0.1:{port + 1}", state_dir=state_dir / "agent",
                                         image_dir=image_dir, domain_type=domain_type,
                                         tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))))
     return path

@@ -12,11 +12,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .images import BootImage
+from .priority import DiskSetting
 from .validation import LaunchSpec, Role
 
 NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"
 BASE_KERNEL_CMDLINE = "console=ttyS0 quiet"
+DISK_TARGET = "vda"
 ET.register_namespace(PREFIX, NAMESPACE)
 
 
@@ -44,6 +46,7 @@ class DomainShape:
     memory_mib: int
     console_log: str
     cpuset: str
+    disk_caps: tuple[int, int] = (0, 0)  # (total_bytes_sec, total_iops_sec) on the first disk
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -69,7 +72,8 @@ def metadata_xml(meta: GleanerMetadata) -> str:
 
 
 def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overlay: Path | None,
-                     console_log: Path, launched_at: datetime, cpu_shares: int, agent_id: str = "default") -> str:
+                     console_log: Path, launched_at: datetime, cpu_shares: int, agent_id: str = "default",
+                     disk: DiskSetting = DiskSetting(1000, 0, 0)) -> str:
     root = ET.Element("domain", type=domain_type)
     _sub(root, "name", spec.name)
     _sub(root, "memory", str(spec.memory_mib), unit="MiB")
@@ -84,6 +88,7 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
     _sub(cputune, "shares", str(cpu_shares))
     if spec.cpuset:
         _sub(cputune, "emulatorpin", cpuset=spec.cpuset)
+    _sub(_sub(root, "blkiotune"), "weight", str(disk.weight))
 
     os_el = _sub(root, "os")
     _sub(os_el, "type", "hvm", arch="x86_64", machine="pc")
@@ -103,10 +108,15 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
 
     devices = _sub(root, "devices")
     if overlay is not None:
-        disk = _sub(devices, "disk", type="file", device="disk")
-        _sub(disk, "driver", name="qemu", type="qcow2", discard="unmap")
-        _sub(disk, "source", file=str(overlay))
-        _sub(disk, "target", dev="vda", bus="virtio")
+        disk_el = _sub(devices, "disk", type="file", device="disk")
+        # cache=none: guest I/O reaches the device (where priorities act), not the host's page cache.
+        _sub(disk_el, "driver", name="qemu", type="qcow2", discard="unmap", cache="none", io="native")
+        _sub(disk_el, "source", file=str(overlay))
+        _sub(disk_el, "target", dev=DISK_TARGET, bus="virtio")
+        if disk.total_bytes_sec or disk.total_iops_sec:
+            iotune = _sub(disk_el, "iotune")
+            _sub(iotune, "total_bytes_sec", str(disk.total_bytes_sec))
+            _sub(iotune, "total_iops_sec", str(disk.total_iops_sec))
     serial = _sub(devices, "serial", type="pty")
     _sub(serial, "log", file=str(console_log), append="off")
     console = _sub(devices, "console", type="pty")
@@ -144,6 +154,9 @@ def read_shape(xml: str) -> DomainShape:
     factor = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024 * 1024, "G": 1024 * 1024}.get(unit, 1)
     log = root.find("devices/serial/log")
     vcpu = root.find("vcpu")
+    iotune = root.find("devices/disk/iotune")
+    caps = (int(iotune.findtext("total_bytes_sec") or 0), int(iotune.findtext("total_iops_sec") or 0)) \
+        if iotune is not None else (0, 0)
     return DomainShape(vcpus=int(vcpu.text or 0) if vcpu is not None else 0, memory_mib=kib * factor // 1024,
                        console_log=log.get("file", "") if log is not None else "",
-                       cpuset=vcpu.get("cpuset", "") if vcpu is not None else "")
+                       cpuset=vcpu.get("cpuset", "") if vcpu is not None else "", disk_caps=caps)

@@ -60,6 +60,19 @@ class DomainRecord:
 
 
 @dataclass(frozen=True)
+class DomainCounters:
+    """Cumulative counters of one running domain (all disks and interfaces summed)."""
+
+    cpu_ns: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    read_ops: int = 0
+    write_ops: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str
     cpus: int
@@ -221,8 +234,13 @@ class Hypervisor:
             dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, element_xml, prefix, namespace, flags)
         self._call(f"update metadata of {name}", update, retry=True)
 
-    def set_config_shares(self, name: str, shares: int) -> None:
-        """<cputune><shares> in the persistent config only: the live value is the cgroup's,
-        which the kernel refuses to take while cpu.idle is set."""
-        self._call(f"set shares of {name}", lambda c: c.lookupByName(name).setSchedulerParametersFlags(
-            {"cpu_shares": shares}, libvirt.VIR_DOMAIN_AFFECT_CONFIG), retry=True)
+    def set_disk_priority(self, name: str, disk: str, weight: int, total_bytes_sec: int, total_iops_sec: int) -> None:
+        """Block-I/O weight and caps of a running domain, live and in its persistent config."""
+        def update(conn: libvirt.virConnect) -> None:
+            dom = conn.lookupByName(name)
+            caps = {"total_bytes_sec": total_bytes_sec, "total_iops_sec": total_iops_sec}
+            # One at a time: libvirt refuses LIVE|CONFIG together for some of these calls.
+            for flags in (libvirt.VIR_DOMAIN_AFFECT_LIVE, libvirt.VIR_DOMAIN_AFFECT_CONFIG):
+                dom.setBlkioParameters({"weight": weight}, flags)
+                dom.setBlockIoTune(disk, caps, flags)
+        self._call(f"set disk priority of {name}", update, retry=True)

@@ -19,16 +19,17 @@ from typing import Iterator
 
 import psutil
 
-from . import __version__, cgroups
+from . import __version__, blockdev, cgroups
 from .config import AgentConfig
-from .domainxml import (NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
+from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
                         read_shape)
 from .events import Event, EventBus
-from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
+from .hypervisor import DomainCounters, DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
                      resolve_image)
 from .logs import log_event
-from .priority import libvirt_shares
+from .metrics import DomainInfo
+from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares
 from .priorityctl import PriorityController
 from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_grace
 
@@ -91,6 +92,8 @@ class TerminationResult:
 class HostDescription:
     facts: HostFacts
     cgroup: cgroups.CgroupFacts
+    disk_scheduler: str
+    disk_mechanism: str
     domain_type: str
     libvirt_uri: str
     agent_version: str
@@ -132,7 +135,8 @@ class DomainManager:
         self.events = events or EventBus()
         self.priority = PriorityController(hypervisor, self.events, config.cgroup_root, config.cpu_weights,
                                            config.guard)
-        self._classes: dict[str, Role] = {}  # running managed domains' classes, for the guard's fast path
+        # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by reconcile.
+        self._known: dict[str, DomainInfo] = {}
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -140,6 +144,12 @@ class DomainManager:
                                 (config.console_dir, 0o700)):
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(mode)
+        # Overlays take every domain write, so their device's scheduler decides the disk mechanism.
+        self.disk_scheduler = blockdev.scheduler_of(config.overlay_dir)
+        self.disk_mechanism = disk_mechanism(self.disk_scheduler)
+        log_event(log, "disk.policy", scheduler=self.disk_scheduler, volunteer_mechanism=self.disk_mechanism,
+                  note="weights act only under bfq; volunteers are capped instead"
+                  if self.disk_mechanism == "caps" else "volunteers get the low block-I/O weight")
 
     # -- host -----------------------------------------------------------------------------------
 
@@ -164,6 +174,7 @@ class DomainManager:
 
     def describe_host(self) -> HostDescription:
         return HostDescription(facts=self.host_facts(), cgroup=self.priority.facts,
+                               disk_scheduler=self.disk_scheduler, disk_mechanism=self.disk_mechanism,
                                domain_type=self.domain_type, libvirt_uri=self.hv.uri,
                                agent_version=__version__, managed_domains=len(self.list()))
 
@@ -228,6 +239,7 @@ class DomainManager:
                 raise LaunchFailed(f"{spec.name} vanished right after it started")
             meta = self._ours(record)
             assert meta is not None
+            self._known[spec.name] = DomainInfo(spec.role, spec.role, spec.memory_mib)
             self._enforce(spec.name, spec.role)
             log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
@@ -237,7 +249,6 @@ class DomainManager:
     def _enforce(self, name: str, cls: Role) -> None:
         """Apply a running domain's class now. A failure is logged, not fatal: libvirt's
         <shares> already holds the fallback weight, and the reconciler tries again."""
-        self._classes[name] = cls
         try:
             changes = self.priority.apply(name, cls)
         except (OSError, ValueError) as exc:
@@ -245,15 +256,25 @@ class DomainManager:
             return
         log_event(log, "priority.applied", domain=name, priority_class=cls.value, changes="; ".join(changes))
 
+    def disk_setting(self, cls: Role) -> DiskSetting:
+        return disk_setting(cls, self.disk_mechanism, self.config.disk_policy)
+
+    def _apply_disk(self, name: str, cls: Role) -> None:
+        want = self.disk_setting(cls)
+        self.hv.set_disk_priority(name, DISK_TARGET, want.weight, want.total_bytes_sec, want.total_iops_sec)
+
     def set_class(self, name: str, cls: Role) -> ManagedDomain:
-        """Promote or demote a domain: metadata (so it survives restarts), libvirt's shares, cgroup."""
+        """Promote or demote a domain: in its metadata (so it survives restarts) and its cgroup."""
         with self._name_lock(name):
             record, meta = self._lookup(name)
             updated = dataclasses.replace(meta, priority_class=cls)
             self.hv.set_metadata(name, metadata_xml(updated), PREFIX, NAMESPACE)
-            self.hv.set_config_shares(name, libvirt_shares(self.priority.setting(cls)))
             if record.active:
+                if name in self._known:
+                    self._known[name] = dataclasses.replace(self._known[name], priority_class=cls)
                 self._enforce(name, cls)
+                if meta.overlay:
+                    self._apply_disk(name, cls)
             if cls is not meta.priority_class:
                 self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
                                           {"from": meta.priority_class.value, "to": cls.value}))
@@ -263,12 +284,54 @@ class DomainManager:
 
     def reconcile(self) -> dict[str, list[str]]:
         """Re-assert every running managed domain's class; returns the corrections made."""
-        running = {r.name: m.priority_class for r, m in self._managed_records() if r.active}
-        self._classes = dict(running)
-        return self.priority.reconcile(list(running.items()))
+        records = [(r, m) for r, m in self._managed_records() if r.active]
+        running = {r.name: DomainInfo(m.role, m.priority_class, read_shape(r.xml).memory_mib) for r, m in records}
+        self._known = running
+        corrected = self.priority.reconcile([(name, info.priority_class) for name, info in running.items()])
+        for record, meta in records:
+            if meta.overlay:
+                self._reconcile_disk(record, meta, corrected)
+        return corrected
+
+    def _reconcile_disk(self, record: DomainRecord, meta: GleanerMetadata, corrected: dict[str, list[str]]) -> None:
+        """Caps are read from the live XML (no QEMU round trip) and put back if they drifted."""
+        want = self.disk_setting(meta.priority_class)
+        have = read_shape(record.xml).disk_caps
+        if have == (want.total_bytes_sec, want.total_iops_sec):
+            return
+        try:
+            self._apply_disk(record.name, meta.priority_class)
+        except HypervisorError as exc:
+            log_event(log, "priority.apply_failed", logging.WARNING, domain=record.name, error=str(exc))
+            return
+        change = f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, {want.total_iops_sec} IOPS"
+        corrected.setdefault(record.name, []).append(change)
+        self.events.publish(Event("drift.corrected", record.name, change, {"class": meta.priority_class.value}))
+
+    def domain_info(self) -> dict[str, DomainInfo]:
+        return dict(self._known)
+
+    def counters(self, names: list[str]) -> dict[str, DomainCounters]:
+        """Cumulative counters of running domains, read from the kernel (their cgroups), never
+        through libvirt: its statistics take a domain job and ask QEMU's monitor, which a busy
+        or starved QEMU answers late, and one slow domain would stall the whole sample."""
+        version = self.priority.facts.version
+        groups = self.priority.groups
+        out = {}
+        for name in names:
+            cpu_group = groups.find(name, "cpuacct" if version == 1 else "cpu")
+            if cpu_group is None:
+                continue  # stopped since the last reconcile
+            block_group = groups.find(name, "blkio" if version == 1 else "cpu")
+            block = cgroups.block_counters(block_group, version) if block_group else cgroups.BlockCounters()
+            out[name] = DomainCounters(cpu_ns=cgroups.cpu_usage_ns(cpu_group, version),
+                                       read_bytes=block.read_bytes, write_bytes=block.write_bytes,
+                                       read_ops=block.read_ops, write_ops=block.write_ops)
+        return out
 
     def guard_tick(self) -> None:
-        volunteers = {n: c for n, c in dict(self._classes).items() if c is Role.VOLUNTEER}
+        volunteers = {n: i.priority_class for n, i in self.domain_info().items()
+                      if i.priority_class is Role.VOLUNTEER}
         self.priority.guard_tick(volunteers)
 
     def _existing(self, record: DomainRecord, spec: LaunchSpec) -> ManagedDomain:
@@ -290,7 +353,8 @@ class DomainManager:
                 overlay = create_overlay(self.config.overlay_dir, spec.name, image.disk, image.disk_format)
             xml = build_domain_xml(spec, image, self.domain_type, overlay,
                                    self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
-                                   cpu_shares=libvirt_shares(self.priority.setting(spec.role)),
+                                   cpu_shares=launch_shares(self.priority.facts, self.priority.weights),
+                                   disk=self.disk_setting(spec.role),
                                    agent_id=self.config.agent_id)
             self.hv.define(xml)
             defined = True
@@ -365,7 +429,7 @@ class DomainManager:
                 f"the guest did not power off within the {grace}s grace period; destroyed")
 
     def _remove(self, name: str, meta: GleanerMetadata) -> None:
-        self._classes.pop(name, None)
+        self._known.pop(name, None)
         self.priority.forget(name)
         try:
             self.hv.undefine(name)

@@ -33,8 +33,43 @@ def cpu_setting(cls: Role, facts: CgroupFacts, weights: CpuWeights) -> CpuSettin
                       weight=weights.volunteer_v2 if v2 else weights.volunteer_v1)
 
 
-def libvirt_shares(setting: CpuSetting) -> int:
-    """The <cputune><shares> libvirt writes at start: verbatim to cpu.shares on v1 and to
-    cpu.weight on v2, so it is already in the right unit. Under idle it is the fallback
-    weight, in force for the moment between start and the agent setting idle."""
-    return setting.weight
+def launch_shares(facts: CgroupFacts, weights: CpuWeights) -> int:
+    """The <cputune><shares> every domain starts with, whatever its class: the normal weight.
+
+    libvirt writes it to the cgroup before QEMU starts (verbatim: cpu.shares on v1,
+    cpu.weight on v2). A volunteer's own class is applied the moment start returns. Starting
+    at minimal weight would starve QEMU's start-up on a busy host: libvirt's start then
+    blocks for minutes waiting on QEMU's monitor, or fails outright."""
+    return cpu_setting(Role.FOREGROUND, facts, weights).weight
+
+
+@dataclass(frozen=True)
+class DiskPolicy:
+    """Block-I/O weights (libvirt's <blkiotune> range, 100..1000) and the caps volunteers get
+    where weights have no effect. A cap of 0 means none."""
+
+    foreground_weight: int = 1000
+    volunteer_weight: int = 100
+    volunteer_bytes_per_second: int = 20 * 2**20
+    volunteer_iops: int = 200
+
+
+@dataclass(frozen=True)
+class DiskSetting:
+    weight: int
+    total_bytes_sec: int  # 0: uncapped
+    total_iops_sec: int   # 0: uncapped
+
+
+def disk_mechanism(scheduler: str) -> str:
+    """How volunteers are held back on disk: by weights under BFQ, which honours them;
+    by throughput and IOPS caps anywhere else (mq-deadline, kyber and none ignore weights)."""
+    return "weights" if scheduler == "bfq" else "caps"
+
+
+def disk_setting(cls: Role, mechanism: str, policy: DiskPolicy) -> DiskSetting:
+    if cls is Role.FOREGROUND:
+        return DiskSetting(policy.foreground_weight, 0, 0)  # foreground I/O is never capped
+    if mechanism == "caps":
+        return DiskSetting(policy.volunteer_weight, policy.volunteer_bytes_per_second, policy.volunteer_iops)
+    return DiskSetting(policy.volunteer_weight, 0, 0)

@@ -29,11 +29,13 @@ class PriorityController:
         self.events = events
         self.cgroup_root = cgroup_root
         self.facts = cgroups.detect(cgroup_root)
+        self.groups = cgroups.GroupFinder(cgroup_root, self.facts.version)
         self.weights = weights
         self.guard = guard
         self._lock = threading.Lock()
         self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
         self._samples: dict[str, deque[Sample]] = {}
+        self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
 
     def setting(self, cls: Role) -> cgroups.CpuSetting:
         return cpu_setting(cls, self.facts, self.weights)
@@ -47,7 +49,7 @@ class PriorityController:
 
     def apply(self, name: str, cls: Role) -> list[str]:
         """Put the domain's cgroup in the class's CPU setting; returns what changed."""
-        group = cgroups.domain_cgroup(self.cgroup_root, self.facts.version, name)
+        group = self.groups.find(name)
         if group is None:
             raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
         return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
@@ -68,6 +70,8 @@ class PriorityController:
         return corrected
 
     def forget(self, name: str) -> None:
+        self.groups.forget(name)
+        self._schedstat.pop(name, None)
         with self._lock:
             self._boosted.pop(name, None)
             self._samples.pop(name, None)
@@ -75,10 +79,20 @@ class PriorityController:
     def _sample(self, names: list[str]) -> dict[str, tuple[int, int]]:
         samples = {}
         for name in names:
-            group = cgroups.domain_cgroup(self.cgroup_root, self.facts.version, name)
-            if group is not None:
-                samples[name] = cgroups.vcpu_sched_stats(group, self.facts.version)
+            try:
+                samples[name] = cgroups.read_schedstat(self._schedstat_paths(name))
+            except (FileNotFoundError, ProcessLookupError):
+                self._schedstat.pop(name, None)  # threads changed: look again next tick
         return samples
+
+    def _schedstat_paths(self, name: str) -> list:
+        paths = self._schedstat.get(name)
+        if paths is None:
+            group = self.groups.find(name)
+            if group is None:
+                raise FileNotFoundError(name)
+            paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version)
+        return paths
 
     def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
         """One guard step over the running domains whose class is volunteer."""

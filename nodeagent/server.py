@@ -21,6 +21,7 @@ from .images import OverlayError
 from .lifecycle import (DomainConflict, DomainManager, DomainNotFound, LaunchFailed, ManagedDomain,
                         NotManaged, TerminationOutcome)
 from .logs import log_event
+from .metrics import Sampler, Snapshot
 from .validation import Role, ValidationError, validate_launch, validate_name
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ OUTCOME_TO_PROTO = {
     TerminationOutcome.DESTROYED_FORCED: agent_pb2.TERMINATION_OUTCOME_DESTROYED_FORCED,
     TerminationOutcome.ALREADY_STOPPED: agent_pb2.TERMINATION_OUTCOME_ALREADY_STOPPED,
 }
+class MetricsNotReady(RuntimeError):
+    """No snapshot yet: rates need two samples."""
+
+
 # Most specific first: HypervisorUnavailable is a HypervisorError.
 ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -49,6 +54,7 @@ ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (LaunchFailed, grpc.StatusCode.INTERNAL),
     (HypervisorError, grpc.StatusCode.INTERNAL),
     (OverlayError, grpc.StatusCode.INTERNAL),
+    (MetricsNotReady, grpc.StatusCode.UNAVAILABLE),
 ]
 # The caller's mistake, not the host's trouble: logged as warnings.
 CLIENT_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
@@ -89,9 +95,30 @@ def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def snapshot_to_proto(snap: Snapshot) -> agent_pb2.MetricsSnapshot:
+    when = Timestamp()
+    when.FromDatetime(snap.time)
+    domains = [agent_pb2.DomainMetrics(
+        name=d.name, role=ROLE_TO_PROTO[d.role], priority_class=ROLE_TO_PROTO[d.priority_class],
+        cpu_cores=d.cpu_cores, memory_bytes=d.memory_bytes, block_read_bytes_per_s=d.block_read_bytes_per_s,
+        block_write_bytes_per_s=d.block_write_bytes_per_s, block_read_ops_per_s=d.block_read_ops_per_s,
+        block_write_ops_per_s=d.block_write_ops_per_s, net_rx_bytes_per_s=d.net_rx_bytes_per_s,
+        net_tx_bytes_per_s=d.net_tx_bytes_per_s) for d in snap.domains]
+    residual = snap.residual
+    return agent_pb2.MetricsSnapshot(
+        time=when, interval_seconds=snap.interval_seconds,
+        host=agent_pb2.HostMetrics(cpus=snap.cpus, **snap.host), domains=domains,
+        residual=agent_pb2.ResidualCapacity(
+            foreground_cpu_demand_cores=residual.foreground_cpu_demand_cores,
+            residual_cpu_cores=residual.residual_cpu_cores, foreground_memory_bytes=residual.foreground_memory_bytes,
+            residual_memory_bytes=residual.residual_memory_bytes),
+        agent_cpu_percent=snap.agent_cpu_percent)
+
+
 class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
-    def __init__(self, manager: DomainManager) -> None:
+    def __init__(self, manager: DomainManager, sampler: Sampler) -> None:
         self.manager = manager
+        self.sampler = sampler
 
     @rpc
     def DescribeHost(self, request, context):
@@ -101,7 +128,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             libvirt_version=host.facts.libvirt_version, qemu_version=host.facts.qemu_version,
             cgroup_version=host.cgroup.version, cpu_idle_supported=host.cgroup.cpu_idle,
             domain_type=host.domain_type, libvirt_uri=host.libvirt_uri, agent_version=host.agent_version,
-            managed_domains=host.managed_domains)
+            managed_domains=host.managed_domains, disk_scheduler=host.disk_scheduler,
+            volunteer_disk_mechanism=host.disk_mechanism)
 
     @rpc
     def ListDomains(self, request, context):
@@ -133,6 +161,13 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             raise ValidationError("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
         return domain_to_proto(self.manager.set_class(name, cls))
 
+    @rpc
+    def GetMetrics(self, request, context):
+        snap = self.sampler.latest()
+        if snap is None:
+            raise MetricsNotReady("no metrics yet: the first rates come one sampling interval after start")
+        return snapshot_to_proto(snap)
+
     def WatchEvents(self, request, context):
         subscription = self.manager.events.subscribe()
         try:
@@ -153,10 +188,11 @@ def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
                                        root_certificates=tls.ca.read_bytes(), require_client_auth=True)
 
 
-def build_server(config: AgentConfig, manager: DomainManager, max_workers: int = 16) -> tuple[grpc.Server, int]:
+def build_server(config: AgentConfig, manager: DomainManager, sampler: Sampler,
+                 max_workers: int = 16) -> tuple[grpc.Server, int]:
     """A started server, with the health and reflection services; (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"))
-    agent_pb2_grpc.add_NodeAgentServicer_to_server(NodeAgentServicer(manager), server)
+    agent_pb2_grpc.add_NodeAgentServicer_to_server(NodeAgentServicer(manager, sampler), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     service_names = [agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,

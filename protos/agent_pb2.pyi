@@ -56,7 +56,7 @@ class DescribeHostRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HostDescription(_message.Message):
-    __slots__ = ("hostname", "cpus", "memory_mib", "libvirt_version", "qemu_version", "cgroup_version", "cpu_idle_supported", "domain_type", "libvirt_uri", "agent_version", "managed_domains")
+    __slots__ = ("hostname", "cpus", "memory_mib", "libvirt_version", "qemu_version", "cgroup_version", "cpu_idle_supported", "domain_type", "libvirt_uri", "agent_version", "managed_domains", "disk_scheduler", "volunteer_disk_mechanism")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,8 @@ class HostDescription(_message.Message):
     LIBVIRT_URI_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     MANAGED_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    DISK_SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    VOLUNTEER_DISK_MECHANISM_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     cpus: int
     memory_mib: int
@@ -79,7 +81,9 @@ class HostDescription(_message.Message):
     libvirt_uri: str
     agent_version: str
     managed_domains: int
-    def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ...) -> None: ...
+    disk_scheduler: str
+    volunteer_disk_mechanism: str
+    def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ..., disk_scheduler: _Optional[str] = ..., volunteer_disk_mechanism: _Optional[str] = ...) -> None: ...
 
 class Domain(_message.Message):
     __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted")
@@ -207,3 +211,85 @@ class Event(_message.Message):
     detail: str
     fields: _containers.ScalarMap[str, str]
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., domain: _Optional[str] = ..., detail: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetMetricsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HostMetrics(_message.Message):
+    __slots__ = ("cpus", "cpu_busy_cores", "memory_total_bytes", "memory_available_bytes", "disk_read_bytes_per_s", "disk_write_bytes_per_s", "disk_read_ops_per_s", "disk_write_ops_per_s", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_BUSY_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    DISK_WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    DISK_READ_OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    DISK_WRITE_OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    cpus: int
+    cpu_busy_cores: float
+    memory_total_bytes: int
+    memory_available_bytes: int
+    disk_read_bytes_per_s: float
+    disk_write_bytes_per_s: float
+    disk_read_ops_per_s: float
+    disk_write_ops_per_s: float
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    def __init__(self, cpus: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., memory_total_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., disk_read_bytes_per_s: _Optional[float] = ..., disk_write_bytes_per_s: _Optional[float] = ..., disk_read_ops_per_s: _Optional[float] = ..., disk_write_ops_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ...) -> None: ...
+
+class DomainMetrics(_message.Message):
+    __slots__ = ("name", "role", "priority_class", "cpu_cores", "memory_bytes", "block_read_bytes_per_s", "block_write_bytes_per_s", "block_read_ops_per_s", "block_write_ops_per_s", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_READ_OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_WRITE_OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: Role
+    priority_class: Role
+    cpu_cores: float
+    memory_bytes: int
+    block_read_bytes_per_s: float
+    block_write_bytes_per_s: float
+    block_read_ops_per_s: float
+    block_write_ops_per_s: float
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., priority_class: _Optional[_Union[Role, str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., block_read_bytes_per_s: _Optional[float] = ..., block_write_bytes_per_s: _Optional[float] = ..., block_read_ops_per_s: _Optional[float] = ..., block_write_ops_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ...) -> None: ...
+
+class ResidualCapacity(_message.Message):
+    __slots__ = ("foreground_cpu_demand_cores", "residual_cpu_cores", "foreground_memory_bytes", "residual_memory_bytes")
+    FOREGROUND_CPU_DEMAND_CORES_FIELD_NUMBER: _ClassVar[int]
+    RESIDUAL_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    FOREGROUND_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESIDUAL_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    foreground_cpu_demand_cores: float
+    residual_cpu_cores: float
+    foreground_memory_bytes: int
+    residual_memory_bytes: int
+    def __init__(self, foreground_cpu_demand_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., foreground_memory_bytes: _Optional[int] = ..., residual_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class MetricsSnapshot(_message.Message):
+    __slots__ = ("time", "interval_seconds", "host", "domains", "residual", "agent_cpu_percent")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    RESIDUAL_FIELD_NUMBER: _ClassVar[int]
+    AGENT_CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    interval_seconds: float
+    host: HostMetrics
+    domains: _containers.RepeatedCompositeFieldContainer[DomainMetrics]
+    residual: ResidualCapacity
+    agent_cpu_percent: float
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., interval_seconds: _Optional[float] = ..., host: _Optional[_Union[HostMetrics, _Mapping]] = ..., domains: _Optional[_Iterable[_Union[DomainMetrics, _Mapping]]] = ..., residual: _Optional[_Union[ResidualCapacity, _Mapping]] = ..., agent_cpu_percent: _Optional[float] = ...) -> None: ...

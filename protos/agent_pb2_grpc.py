@@ -64,6 +64,11 @@ class NodeAgentStub:
                 request_serializer=protos_dot_agent__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=protos_dot_agent__pb2.Event.FromString,
                 _registered_method=True)
+        self.GetMetrics = channel.unary_unary(
+                '/gleaner.agent.v1.NodeAgent/GetMetrics',
+                request_serializer=protos_dot_agent__pb2.GetMetricsRequest.SerializeToString,
+                response_deserializer=protos_dot_agent__pb2.MetricsSnapshot.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -114,6 +119,13 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMetrics(self, request, context):
+        """The latest metrics sample: host, each VM, the residual capacity, the agent's own cost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +158,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=protos_dot_agent__pb2.WatchEventsRequest.FromString,
                     response_serializer=protos_dot_agent__pb2.Event.SerializeToString,
+            ),
+            'GetMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetrics,
+                    request_deserializer=protos_dot_agent__pb2.GetMetricsRequest.FromString,
+                    response_serializer=protos_dot_agent__pb2.MetricsSnapshot.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +327,33 @@ class NodeAgent:
             '/gleaner.agent.v1.NodeAgent/WatchEvents',
             protos_dot_agent__pb2.WatchEventsRequest.SerializeToString,
             protos_dot_agent__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.agent.v1.NodeAgent/GetMetrics',
+            protos_dot_agent__pb2.GetMetricsRequest.SerializeToString,
+            protos_dot_agent__pb2.MetricsSnapshot.FromString,
             options,
             channel_credentials,
             insecure,

@@ -112,6 +112,7 @@ class AgentProcess:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     settings: dict = field(default_factory=dict)  # further AgentConfig fields
+    metrics_port: int = field(default_factory=free_port)
 
     @property
     def state_dir(self) -> Path:
@@ -132,11 +133,12 @@ class AgentProcess:
     def write_config(self) -> None:
         tls = self.env.pki["server"]
         self.state_dir.mkdir(exist_ok=True)
-        self.config_path.write_text(to_toml(AgentConfig(
-            agent_id=self.name, listen=self.address, state_dir=self.state_dir, image_dir=self.env.image_dir, log_level="debug",
-            libvirt_uri=LIBVIRT_URI, domain_type="qemu", grace_seconds=self.grace_seconds,
-            reap_interval_seconds=self.reap_interval, reconcile_interval_seconds=1.0,
-            tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key), **self.settings)))
+        values = dict(agent_id=self.name, listen=self.address, state_dir=self.state_dir,
+                      image_dir=self.env.image_dir, log_level="debug", libvirt_uri=LIBVIRT_URI, domain_type="qemu",
+                      grace_seconds=self.grace_seconds, reap_interval_seconds=self.reap_interval,
+                      reconcile_interval_seconds=1.0, metrics_listen=f"127.0.0.1:{self.metrics_port}",
+                      tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))
+        self.config_path.write_text(to_toml(AgentConfig(**{**values, **self.settings})))
 
     def start(self) -> "AgentProcess":
         self.write_config()
@@ -232,3 +234,8 @@ def domain_cgroup_dir(name: str, controller: str = "cpu") -> Path:
 
 def read_cgroup_int(group: Path, knob: str) -> int:
     return int((group / knob).read_text().split()[0])
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM (timeout(1), Ctrl-C in CI) into SystemExit, so `finally` removes domains."""
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))

@@ -5,15 +5,25 @@
  *   gleaner-probe probe [burst_us] [sleep_ms] [batch]
  *       bursts of fixed CPU work (calibrated once to burst_us) separated by sleeps;
  *       every `batch` bursts print p50/p99/max of the burst wall times.
+ *   gleaner-probe diskprobe DEVICE [sleep_ms] [batch]
+ *       a synchronous 4 KiB write then read at a random offset (O_DIRECT), then a sleep;
+ *       every `batch` pairs print p50/p99/max of the pair times.
+ *   gleaner-probe diskhog DEVICE
+ *       write 1 MiB blocks (O_DIRECT) over the device as fast as it goes; print MiB/s.
  *
  * The probe measures what a latency-sensitive foreground tenant feels: a burst that takes
  * longer than when alone was delayed by someone else on the same CPU.
  */
+#define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#define DISK_SPAN (128ull << 20) /* both disk workloads stay within the first 128 MiB */
 
 static volatile uint64_t sink;
 
@@ -98,6 +108,76 @@ static int probe(uint64_t burst_us, uint64_t sleep_ms, int batch)
     }
 }
 
+static void report(const char *tag, uint64_t *samples, int batch)
+{
+    qsort(samples, (size_t)batch, sizeof *samples, cmp_u64);
+    printf("%s n=%d p50_us=%llu p99_us=%llu max_us=%llu\n", tag, batch,
+           (unsigned long long)(samples[batch / 2] / 1000),
+           (unsigned long long)(samples[(batch * 99) / 100] / 1000),
+           (unsigned long long)(samples[batch - 1] / 1000));
+    fflush(stdout);
+}
+
+static int diskprobe(const char *device, uint64_t sleep_ms, int batch)
+{
+    int fd = open(device, O_RDWR | O_DIRECT | O_SYNC);
+    void *buf;
+    uint64_t *samples = calloc((size_t)batch, sizeof *samples);
+    struct timespec pause = { (time_t)(sleep_ms / 1000), (long)(sleep_ms % 1000) * 1000000L };
+    uint64_t seed = now_ns();
+    if (fd < 0 || !samples || posix_memalign(&buf, 4096, 4096) != 0) {
+        perror("gleaner-probe diskprobe");
+        return 1;
+    }
+    memset(buf, 0x5a, 4096);
+    printf("GLEANER-DISKPROBE start device=%s sleep_ms=%llu batch=%d\n", device,
+           (unsigned long long)sleep_ms, batch);
+    fflush(stdout);
+    for (;;) {
+        for (int i = 0; i < batch; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            off_t offset = (off_t)(((seed >> 16) % (DISK_SPAN / 4096)) * 4096);
+            uint64_t t0 = now_ns();
+            if (pwrite(fd, buf, 4096, offset) != 4096 || pread(fd, buf, 4096, offset) != 4096) {
+                perror("gleaner-probe diskprobe I/O");
+                return 1;
+            }
+            samples[i] = now_ns() - t0;
+            nanosleep(&pause, NULL);
+        }
+        report("GLEANER-DISKPROBE", samples, batch);
+    }
+}
+
+static int diskhog(const char *device)
+{
+    const size_t block = 1 << 20;
+    int fd = open(device, O_WRONLY | O_DIRECT);
+    void *buf;
+    uint64_t written = 0, last = now_ns();
+    off_t offset = 0;
+    if (fd < 0 || posix_memalign(&buf, 4096, block) != 0) {
+        perror("gleaner-probe diskhog");
+        return 1;
+    }
+    memset(buf, 0xa5, block);
+    for (;;) {
+        if (pwrite(fd, buf, block, offset) != (ssize_t)block) {
+            perror("gleaner-probe diskhog I/O");
+            return 1;
+        }
+        written += block;
+        offset = (off_t)(((uint64_t)offset + block) % DISK_SPAN);
+        uint64_t t = now_ns();
+        if (t - last >= 1000000000ull) {
+            printf("GLEANER-DISKHOG mib_per_s=%llu\n", (unsigned long long)(written * 1000000000ull / (t - last) >> 20));
+            fflush(stdout);
+            written = 0;
+            last = t;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "hog") == 0)
@@ -112,6 +192,14 @@ int main(int argc, char **argv)
         }
         return probe(burst_us, sleep_ms, batch);
     }
-    fprintf(stderr, "usage: gleaner-probe hog | probe [burst_us] [sleep_ms] [batch]\n");
+    if (argc >= 3 && strcmp(argv[1], "diskprobe") == 0) {
+        uint64_t sleep_ms = argc > 3 ? strtoull(argv[3], NULL, 10) : 5;
+        int batch = argc > 4 ? atoi(argv[4]) : 200;
+        return batch < 2 ? 2 : diskprobe(argv[2], sleep_ms, batch);
+    }
+    if (argc >= 3 && strcmp(argv[1], "diskhog") == 0)
+        return diskhog(argv[2]);
+    fprintf(stderr, "usage: gleaner-probe hog | probe [burst_us] [sleep_ms] [batch] | "
+                    "diskprobe DEVICE [sleep_ms] [batch] | diskhog DEVICE\n");
     return 2;
 }

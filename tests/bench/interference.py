@@ -20,24 +20,25 @@ import time
 from pathlib import Path
 
 from protos import agent_pb2
-from tests.agentproc import (AgentProcess, LabEnv, launch_request, remove_test_domains, unique_name,
+from tests.agentproc import (AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request, remove_test_domains, unique_name,
                              wait_for_console)
 
 PROBE_LINE = re.compile(r"GLEANER-PROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)")
+DISKPROBE_LINE = re.compile(r"GLEANER-DISKPROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)")
 SETTLE_SECONDS = 3.0
 
 
-def probe_batches(console: Path, start: int) -> list[tuple[int, int]]:
+def probe_batches(console: Path, start: int, line: re.Pattern[str] = PROBE_LINE) -> list[tuple[int, int]]:
     """(p50 µs, p99 µs) of each batch printed after byte offset `start`."""
     text = console.read_bytes()[start:].decode(errors="replace")
-    return [(int(m.group(1)), int(m.group(2))) for m in PROBE_LINE.finditer(text)]
+    return [(int(m.group(1)), int(m.group(2))) for m in line.finditer(text)]
 
 
-def measure(console: Path, seconds: float) -> dict[str, float]:
+def measure(console: Path, seconds: float, line: re.Pattern[str] = PROBE_LINE) -> dict[str, float]:
     time.sleep(SETTLE_SECONDS)  # let a class change take hold and a partial batch drain
     start = console.stat().st_size
     time.sleep(seconds)
-    batches = probe_batches(console, start)[1:]  # the first may have begun before `start`
+    batches = probe_batches(console, start, line)[1:]  # the first may have begun before `start`
     if len(batches) < 3:
         raise SystemExit(f"only {len(batches)} probe batches in {seconds}s; is the probe running?")
     return {"p50_ms": statistics.median(b[0] for b in batches) / 1000,
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase-seconds", type=float, default=40.0)
     parser.add_argument("--cpu", default="1", help="host CPU both domains are pinned to")
     args = parser.parse_args(argv)
+    exit_cleanly_on_sigterm()
     env = LabEnv.create()
     agent = AgentProcess(env, name="bench-interference").start()
     try:
@@ -82,7 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         agent.stop()
         remove_test_domains()
         env.remove()
-    result = {
+    result = {**phase_summary(alone, default, volunteer),
+        "volunteer_mechanism": "cpu.idle" if host.cpu_idle_supported else "lowest cpu weight",
+        "domain_type": host.domain_type, "pinned_cpu": args.cpu, "phase_seconds": args.phase_seconds}
+    print(json.dumps(result))
+    return 0
+
+
+def phase_summary(alone: dict, default: dict, volunteer: dict) -> dict:
+    """The keys every interference benchmark prints: p50/p99 per phase and ratios to alone."""
+    return {
         "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"],
         "default_p50_ms": default["p50_ms"], "default_p99_ms": default["p99_ms"],
         "volunteer_p50_ms": volunteer["p50_ms"], "volunteer_p99_ms": volunteer["p99_ms"],
@@ -93,11 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "alone_p99_max_ms": alone["p99_max_ms"], "default_p99_max_ms": default["p99_max_ms"],
         "volunteer_p99_max_ms": volunteer["p99_max_ms"],
         "batches": {"alone": alone["batches"], "default": default["batches"], "volunteer": volunteer["batches"]},
-        "volunteer_mechanism": "cpu.idle" if host.cpu_idle_supported else "lowest cpu weight",
-        "domain_type": host.domain_type, "pinned_cpu": args.cpu, "phase_seconds": args.phase_seconds,
     }
-    print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":

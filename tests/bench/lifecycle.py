@@ -15,7 +15,7 @@ import sys
 import time
 
 from protos import agent_pb2
-from tests.agentproc import (AgentProcess, LabEnv, launch_request, remove_test_domains, unique_name,
+from tests.agentproc import (AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request, remove_test_domains, unique_name,
                              wait_for_console)
 
 
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
+    exit_cleanly_on_sigterm()
     env = LabEnv.create()
     agent = AgentProcess(env, name="bench").start()
     launch_rpc, ready, terminate = [], [], []

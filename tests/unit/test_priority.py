@@ -153,3 +153,76 @@ def test_a_volunteer_that_gets_enough_is_never_boosted(idle_rate):
     config = GuardConfig(period_seconds=10, slice_ms=500, tick_seconds=0.25)
     _, _, flags = simulate(idle_rate, 1.0, config, seconds=60)
     assert not any(flags)
+
+
+# -- counters read from the kernel --------------------------------------------------------------
+
+def test_schedstat_of_vcpu_threads_only(tmp_path):
+    group = tmp_path / "qemu-1-vm.libvirt-qemu"
+    proc = tmp_path / "proc"
+    for sub, tids in (("vcpu0", [11]), ("vcpu1", [12]), ("emulator", [10, 13])):
+        (group / sub).mkdir(parents=True)
+        (group / sub / "tasks").write_text("".join(f"{t}\n" for t in tids))
+    for tid, run, wait in ((10, 999, 999), (11, 100, 7), (12, 50, 3), (13, 999, 999)):
+        (proc / str(tid)).mkdir(parents=True)
+        (proc / str(tid) / "schedstat").write_text(f"{run} {wait} 42\n")
+    paths = cgroups.vcpu_schedstat_paths(group, 1, proc)
+    assert cgroups.read_schedstat(paths) == (150, 10)  # the emulator's threads are not the guest's
+    (proc / "12" / "schedstat").unlink()
+    with pytest.raises(FileNotFoundError):
+        cgroups.read_schedstat(paths)
+
+
+def test_block_and_cpu_counters_v1_and_v2(tmp_path):
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    (v1 / "blkio.throttle.io_service_bytes_recursive").write_text(
+        "254:0 Read 4096\n254:0 Write 8192\n254:0 Sync 0\n254:16 Read 1\n254:16 Write 2\nTotal 12291\n")
+    (v1 / "blkio.throttle.io_serviced_recursive").write_text("254:0 Read 1\n254:0 Write 2\nTotal 3\n")
+    (v1 / "cpuacct.usage").write_text("123456789\n")
+    assert cgroups.block_counters(v1, 1) == cgroups.BlockCounters(4097, 8194, 1, 2)
+    assert cgroups.cpu_usage_ns(v1, 1) == 123456789
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "io.stat").write_text("254:0 rbytes=10 wbytes=20 rios=1 wios=2 dbytes=0 dios=0\n8:0 rbytes=5 wbytes=0 rios=1 wios=0\n")
+    (v2 / "cpu.stat").write_text("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n")
+    assert cgroups.block_counters(v2, 2) == cgroups.BlockCounters(15, 20, 2, 2)
+    assert cgroups.cpu_usage_ns(v2, 2) == 1_500_000
+    assert cgroups.block_counters(tmp_path, 2) == cgroups.BlockCounters()  # no io.stat: nothing yet
+
+
+# -- disk ----------------------------------------------------------------------------------------
+
+from nodeagent import blockdev  # noqa: E402
+from nodeagent.priority import DiskPolicy, DiskSetting, disk_mechanism, disk_setting  # noqa: E402
+
+
+@pytest.mark.parametrize("text,active", [("none [mq-deadline] kyber bfq\n", "mq-deadline"),
+                                         ("mq-deadline kyber [bfq] none\n", "bfq"), ("[none]\n", "none"),
+                                         ("none\n", "none"), ("", "unknown")])
+def test_active_scheduler_is_the_bracketed_one(text, active):
+    assert blockdev.parse_scheduler(text) == active
+
+
+def test_scheduler_of_a_partition_is_its_disks(tmp_path, monkeypatch):
+    disk = tmp_path / "devices" / "vda"
+    (disk / "vda1").mkdir(parents=True)
+    (disk / "vda1" / "partition").write_text("1\n")
+    (disk / "queue").mkdir()
+    (disk / "queue" / "scheduler").write_text("none mq-deadline kyber [bfq]\n")
+    (tmp_path / "dev" / "block").mkdir(parents=True)
+    (tmp_path / "dev" / "block" / "254:1").symlink_to(disk / "vda1")
+    monkeypatch.setattr(blockdev, "device_of", lambda path: (254, 1))
+    assert blockdev.scheduler_of(tmp_path / "anything", sys_root=tmp_path) == "bfq"
+    monkeypatch.setattr(blockdev, "device_of", lambda path: (9, 9))
+    assert blockdev.scheduler_of(tmp_path / "anything", sys_root=tmp_path) == "unknown"
+
+
+def test_volunteers_are_weighted_under_bfq_and_capped_elsewhere():
+    policy = DiskPolicy(foreground_weight=900, volunteer_weight=100, volunteer_bytes_per_second=10, volunteer_iops=5)
+    assert disk_mechanism("bfq") == "weights"
+    assert {disk_mechanism(s) for s in ("mq-deadline", "kyber", "none", "unknown")} == {"caps"}
+    for mechanism in ("weights", "caps"):
+        assert disk_setting(Role.FOREGROUND, mechanism, policy) == DiskSetting(900, 0, 0)  # never capped
+    assert disk_setting(Role.VOLUNTEER, "weights", policy) == DiskSetting(100, 0, 0)
+    assert disk_setting(Role.VOLUNTEER, "caps", policy) == DiskSetting(100, 10, 5)
