@@ -56,6 +56,9 @@ class AgentConfig:
     disk_volunteer_weight: int = 100
     disk_volunteer_bytes_per_second: int = 20 * 2**20
     disk_volunteer_iops: int = 200
+    network_attach: str = "none"  # none, ethernet (a bare tap), bridge:NAME or network:NAME
+    network_volunteer_to_guest_bytes_per_second: int = 12_500_000  # 100 Mbit/s
+    network_volunteer_from_guest_bytes_per_second: int = 12_500_000
     metrics_listen: str = "127.0.0.1:9477"  # Prometheus endpoint; "" turns it off
     metrics_sample_seconds: float = 1.0
     tls: TlsConfig = field(default_factory=TlsConfig)
@@ -105,6 +108,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "disk": {"foreground_weight": ("disk_foreground_weight", int), "volunteer_weight": ("disk_volunteer_weight", int),
              "volunteer_bytes_per_second": ("disk_volunteer_bytes_per_second", int),
              "volunteer_iops": ("disk_volunteer_iops", int)},
+    "network": {"attach": ("network_attach", str),
+                "volunteer_to_guest_bytes_per_second": ("network_volunteer_to_guest_bytes_per_second", int),
+                "volunteer_from_guest_bytes_per_second": ("network_volunteer_from_guest_bytes_per_second", int)},
     "metrics": {"listen": ("metrics_listen", str), "sample_seconds": ("metrics_sample_seconds", float)},
 }
 _TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
@@ -228,6 +234,12 @@ def check_config(config: AgentConfig, source: str) -> None:
         raise ConfigError(f"{source}: agent.listen {config.listen!r} must be HOST:PORT or unix:PATH")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", config.agent_id):
         raise ConfigError(f"{source}: agent.id {config.agent_id!r} must be 1-63 letters, digits, '.', '-' or '_'")
+    if not re.fullmatch(r"none|ethernet|(bridge|network):[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", config.network_attach):
+        raise ConfigError(f"{source}: network.attach {config.network_attach!r} must be none, ethernet, "
+                          "bridge:NAME or network:NAME")
+    for key in ("to_guest", "from_guest"):
+        if getattr(config, f"network_volunteer_{key}_bytes_per_second") < 0:
+            raise ConfigError(f"{source}: network.volunteer_{key}_bytes_per_second must be 0 (no cap) or more")
     if config.metrics_listen and not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}", config.metrics_listen):
         raise ConfigError(f"{source}: metrics.listen {config.metrics_listen!r} must be HOST:PORT, or \"\" for off")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -47,6 +47,7 @@ class DomainShape:
     console_log: str
     cpuset: str
     disk_caps: tuple[int, int] = (0, 0)  # (total_bytes_sec, total_iops_sec) on the first disk
+    interfaces: tuple[str, ...] = ()     # host-side tap names, once the domain runs
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -73,7 +74,7 @@ def metadata_xml(meta: GleanerMetadata) -> str:
 
 def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overlay: Path | None,
                      console_log: Path, launched_at: datetime, cpu_shares: int, agent_id: str = "default",
-                     disk: DiskSetting = DiskSetting(1000, 0, 0)) -> str:
+                     disk: DiskSetting = DiskSetting(1000, 0, 0), network: str = "none") -> str:
     root = ET.Element("domain", type=domain_type)
     _sub(root, "name", spec.name)
     _sub(root, "memory", str(spec.memory_mib), unit="MiB")
@@ -117,6 +118,14 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
             iotune = _sub(disk_el, "iotune")
             _sub(iotune, "total_bytes_sec", str(disk.total_bytes_sec))
             _sub(iotune, "total_iops_sec", str(disk.total_iops_sec))
+    if network != "none":
+        kind, _, source = network.partition(":")
+        interface = _sub(devices, "interface", type=kind)
+        if kind == "bridge":
+            _sub(interface, "source", bridge=source)
+        elif kind == "network":
+            _sub(interface, "source", network=source)
+        _sub(interface, "model", type="virtio")
     serial = _sub(devices, "serial", type="pty")
     _sub(serial, "log", file=str(console_log), append="off")
     console = _sub(devices, "console", type="pty")
@@ -159,4 +168,6 @@ def read_shape(xml: str) -> DomainShape:
         if iotune is not None else (0, 0)
     return DomainShape(vcpus=int(vcpu.text or 0) if vcpu is not None else 0, memory_mib=kib * factor // 1024,
                        console_log=log.get("file", "") if log is not None else "",
-                       cpuset=vcpu.get("cpuset", "") if vcpu is not None else "", disk_caps=caps)
+                       cpuset=vcpu.get("cpuset", "") if vcpu is not None else "", disk_caps=caps,
+                       interfaces=tuple(t.get("dev", "") for t in root.findall("devices/interface/target")
+                                        if t.get("dev")))

@@ -60,19 +60,6 @@ class DomainRecord:
 
 
 @dataclass(frozen=True)
-class DomainCounters:
-    """Cumulative counters of one running domain (all disks and interfaces summed)."""
-
-    cpu_ns: int = 0
-    read_bytes: int = 0
-    write_bytes: int = 0
-    read_ops: int = 0
-    write_ops: int = 0
-    rx_bytes: int = 0
-    tx_bytes: int = 0
-
-
-@dataclass(frozen=True)
 class HostFacts:
     hostname: str
     cpus: int

@@ -18,18 +18,19 @@ from pathlib import Path
 from typing import Iterator
 
 import psutil
+from pyroute2.netlink.exceptions import NetlinkError
 
-from . import __version__, blockdev, cgroups
+from . import __version__, blockdev, cgroups, netshape
 from .config import AgentConfig
 from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
                         read_shape)
 from .events import Event, EventBus
-from .hypervisor import DomainCounters, DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
+from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
                      resolve_image)
 from .logs import log_event
-from .metrics import DomainInfo
-from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares
+from .metrics import DomainCounters, DomainInfo
+from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares, net_cap
 from .priorityctl import PriorityController
 from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_grace
 
@@ -137,6 +138,7 @@ class DomainManager:
                                            config.guard)
         # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by reconcile.
         self._known: dict[str, DomainInfo] = {}
+        self._net_note = ""  # what the kernel cannot do for network shaping, once logged
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -239,8 +241,10 @@ class DomainManager:
                 raise LaunchFailed(f"{spec.name} vanished right after it started")
             meta = self._ours(record)
             assert meta is not None
-            self._known[spec.name] = DomainInfo(spec.role, spec.role, spec.memory_mib)
+            interfaces = read_shape(record.xml).interfaces
+            self._known[spec.name] = DomainInfo(spec.role, spec.role, spec.memory_mib, interfaces)
             self._enforce(spec.name, spec.role)
+            self._apply_net(spec.name, spec.role, interfaces)
             log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
                       domain_type=self.domain_type, took_ms=round((time.monotonic() - started) * 1000))
@@ -263,6 +267,24 @@ class DomainManager:
         want = self.disk_setting(cls)
         self.hv.set_disk_priority(name, DISK_TARGET, want.weight, want.total_bytes_sec, want.total_iops_sec)
 
+    def _apply_net(self, name: str, cls: Role, interfaces: tuple[str, ...]) -> list[str]:
+        """Shape (volunteer) or unshape (foreground) the domain's taps; returns what changed."""
+        cfg = self.config
+        cap = net_cap(cls, cfg.network_volunteer_to_guest_bytes_per_second,
+                      cfg.network_volunteer_from_guest_bytes_per_second)
+        changes: list[str] = []
+        for dev in interfaces:
+            try:
+                changed, note = netshape.apply_cap(dev, cap)
+            except (OSError, LookupError, NetlinkError) as exc:
+                log_event(log, "priority.apply_failed", logging.WARNING, domain=name, interface=dev, error=str(exc))
+                continue
+            changes += changed
+            if note and note != self._net_note:
+                self._net_note = note
+                log_event(log, "network.limited", logging.WARNING, domain=name, note=note)
+        return changes
+
     def set_class(self, name: str, cls: Role) -> ManagedDomain:
         """Promote or demote a domain: in its metadata (so it survives restarts) and its cgroup."""
         with self._name_lock(name):
@@ -275,6 +297,7 @@ class DomainManager:
                 self._enforce(name, cls)
                 if meta.overlay:
                     self._apply_disk(name, cls)
+                self._apply_net(name, cls, read_shape(record.xml).interfaces)
             if cls is not meta.priority_class:
                 self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
                                           {"from": meta.priority_class.value, "to": cls.value}))
@@ -285,12 +308,20 @@ class DomainManager:
     def reconcile(self) -> dict[str, list[str]]:
         """Re-assert every running managed domain's class; returns the corrections made."""
         records = [(r, m) for r, m in self._managed_records() if r.active]
-        running = {r.name: DomainInfo(m.role, m.priority_class, read_shape(r.xml).memory_mib) for r, m in records}
+        running = {}
+        for r, m in records:
+            shape = read_shape(r.xml)
+            running[r.name] = DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
         self._known = running
         corrected = self.priority.reconcile([(name, info.priority_class) for name, info in running.items()])
         for record, meta in records:
             if meta.overlay:
                 self._reconcile_disk(record, meta, corrected)
+            changes = self._apply_net(record.name, meta.priority_class, running[record.name].interfaces)
+            if changes:
+                corrected.setdefault(record.name, []).extend(changes)
+                self.events.publish(Event("drift.corrected", record.name, "; ".join(changes),
+                                          {"class": meta.priority_class.value}))
         return corrected
 
     def _reconcile_disk(self, record: DomainRecord, meta: GleanerMetadata, corrected: dict[str, list[str]]) -> None:
@@ -324,9 +355,12 @@ class DomainManager:
                 continue  # stopped since the last reconcile
             block_group = groups.find(name, "blkio" if version == 1 else "cpu")
             block = cgroups.block_counters(block_group, version) if block_group else cgroups.BlockCounters()
+            interfaces = self._known[name].interfaces if name in self._known else ()
+            traffic = [netshape.counters(dev) for dev in interfaces]
             out[name] = DomainCounters(cpu_ns=cgroups.cpu_usage_ns(cpu_group, version),
                                        read_bytes=block.read_bytes, write_bytes=block.write_bytes,
-                                       read_ops=block.read_ops, write_ops=block.write_ops)
+                                       read_ops=block.read_ops, write_ops=block.write_ops,
+                                       rx_bytes=sum(t[0] for t in traffic), tx_bytes=sum(t[1] for t in traffic))
         return out
 
     def guard_tick(self) -> None:
@@ -354,7 +388,7 @@ class DomainManager:
             xml = build_domain_xml(spec, image, self.domain_type, overlay,
                                    self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
                                    cpu_shares=launch_shares(self.priority.facts, self.priority.weights),
-                                   disk=self.disk_setting(spec.role),
+                                   disk=self.disk_setting(spec.role), network=self.config.network_attach,
                                    agent_id=self.config.agent_id)
             self.hv.define(xml)
             defined = True

@@ -17,10 +17,23 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .hypervisor import DomainCounters
 from .validation import Role
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DomainCounters:
+    """Cumulative counters of one running domain (all disks and interfaces summed),
+    read from the kernel."""
+
+    cpu_ns: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    read_ops: int = 0
+    write_ops: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,7 @@ class DomainInfo:
     role: Role
     priority_class: Role
     memory_mib: int
+    interfaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,16 @@ def disk_setting(cls: Role, mechanism: str, policy: DiskPolicy) -> DiskSetting:
     if mechanism == "caps":
         return DiskSetting(policy.volunteer_weight, policy.volunteer_bytes_per_second, policy.volunteer_iops)
     return DiskSetting(policy.volunteer_weight, 0, 0)
+
+
+@dataclass(frozen=True)
+class NetCap:
+    """Caps on a tap in bytes per second; 0 means unshaped."""
+
+    to_guest: int = 0
+    from_guest: int = 0
+
+
+def net_cap(cls: Role, to_guest: int, from_guest: int) -> NetCap:
+    """Foreground traffic is never shaped; volunteers get the configured caps."""
+    return NetCap() if cls is Role.FOREGROUND else NetCap(to_guest, from_guest)

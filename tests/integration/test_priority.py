@@ -236,3 +236,44 @@ def test_disk_priority_follows_the_scheduler_and_the_class(agent, stub):
             assert live_disk_caps(vol) == capped
     finally:
         watcher.close()
+
+
+def tap_of(name: str) -> str:
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(subprocess.run(["virsh", "-c", "qemu:///system", "dumpxml", name], check=True,
+                                        capture_output=True, text=True).stdout)
+    return root.find("devices/interface/target").get("dev")
+
+
+def root_tbf_rate(dev: str) -> str | None:
+    """The rate of a tbf at the root of `dev`, as the stock tc tool prints it."""
+    out = subprocess.run(["tc", "qdisc", "show", "dev", dev, "root"], check=True, capture_output=True, text=True).stdout
+    words = out.split()
+    return words[words.index("rate") + 1] if "tbf" in words else None
+
+
+def test_volunteer_taps_are_shaped_and_foreground_taps_never(test_env):
+    agent = AgentProcess(test_env, name="net", settings=dict(network_attach="ethernet")).start()
+    watcher = None
+    try:
+        stub = agent.stub()
+        vol, fg = unique_name("net-vol"), unique_name("net-fg")
+        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
+        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+        vol_tap, fg_tap = tap_of(vol), tap_of(fg)
+        assert root_tbf_rate(vol_tap) == "100Mbit"  # the default 12.5 MB/s into the guest
+        assert root_tbf_rate(fg_tap) is None
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_FOREGROUND))
+        assert root_tbf_rate(vol_tap) is None
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_VOLUNTEER))
+        assert root_tbf_rate(vol_tap) == "100Mbit"
+        watcher = EventWatcher(agent)
+        time.sleep(0.3)
+        subprocess.run(["tc", "qdisc", "del", "dev", vol_tap, "root"], check=True)  # behind the agent's back
+        event = watcher.expect("drift.corrected", vol)
+        assert f"{vol_tap} to-guest cap 0 -> 12500000 B/s" in event.detail
+        assert root_tbf_rate(vol_tap) == "100Mbit"
+    finally:
+        if watcher:
+            watcher.close()
+        agent.stop()

@@ -42,6 +42,9 @@ def test_full_config_is_read(tmp_path):
     ('[agent]\nid = "has space"\n' + TLS, "agent.id 'has space' must be"),
     ('[guard]\nperiod_seconds = 1\nslice_ms = 1000\n' + TLS, "slice_ms must be shorter than"),
     ('[priority]\nvolunteer_weight_v1 = 1\n' + TLS, "volunteer_weight_v1 must be within 2..262144"),
+    ('[network]\nattach = "bridge:br0;rm"\n' + TLS, "network.attach 'bridge:br0;rm' must be none, ethernet"),
+    ('[disk]\nvolunteer_weight = 5\n' + TLS, "disk.volunteer_weight must be within 100..1000"),
+    ('[metrics]\nlisten = "nowhere"\n' + TLS, "metrics.listen 'nowhere' must be HOST:PORT"),
 ])
 def test_bad_config_is_refused_with_a_clear_message(tmp_path, text, says):
     with pytest.raises(ConfigError) as err:

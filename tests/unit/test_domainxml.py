@@ -88,3 +88,19 @@ def test_domains_without_our_metadata_are_not_ours():
 def test_read_shape_understands_libvirt_memory_units():
     assert read_shape("<domain><memory unit='KiB'>131072</memory><vcpu>2</vcpu></domain>").memory_mib == 128
     assert read_shape("<domain><memory unit='GiB'>2</memory><vcpu>2</vcpu></domain>").memory_mib == 2048
+
+
+def test_network_attachment_and_tap_names():
+    import xml.etree.ElementTree as ET
+    spec = LaunchSpec("vm3", Role.VOLUNTEER, 1, 128, "tiny")
+    for attach, kind, source in (("ethernet", "ethernet", None), ("bridge:br0", "bridge", ("bridge", "br0")),
+                                 ("network:default", "network", ("network", "default"))):
+        root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c.log"), WHEN, cpu_shares=2,
+                                              network=attach))
+        interface = root.find("devices/interface")
+        assert interface.get("type") == kind and interface.find("model").get("type") == "virtio"
+        assert (interface.find("source").get(source[0]) if source else None) == (source[1] if source else None)
+    none = build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c.log"), WHEN, cpu_shares=2)
+    assert ET.fromstring(none).find("devices/interface") is None
+    live = "<domain><devices><interface type='ethernet'><target dev='vnet7'/></interface></devices></domain>"
+    assert read_shape(live).interfaces == ("vnet7",)

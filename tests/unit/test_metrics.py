@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.hypervisor import DomainCounters
-from nodeagent.metrics import DomainInfo, HostCounters, Sample, snapshot
+from nodeagent.metrics import DomainCounters, DomainInfo, HostCounters, Sample, snapshot
 from nodeagent.validation import Role
 
 GIB = 2**30

@@ -226,3 +226,9 @@ def test_volunteers_are_weighted_under_bfq_and_capped_elsewhere():
         assert disk_setting(Role.FOREGROUND, mechanism, policy) == DiskSetting(900, 0, 0)  # never capped
     assert disk_setting(Role.VOLUNTEER, "weights", policy) == DiskSetting(100, 0, 0)
     assert disk_setting(Role.VOLUNTEER, "caps", policy) == DiskSetting(100, 10, 5)
+
+
+def test_foreground_traffic_is_never_shaped():
+    from nodeagent.priority import NetCap, net_cap
+    assert net_cap(Role.FOREGROUND, 100, 200) == NetCap(0, 0)
+    assert net_cap(Role.VOLUNTEER, 100, 200) == NetCap(100, 200)
