@@ -350,14 +350,17 @@ class DomainManager:
         groups = self.priority.groups
         out = {}
         for name in names:
-            cpu_group = groups.find(name, "cpuacct" if version == 1 else "cpu")
+            cpu_group = groups.find(name)
             if cpu_group is None:
                 continue  # stopped since the last reconcile
+            acct_group = groups.find(name, "cpuacct") if version == 1 else cpu_group
+            cpu_ns = (cgroups.cpu_usage_ns(acct_group, version) if acct_group is not None
+                      else cgroups.process_cpu_ns(cpu_group))
             block_group = groups.find(name, "blkio" if version == 1 else "cpu")
             block = cgroups.block_counters(block_group, version) if block_group else cgroups.BlockCounters()
             interfaces = self._known[name].interfaces if name in self._known else ()
             traffic = [netshape.counters(dev) for dev in interfaces]
-            out[name] = DomainCounters(cpu_ns=cgroups.cpu_usage_ns(cpu_group, version),
+            out[name] = DomainCounters(cpu_ns=cpu_ns,
                                        read_bytes=block.read_bytes, write_bytes=block.write_bytes,
                                        read_ops=block.read_ops, write_ops=block.write_ops,
                                        rx_bytes=sum(t[0] for t in traffic), tx_bytes=sum(t[1] for t in traffic))

@@ -232,3 +232,15 @@ def test_foreground_traffic_is_never_shaped():
     from nodeagent.priority import NetCap, net_cap
     assert net_cap(Role.FOREGROUND, 100, 200) == NetCap(0, 0)
     assert net_cap(Role.VOLUNTEER, 100, 200) == NetCap(100, 200)
+
+
+def test_process_cpu_time_of_a_group(tmp_path):
+    import os
+    group = tmp_path / "qemu-1-vm.libvirt-qemu"
+    (group / "emulator").mkdir(parents=True)
+    (group / "cgroup.procs").write_text("")
+    (group / "emulator" / "cgroup.procs").write_text("321\n")
+    (tmp_path / "proc" / "321").mkdir(parents=True)
+    fields = ["S"] + ["0"] * 10 + ["250", "50"] + ["0"] * 30  # utime, stime = 250, 50 ticks
+    (tmp_path / "proc" / "321" / "stat").write_text("321 (qemu-system-x86 (odd) name) " + " ".join(fields) + "\n")
+    assert cgroups.process_cpu_ns(group, tmp_path / "proc") == 300 * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
