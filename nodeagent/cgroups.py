@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,27 +71,37 @@ def domain_cgroup(root: Path, version: int, name: str, controller: str = "cpu") 
 
 class GroupFinder:
     """domain_cgroup with a memory: a domain's group keeps its path while the domain runs,
-    so periodic jobs need not scan machine/ every time. A vanished path is looked up again."""
+    so periodic jobs need not scan machine/ every time. A vanished path is looked up again;
+    a group that does not exist (libvirt makes none in some hierarchies) is looked for again
+    only after `miss_seconds`."""
 
-    def __init__(self, root: Path, version: int) -> None:
+    def __init__(self, root: Path, version: int, miss_seconds: float = 30.0) -> None:
         self.root = root
         self.version = version
+        self.miss_seconds = miss_seconds
         self._paths: dict[tuple[str, str], Path] = {}
+        self._misses: dict[tuple[str, str], float] = {}
 
     def find(self, name: str, controller: str = "cpu") -> Path | None:
         key = (name, controller)
         path = self._paths.get(key)
-        if path is None or not path.is_dir():
-            path = domain_cgroup(self.root, self.version, name, controller)
-            if path is None:
-                self._paths.pop(key, None)
-                return None
-            self._paths[key] = path
+        if path is not None and path.is_dir():
+            return path
+        if time.monotonic() - self._misses.get(key, -self.miss_seconds) < self.miss_seconds:
+            return None
+        path = domain_cgroup(self.root, self.version, name, controller)
+        if path is None:
+            self._paths.pop(key, None)
+            self._misses[key] = time.monotonic()
+            return None
+        self._misses.pop(key, None)
+        self._paths[key] = path
         return path
 
     def forget(self, name: str) -> None:
-        for key in [k for k in self._paths if k[0] == name]:
-            del self._paths[key]
+        for cache in (self._paths, self._misses):
+            for key in [k for k in cache if k[0] == name]:
+                del cache[key]
 
 
 @dataclass(frozen=True)
@@ -137,20 +148,20 @@ def cpu_usage_ns(group: Path, version: int) -> int:
     return _read_int(group / "cpuacct.usage")
 
 
-def process_cpu_ns(group: Path, proc: Path = Path("/proc")) -> int:
-    """CPU time of the processes in a group and its subgroups (their utime + stime, which
-    keeps the time of threads that have ended): for v1 hosts where libvirt made no cpuacct
-    group for the domain. Clock-tick precision, plenty for one-second samples."""
-    ticks = os.sysconf("SC_CLK_TCK")
+def group_pids(group: Path) -> list[int]:
+    """Processes in a group and its direct subgroups (for a domain: its QEMU)."""
+    return sorted({int(p) for f in [group / "cgroup.procs", *group.glob("*/cgroup.procs")] for p in _read_lines(f)})
+
+
+def process_cpu_ns(pids: list[int], proc: Path = Path("/proc")) -> int:
+    """CPU time of processes (utime + stime, which keeps the time of threads that have
+    ended): for v1 hosts where libvirt made no cpuacct group for the domain. Clock-tick
+    precision, plenty for one-second samples. FileNotFoundError when a process is gone."""
     total = 0
-    pids = {int(p) for f in [group / "cgroup.procs", *group.glob("*/cgroup.procs")] for p in _read_lines(f)}
     for pid in pids:
-        try:
-            fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total * 1_000_000_000 // ticks
+    return total * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def _read_lines(path: Path) -> list[str]:

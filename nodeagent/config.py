@@ -52,6 +52,7 @@ class AgentConfig:
     guard_period_seconds: float = 10.0
     guard_slice_ms: float = 500.0
     guard_tick_seconds: float = 0.25
+    guard_idle_tick_seconds: float = 1.0
     disk_foreground_weight: int = 1000
     disk_volunteer_weight: int = 100
     disk_volunteer_bytes_per_second: int = 20 * 2**20
@@ -78,7 +79,8 @@ class AgentConfig:
     @property
     def guard(self) -> GuardConfig:
         return GuardConfig(enabled=self.guard_enabled, period_seconds=self.guard_period_seconds,
-                           slice_ms=self.guard_slice_ms, tick_seconds=self.guard_tick_seconds)
+                           slice_ms=self.guard_slice_ms, tick_seconds=self.guard_tick_seconds,
+                           idle_tick_seconds=self.guard_idle_tick_seconds)
 
     @property
     def overlay_dir(self) -> Path:
@@ -104,7 +106,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                  "volunteer_weight_v2": ("volunteer_weight_v2", int),
                  "reconcile_interval_seconds": ("reconcile_interval_seconds", float)},
     "guard": {"enabled": ("guard_enabled", bool), "period_seconds": ("guard_period_seconds", float),
-              "slice_ms": ("guard_slice_ms", float), "tick_seconds": ("guard_tick_seconds", float)},
+              "slice_ms": ("guard_slice_ms", float), "tick_seconds": ("guard_tick_seconds", float),
+              "idle_tick_seconds": ("guard_idle_tick_seconds", float)},
     "disk": {"foreground_weight": ("disk_foreground_weight", int), "volunteer_weight": ("disk_volunteer_weight", int),
              "volunteer_bytes_per_second": ("disk_volunteer_bytes_per_second", int),
              "volunteer_iops": ("disk_volunteer_iops", int)},
@@ -213,6 +216,7 @@ def check_config(config: AgentConfig, source: str) -> None:
                        ("guard.period_seconds", config.guard_period_seconds),
                        ("guard.slice_ms", config.guard_slice_ms),
                        ("guard.tick_seconds", config.guard_tick_seconds),
+                       ("guard.idle_tick_seconds", config.guard_idle_tick_seconds),
                        ("metrics.sample_seconds", config.metrics_sample_seconds)):
         if value <= 0:
             raise ConfigError(f"{source}: {key} must be positive")

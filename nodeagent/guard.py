@@ -31,7 +31,8 @@ class GuardConfig:
     enabled: bool = True
     period_seconds: float = 10.0   # p
     slice_ms: float = 500.0        # e: 5% of a CPU, enough for heartbeats and a login shell
-    tick_seconds: float = 0.25     # how often the agent samples; bounds how far a boost overshoots e
+    tick_seconds: float = 0.25     # sampling while a volunteer is raised: bounds how far a boost overshoots e
+    idle_tick_seconds: float = 1.0  # sampling while none is: a starving VM waits at most this much longer
 
 
 Sample = tuple[float, int, int]
@@ -63,6 +64,16 @@ def decide(samples: "Sequence[Sample]", now: float, boosted: bool, config: Guard
         return GuardAction.NONE
     ran, waited = used
     return GuardAction.BOOST if ran < slice_ns <= ran + waited else GuardAction.NONE
+
+
+def at_risk(samples: "Sequence[Sample]", now: float, config: GuardConfig) -> bool:
+    """Whether a volunteer needs watching at the fast tick: it wants CPU (its vCPUs waited)
+    and its window holds less than twice e, so it could fall below e before a slow tick."""
+    used = window(samples, now, config.period_seconds)
+    if used is None:
+        return False
+    ran, waited = used
+    return waited > 0 and ran < 2 * config.slice_ms * 1e6
 
 
 def trim(samples: "deque[Sample]", now: float, period: float) -> None:

@@ -158,10 +158,12 @@ class Hypervisor:
         return DomainRecord(name=dom.name(), uuid=dom.UUIDString(), state=STATE_NAMES.get(state, "unknown"),
                             xml=dom.XMLDesc(0), cpu_time_ns=int(dom.info()[4]))
 
-    def list_domains(self) -> list[DomainRecord]:
+    def list_domains(self, inactive_only: bool = False) -> list[DomainRecord]:
+        flags = libvirt.VIR_CONNECT_LIST_DOMAINS_INACTIVE if inactive_only else 0
+
         def read(conn: libvirt.virConnect) -> list[DomainRecord]:
             records = []
-            for dom in conn.listAllDomains(0):
+            for dom in conn.listAllDomains(flags):
                 try:
                     records.append(self._record(dom))
                 except libvirt.libvirtError as exc:
@@ -169,6 +171,10 @@ class Hypervisor:
                         raise  # a domain that vanished while we listed is simply gone
             return records
         return self._call("list domains", read, retry=True)
+
+    def domain_names(self) -> set[str]:
+        """Names of every domain, running or not, without fetching their XML."""
+        return self._call("list domain names", lambda c: {d.name() for d in c.listAllDomains(0)}, retry=True)
 
     def get_domain(self, name: str) -> DomainRecord | None:
         try:

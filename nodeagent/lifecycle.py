@@ -139,6 +139,7 @@ class DomainManager:
         # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by reconcile.
         self._known: dict[str, DomainInfo] = {}
         self._net_note = ""  # what the kernel cannot do for network shaping, once logged
+        self._pids: dict[str, list[int]] = {}  # domain -> its QEMU process, for CPU counters
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -342,6 +343,16 @@ class DomainManager:
     def domain_info(self) -> dict[str, DomainInfo]:
         return dict(self._known)
 
+    def _process_cpu_ns(self, name: str, group: Path) -> int:
+        """CPU of the domain's QEMU, its pids cached while it runs (looked up again if gone)."""
+        for attempt in (1, 2):
+            pids = self._pids.get(name) or self._pids.setdefault(name, cgroups.group_pids(group))
+            try:
+                return cgroups.process_cpu_ns(pids)
+            except (FileNotFoundError, ProcessLookupError):
+                self._pids.pop(name, None)
+        return 0
+
     def counters(self, names: list[str]) -> dict[str, DomainCounters]:
         """Cumulative counters of running domains, read from the kernel (their cgroups), never
         through libvirt: its statistics take a domain job and ask QEMU's monitor, which a busy
@@ -355,7 +366,7 @@ class DomainManager:
                 continue  # stopped since the last reconcile
             acct_group = groups.find(name, "cpuacct") if version == 1 else cpu_group
             cpu_ns = (cgroups.cpu_usage_ns(acct_group, version) if acct_group is not None
-                      else cgroups.process_cpu_ns(cpu_group))
+                      else self._process_cpu_ns(name, cpu_group))
             block_group = groups.find(name, "blkio" if version == 1 else "cpu")
             block = cgroups.block_counters(block_group, version) if block_group else cgroups.BlockCounters()
             interfaces = self._known[name].interfaces if name in self._known else ()
@@ -467,6 +478,7 @@ class DomainManager:
 
     def _remove(self, name: str, meta: GleanerMetadata) -> None:
         self._known.pop(name, None)
+        self._pids.pop(name, None)
         self.priority.forget(name)
         try:
             self.hv.undefine(name)
@@ -483,8 +495,7 @@ class DomainManager:
         Returns what was removed, for logs and tests.
         """
         removed = []
-        records = self.hv.list_domains()
-        for record in records:
+        for record in self.hv.list_domains(inactive_only=True):  # cheap: few domains are ever off
             meta = self._ours(record)
             if meta is None or meta.role is not Role.VOLUNTEER or record.active:
                 continue
@@ -494,8 +505,9 @@ class DomainManager:
                     self._remove(record.name, meta)
                     removed.append(record.name)
                     log_event(log, "volunteer.reaped", domain=record.name, state=current.state)
-        known = {r.name for r in records}
-        for name, path in list_overlays(self.config.overlay_dir).items():
+        overlays = list_overlays(self.config.overlay_dir)
+        known = self.hv.domain_names() if overlays else set()
+        for name, path in overlays.items():
             if name in known:
                 continue
             with self._name_lock(name, blocking=False) as free:

@@ -13,7 +13,7 @@ from collections import deque
 
 from . import cgroups
 from .events import Event, EventBus
-from .guard import GuardAction, GuardConfig, Sample, decide, trim
+from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, trim
 from .hypervisor import Hypervisor
 from .logs import log_event
 from .priority import CpuWeights, cpu_setting
@@ -36,6 +36,8 @@ class PriorityController:
         self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
+        self._last_tick = float("-inf")
+        self._at_risk: set[str] = set()
 
     def setting(self, cls: Role) -> cgroups.CpuSetting:
         return cpu_setting(cls, self.facts, self.weights)
@@ -97,12 +99,18 @@ class PriorityController:
     def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
         """One guard step over the running domains whose class is volunteer."""
         now = time.monotonic() if now is None else now
+        with self._lock:
+            calm = not self._boosted and not self._at_risk
+        if calm and now - self._last_tick < self.guard.idle_tick_seconds - 1e-3:
+            return  # nobody raised or close to starving: the slow rate will do
+        self._last_tick = now
         cpu = self._sample(list(volunteers))
         period = self.guard.period_seconds
         with self._lock:
             for gone in set(self._samples) - set(volunteers):
                 self._samples.pop(gone, None)
                 self._boosted.pop(gone, None)
+                self._at_risk.discard(gone)
         for name, cls in volunteers.items():
             if name not in cpu:
                 continue
@@ -112,6 +120,10 @@ class PriorityController:
                 samples.append((now, ran_ns, waited_ns))
                 trim(samples, now, period)
                 action = decide(samples, now, name in self._boosted, self.guard)
+                if at_risk(samples, now, self.guard):
+                    self._at_risk.add(name)
+                else:
+                    self._at_risk.discard(name)
                 if action is GuardAction.BOOST:
                     self._boosted[name] = ran_ns
                 elif action is GuardAction.RELEASE:

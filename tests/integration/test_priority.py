@@ -193,8 +193,9 @@ def test_starvation_guard_gives_a_starved_volunteer_its_slice(test_env):
             agent.stop()
     (on, fg_on), (off, fg_off) = results[True], results[False]
     slice_s = slice_ms / 1000
-    # With the guard on: at least e per p, within 20% (boosts fall on tick boundaries).
-    assert min(on) >= slice_s * 0.8, on
+    # With the guard on: at least e per p, within 25%: boosts fall on tick boundaries, and on
+    # a loaded 2-core host the agent's ticks themselves run late.
+    assert min(on) >= slice_s * 0.75, on
     # With it off: almost nothing (cpu.idle leaves a volunteer a sliver).
     assert max(off) < slice_s * 0.25, off
     # The foreground's loss to the guard stays within e/p of a CPU (plus 5 points of noise).

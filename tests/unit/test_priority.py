@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nodeagent import cgroups
-from nodeagent.guard import GuardAction, GuardConfig, decide, trim, window
+from nodeagent.guard import GuardAction, GuardConfig, at_risk, decide, trim, window
 from nodeagent.priority import CpuWeights, cpu_setting
 from nodeagent.validation import Role
 
@@ -243,4 +243,27 @@ def test_process_cpu_time_of_a_group(tmp_path):
     (tmp_path / "proc" / "321").mkdir(parents=True)
     fields = ["S"] + ["0"] * 10 + ["250", "50"] + ["0"] * 30  # utime, stime = 250, 50 ticks
     (tmp_path / "proc" / "321" / "stat").write_text("321 (qemu-system-x86 (odd) name) " + " ".join(fields) + "\n")
-    assert cgroups.process_cpu_ns(group, tmp_path / "proc") == 300 * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    assert cgroups.group_pids(group) == [321]
+    assert cgroups.process_cpu_ns([321], tmp_path / "proc") == 300 * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    with pytest.raises(FileNotFoundError):
+        cgroups.process_cpu_ns([999], tmp_path / "proc")
+
+
+def test_group_finder_remembers_paths_and_misses(tmp_path):
+    group = fake_domain_cgroup(tmp_path, 1, "vm")
+    finder = cgroups.GroupFinder(tmp_path, 1, miss_seconds=3600)
+    assert finder.find("vm") == group
+    assert finder.find("vm", "cpuacct") is None
+    acct = tmp_path / "cpuacct" / "machine" / group.name
+    acct.mkdir(parents=True)
+    assert finder.find("vm", "cpuacct") is None  # a miss is remembered for miss_seconds
+    finder.forget("vm")
+    assert finder.find("vm", "cpuacct") == acct
+
+
+def test_only_hungry_volunteers_near_their_slice_are_watched_closely():
+    config = GuardConfig(period_seconds=10, slice_ms=500)
+    hungry = [(0, 0, 0), (10, 600_000_000, 5_000_000_000)]   # ran 0.6 s of a wanted 5.6 s
+    idle = [(0, 0, 0), (10, 10_000_000, 0)]                  # wanted nothing
+    fed = [(0, 0, 0), (10, 5_000_000_000, 4_000_000_000)]    # got plenty
+    assert at_risk(hungry, 10, config) and not at_risk(idle, 10, config) and not at_risk(fed, 10, config)
