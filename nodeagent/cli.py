@@ -43,6 +43,11 @@ def safely(job, what: str) -> None:
         log_event(log, f"{what}.skipped", logging.WARNING, error=str(exc))
 
 
+def guard_loop(manager: DomainManager, stop: threading.Event) -> None:
+    while not stop.wait(manager.priority.guard_interval()):
+        safely(manager.guard_tick, "guard")
+
+
 def serve_prometheus(listen: str, sampler: Sampler) -> None:
     """The Prometheus endpoint, on a registry of its own (only Gleaner's metrics)."""
     host, _, port = listen.rpartition(":")
@@ -69,8 +74,6 @@ def run(config: AgentConfig) -> int:
     jobs = [(manager.reap, "reaper", config.reap_interval_seconds),
             (manager.reconcile, "reconciler", config.reconcile_interval_seconds),
             (sampler.sample, "sampler", config.metrics_sample_seconds)]
-    if config.guard_enabled:
-        jobs.append((manager.guard_tick, "guard", config.guard_tick_seconds))
     for job, what, seconds in jobs:
         scheduler.add_job(safely, "interval", args=[job, what], seconds=seconds, id=what,
                           max_instances=1, coalesce=True)
@@ -78,11 +81,13 @@ def run(config: AgentConfig) -> int:
     safely(manager.reap, "reaper")
     safely(manager.reconcile, "reconciler")
     scheduler.start()
+    stop = threading.Event()
+    if config.guard_enabled:  # its own loop: its pace changes with what it sees
+        threading.Thread(target=guard_loop, args=(manager, stop), name="guard", daemon=True).start()
     log_event(log, "agent.serving", listen=config.listen, port=port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",
               state_dir=str(config.state_dir), image_dir=str(config.image_dir))
 
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
     stop.wait()

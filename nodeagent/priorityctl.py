@@ -36,7 +36,6 @@ class PriorityController:
         self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
-        self._last_tick = float("-inf")
         self._at_risk: set[str] = set()
 
     def setting(self, cls: Role) -> cgroups.CpuSetting:
@@ -96,14 +95,16 @@ class PriorityController:
             paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version)
         return paths
 
+    def guard_interval(self) -> float:
+        """Seconds until the next guard step: the fast tick while a volunteer is raised or close
+        to starving (it bounds how far a boost overshoots e), else the slow one."""
+        with self._lock:
+            busy = bool(self._boosted or self._at_risk)
+        return self.guard.tick_seconds if busy else self.guard.idle_tick_seconds
+
     def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
         """One guard step over the running domains whose class is volunteer."""
         now = time.monotonic() if now is None else now
-        with self._lock:
-            calm = not self._boosted and not self._at_risk
-        if calm and now - self._last_tick < self.guard.idle_tick_seconds - 1e-3:
-            return  # nobody raised or close to starving: the slow rate will do
-        self._last_tick = now
         cpu = self._sample(list(volunteers))
         period = self.guard.period_seconds
         with self._lock:

@@ -141,7 +141,8 @@ def test_a_starving_volunteer_gets_its_slice_every_period_and_little_more(idle_r
     per_period = int(period / tick)
     settle = per_period + int((slice_ms / 1000 / boosted_rate) / tick) + 2
     for i in range(settle + per_period, len(times)):
-        assert cpus[i] - cpus[i - per_period] >= slice_ns - slack_ns, f"starved around t={times[i]}"
+        # (the bound is exact, so allow a nanosecond of float rounding)
+        assert cpus[i] - cpus[i - per_period] >= slice_ns - slack_ns - 1, f"starved around t={times[i]}"
     # The foreground's loss: time raised is about e/p of a CPU (at the boosted rate), no more.
     after = flags[settle:]
     raised = sum(after) * tick / (len(after) * tick)
