@@ -134,7 +134,7 @@ class DomainManager:
         self.config = config
         self.hv = hypervisor
         self.events = events or EventBus()
-        self.priority = PriorityController(hypervisor, self.events, config.cgroup_root, config.cpu_weights,
+        self.priority = PriorityController(self.events, config.cgroup_root, config.cpu_weights,
                                            config.guard)
         # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by reconcile.
         self._known: dict[str, DomainInfo] = {}

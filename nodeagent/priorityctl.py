@@ -10,11 +10,11 @@ import logging
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 from . import cgroups
 from .events import Event, EventBus
 from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, trim
-from .hypervisor import Hypervisor
 from .logs import log_event
 from .priority import CpuWeights, cpu_setting
 from .validation import Role
@@ -23,9 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class PriorityController:
-    def __init__(self, hv: Hypervisor, events: EventBus, cgroup_root, weights: CpuWeights,
-                 guard: GuardConfig) -> None:
-        self.hv = hv
+    def __init__(self, events: EventBus, cgroup_root: Path, weights: CpuWeights, guard: GuardConfig) -> None:
         self.events = events
         self.cgroup_root = cgroup_root
         self.facts = cgroups.detect(cgroup_root)
