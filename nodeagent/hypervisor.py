@@ -34,6 +34,11 @@ STATE_NAMES = {
 }
 
 
+def is_active_state(state: str) -> bool:
+    """Whether a domain in this state has a running QEMU (paused and shutting down count)."""
+    return state not in ("shutoff", "crashed")
+
+
 class HypervisorError(RuntimeError):
     """libvirt refused or failed an operation; the message is libvirt's, prefixed with ours."""
 
@@ -56,7 +61,7 @@ class DomainRecord:
 
     @property
     def active(self) -> bool:
-        return self.state not in ("shutoff", "crashed")
+        return is_active_state(self.state)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .config import AgentConfig
 from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
                         read_shape)
 from .events import Event, EventBus
-from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain
+from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
                      resolve_image)
 from .logs import log_event
@@ -308,37 +308,31 @@ class DomainManager:
 
     def reconcile(self) -> dict[str, list[str]]:
         """Re-assert every running managed domain's class; returns the corrections made."""
-        records = [(r, m) for r, m in self._managed_records() if r.active]
-        running = {}
-        for r, m in records:
-            shape = read_shape(r.xml)
-            running[r.name] = DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
-        self._known = running
-        corrected = self.priority.reconcile([(name, info.priority_class) for name, info in running.items()])
-        for record, meta in records:
+        running = [(r, m, read_shape(r.xml)) for r, m in self._managed_records() if r.active]  # one parse each
+        self._known = {r.name: DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
+                       for r, m, shape in running}
+        corrected = self.priority.reconcile([(r.name, m.priority_class) for r, m, _ in running])
+        for record, meta, shape in running:
+            changes = self._apply_net(record.name, meta.priority_class, shape.interfaces)
             if meta.overlay:
-                self._reconcile_disk(record, meta, corrected)
-            changes = self._apply_net(record.name, meta.priority_class, running[record.name].interfaces)
+                changes += self._reconcile_disk(record.name, meta.priority_class, shape.disk_caps)
             if changes:
                 corrected.setdefault(record.name, []).extend(changes)
                 self.events.publish(Event("drift.corrected", record.name, "; ".join(changes),
                                           {"class": meta.priority_class.value}))
         return corrected
 
-    def _reconcile_disk(self, record: DomainRecord, meta: GleanerMetadata, corrected: dict[str, list[str]]) -> None:
+    def _reconcile_disk(self, name: str, cls: Role, have: tuple[int, int]) -> list[str]:
         """Caps are read from the live XML (no QEMU round trip) and put back if they drifted."""
-        want = self.disk_setting(meta.priority_class)
-        have = read_shape(record.xml).disk_caps
+        want = self.disk_setting(cls)
         if have == (want.total_bytes_sec, want.total_iops_sec):
-            return
+            return []
         try:
-            self._apply_disk(record.name, meta.priority_class)
+            self._apply_disk(name, cls)
         except HypervisorError as exc:
-            log_event(log, "priority.apply_failed", logging.WARNING, domain=record.name, error=str(exc))
-            return
-        change = f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, {want.total_iops_sec} IOPS"
-        corrected.setdefault(record.name, []).append(change)
-        self.events.publish(Event("drift.corrected", record.name, change, {"class": meta.priority_class.value}))
+            log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
+            return []
+        return [f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, {want.total_iops_sec} IOPS"]
 
     def domain_info(self) -> dict[str, DomainInfo]:
         return dict(self._known)
@@ -448,7 +442,7 @@ class DomainManager:
 
     def _is_active(self, name: str) -> bool:
         try:
-            return self.hv.state(name) not in ("shutoff", "crashed")
+            return is_active_state(self.hv.state(name))
         except NoSuchDomain:
             return False
 
