@@ -22,6 +22,29 @@ T = TypeVar("T")
 # libvirt prints every error to stderr unless a handler is set; errors reach us as exceptions.
 libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
 
+# Events that can change what a domain's XML says: its state, our metadata, its tunables
+# (cputune, blkiotune, iotune) and its devices (taps appear when it starts).
+WATCHED_EVENTS = (libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, libvirt.VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
+                  libvirt.VIR_DOMAIN_EVENT_ID_TUNABLE, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
+                  libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED)
+_event_loop_lock = threading.Lock()
+_event_loop_running = False
+
+
+def _run_event_loop() -> None:
+    while True:
+        libvirt.virEventRunDefaultImpl()
+
+
+def start_event_loop() -> None:
+    """libvirt's own event loop, in a daemon thread; once per process, before connecting."""
+    global _event_loop_running
+    with _event_loop_lock:
+        if not _event_loop_running:
+            libvirt.virEventRegisterDefaultImpl()
+            threading.Thread(target=_run_event_loop, name="libvirt-events", daemon=True).start()
+            _event_loop_running = True
+
 STATE_NAMES = {
     libvirt.VIR_DOMAIN_NOSTATE: "unknown",
     libvirt.VIR_DOMAIN_RUNNING: "running",
@@ -86,6 +109,24 @@ class Hypervisor:
         self._conn: libvirt.virConnect | None = None
         self._connected_before = False
         self._lock = threading.Lock()
+        self._on_change: Callable[[str | None], None] | None = None
+
+    def watch(self, on_change: Callable[[str | None], None]) -> None:
+        """Call on_change(name) when libvirt reports something that may change a domain's XML,
+        and on_change(None) when events may have been missed (a new or lost connection)."""
+        start_event_loop()
+        with self._lock:
+            self._on_change = on_change
+            self._drop_locked()  # the next connection registers for events
+
+    def _subscribe_locked(self, conn: libvirt.virConnect) -> None:
+        notify = self._on_change
+        if notify is None:
+            return
+        for event_id in WATCHED_EVENTS:
+            conn.domainEventRegisterAny(None, event_id, lambda _c, dom, *_rest: notify(dom.name()), None)
+        conn.registerCloseCallback(lambda _c, _reason, _opaque: notify(None), None)
+        notify(None)  # whatever happened while we were not listening
 
     # -- connection -------------------------------------------------------------------------
 
@@ -98,6 +139,12 @@ class Hypervisor:
                 except libvirt.libvirtError as exc:
                     raise HypervisorUnavailable(f"cannot connect to libvirt at {self.uri}: "
                                                 f"{exc.get_error_message()}") from None
+                try:
+                    self._subscribe_locked(self._conn)
+                except libvirt.libvirtError as exc:
+                    self._drop_locked()
+                    raise HypervisorUnavailable(f"cannot subscribe to libvirt's domain events at {self.uri}: "
+                                                f"{exc.get_error_message()}") from None
                 if self._connected_before:
                     log_event(log, "libvirt.reconnected", uri=self.uri)
                 self._connected_before = True
@@ -105,6 +152,11 @@ class Hypervisor:
 
     def _drop_locked(self) -> None:
         if self._conn is not None:
+            try:
+                if self._on_change is not None:
+                    self._conn.unregisterCloseCallback()
+            except libvirt.libvirtError:
+                pass
             try:
                 self._conn.close()
             except libvirt.libvirtError:
@@ -177,9 +229,11 @@ class Hypervisor:
             return records
         return self._call("list domains", read, retry=True)
 
-    def domain_names(self) -> set[str]:
-        """Names of every domain, running or not, without fetching their XML."""
-        return self._call("list domain names", lambda c: {d.name() for d in c.listAllDomains(0)}, retry=True)
+    def active_domain_names(self) -> set[str]:
+        """Names of the running domains: one cheap call, no XML."""
+        return self._call("list running domain names",
+                          lambda c: {d.name() for d in c.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)},
+                          retry=True)
 
     def get_domain(self, name: str) -> DomainRecord | None:
         try:

@@ -22,8 +22,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from . import __version__, blockdev, cgroups, netshape
 from .config import AgentConfig
-from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata,
-                        read_shape)
+from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, DomainShape, GleanerMetadata, build_domain_xml,
+                        metadata_xml, read_metadata, read_shape)
 from .events import Event, EventBus
 from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
@@ -37,6 +37,9 @@ from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
 PROGRESS_SECONDS = 5.0
+# libvirt's events say when a domain's XML may have changed, so reconcile re-reads only
+# those; every this many passes it re-reads all of them anyway, in case one was missed.
+FULL_REFRESH_PASSES = 30
 
 
 class DomainNotFound(LookupError):
@@ -143,6 +146,16 @@ class DomainManager:
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # What each running domain's XML says (None when it is not ours), kept between passes;
+        # libvirt's events mark entries stale.
+        self._views: dict[str, tuple[GleanerMetadata, DomainShape] | None] = {}
+        self._stale: set[str] = set()
+        self._all_stale = True
+        self._stale_lock = threading.Lock()
+        self._passes = 0
+        self._reap_hint = True   # libvirt reported something since the reaper last listed
+        self._reap_passes = 0
+        hypervisor.watch(self.note_change)
         for directory, mode in ((config.state_dir, 0o755), (config.overlay_dir, 0o711),
                                 (config.console_dir, 0o700)):
             directory.mkdir(parents=True, exist_ok=True)
@@ -306,19 +319,51 @@ class DomainManager:
             assert fresh is not None
             return managed_domain(fresh, updated, self.priority.is_boosted(name))
 
+    def note_change(self, name: str | None) -> None:
+        """libvirt says `name`'s XML may have changed (None: any domain's may have)."""
+        with self._stale_lock:
+            self._reap_hint = True
+            if name is None:
+                self._all_stale = True
+            else:
+                self._stale.add(name)
+
+    def _take_stale(self, names: set[str]) -> set[str]:
+        with self._stale_lock:
+            stale = set(names) if self._all_stale else self._stale & names
+            self._all_stale = False
+            self._stale.clear()
+        return stale
+
+    def _running_views(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        """Running managed domains as their XML says, re-reading only what events marked stale."""
+        self._passes += 1
+        if self._passes % FULL_REFRESH_PASSES == 0:
+            self.note_change(None)
+        names = self.hv.active_domain_names()  # also notices a lost connection, which marks all stale
+        stale = self._take_stale(names)
+        for name in set(self._views) - names:
+            del self._views[name]
+        for name in names:
+            if name in stale or name not in self._views:
+                record = self.hv.get_domain(name)
+                meta = self._ours(record) if record is not None and record.active else None
+                self._views[name] = (meta, read_shape(record.xml)) if meta is not None else None
+        return [(name, *view) for name, view in self._views.items() if view is not None]
+
     def reconcile(self) -> dict[str, list[str]]:
         """Re-assert every running managed domain's class; returns the corrections made."""
-        running = [(r, m, read_shape(r.xml)) for r, m in self._managed_records() if r.active]  # one parse each
-        self._known = {r.name: DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
-                       for r, m, shape in running}
-        corrected = self.priority.reconcile([(r.name, m.priority_class) for r, m, _ in running])
-        for record, meta, shape in running:
-            changes = self._apply_net(record.name, meta.priority_class, shape.interfaces)
+        running = self._running_views()
+        self._known = {name: DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
+                       for name, m, shape in running}
+        corrected = self.priority.reconcile([(name, m.priority_class) for name, m, _ in running])
+        for name, meta, shape in running:
+            changes = self._apply_net(name, meta.priority_class, shape.interfaces)
             if meta.overlay:
-                changes += self._reconcile_disk(record.name, meta.priority_class, shape.disk_caps)
+                changes += self._reconcile_disk(name, meta.priority_class, shape.disk_caps)
             if changes:
-                corrected.setdefault(record.name, []).extend(changes)
-                self.events.publish(Event("drift.corrected", record.name, "; ".join(changes),
+                corrected.setdefault(name, []).extend(changes)
+                self.events.publish(Event("drift.corrected", name, "; ".join(changes),
                                           {"class": meta.priority_class.value}))
         return corrected
 
@@ -332,6 +377,7 @@ class DomainManager:
         except HypervisorError as exc:
             log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
             return []
+        self.note_change(name)  # read the caps back next pass, whenever libvirt's event arrives
         return [f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, {want.total_iops_sec} IOPS"]
 
     def domain_info(self) -> dict[str, DomainInfo]:
@@ -486,8 +532,19 @@ class DomainManager:
         """Remove volunteers that stopped on their own, and overlays no domain owns.
 
         A volunteer's work is disposable, so once its guest is off there is nothing to keep.
-        Returns what was removed, for logs and tests.
+        Stopped domains are listed only when libvirt reported an event since the last pass
+        (or every FULL_REFRESH_PASSES passes, in case one was missed). Returns what was
+        removed, for logs and tests.
         """
+        self._reap_passes += 1
+        with self._stale_lock:
+            hinted, self._reap_hint = self._reap_hint, False
+        removed = []
+        if hinted or self._reap_passes % FULL_REFRESH_PASSES == 0:
+            removed += self._reap_stopped_volunteers()
+        return removed + self._remove_orphan_overlays()
+
+    def _reap_stopped_volunteers(self) -> list[str]:
         removed = []
         for record in self.hv.list_domains(inactive_only=True):  # cheap: few domains are ever off
             meta = self._ours(record)
@@ -499,10 +556,13 @@ class DomainManager:
                     self._remove(record.name, meta)
                     removed.append(record.name)
                     log_event(log, "volunteer.reaped", domain=record.name, state=current.state)
-        overlays = list_overlays(self.config.overlay_dir)
-        known = self.hv.domain_names() if overlays else set()
-        for name, path in overlays.items():
-            if name in known:
+        return removed
+
+    def _remove_orphan_overlays(self) -> list[str]:
+        removed = []
+        running = set(self._views)  # seen running by the last reconcile: surely not orphans
+        for name, path in list_overlays(self.config.overlay_dir).items():
+            if name in running:
                 continue
             with self._name_lock(name, blocking=False) as free:
                 if free and self.hv.get_domain(name) is None and delete_overlay(path):
