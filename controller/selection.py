@@ -1,0 +1,80 @@
+"""Volunteer selection (RHIC, section 4.2), as pure functions over arrays.
+
+Per node, foreground CPU demand is predicted with a moving average of recent samples. A node's
+potential productivity is P = min(CPU_max - CPU_fg_predicted, 1 core x slots), where slots are
+the backfill VMs that fit in the memory foreground VMs and the reserve leave. Nodes are taken
+greedily by P; a used node is swapped for an unused one only when the unused one's P is higher
+by more than a threshold (so small wobbles do not churn VMs); and while nodes come and go in a
+burst, the previous selection stands until the evaluation interval ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def moving_average(samples: np.ndarray, window: int) -> np.ndarray:
+    """Mean of each row's last `window` samples, ignoring NaN (missing) entries; 0 for none."""
+    if samples.ndim != 2:
+        raise ValueError("samples must be a 2-D array: one row per node")
+    recent = samples[:, -window:] if window > 0 else samples
+    counts = np.sum(~np.isnan(recent), axis=1)
+    sums = np.nansum(recent, axis=1)
+    return np.divide(sums, counts, out=np.zeros(len(recent)), where=counts > 0)
+
+
+def potential_productivity(cpu_max: np.ndarray, fg_predicted: np.ndarray, free_memory_mib: np.ndarray,
+                           slot_memory_mib: int) -> np.ndarray:
+    """P per node in cores: Eq. 1 of RHIC, with slots = backfill VMs that fit in free memory."""
+    slots = np.floor_divide(np.maximum(free_memory_mib, 0), max(slot_memory_mib, 1))
+    return np.maximum(np.minimum(cpu_max - fg_predicted, 1.0 * slots), 0.0)
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: tuple[str, ...]        # best first
+    swaps: tuple[tuple[str, str], ...] = ()   # (dropped, added)
+    deferred: bool = False
+
+
+def select_volunteers(node_ids: list[str], productivity: np.ndarray, previous: tuple[str, ...],
+                      count: int, threshold: float, churn_deferred: bool = False) -> Selection:
+    """Choose up to `count` nodes with P > 0.
+
+    Nodes already chosen stay unless an unused node beats the worst of them by more than
+    `threshold` cores; new slots go to the best unused nodes. With `churn_deferred`, the previous
+    choice stands (less any node that is gone) until the evaluation interval ends.
+    """
+    index = {node: i for i, node in enumerate(node_ids)}
+    kept = [node for node in previous if node in index and productivity[index[node]] > 0]
+    if churn_deferred:
+        return Selection(tuple(_best_first(kept, productivity, index)), deferred=True)
+    kept = _best_first(kept, productivity, index)[:max(count, 0)]
+    used = np.zeros(len(node_ids), dtype=bool)
+    used[[index[n] for n in kept]] = True
+    candidates = _unused_by_p(productivity, used)
+    added = [node_ids[i] for i in candidates[:max(count - len(kept), 0)]]
+    used[[index[n] for n in added]] = True
+    chosen = kept + added
+    swaps = []
+    remaining = _unused_by_p(productivity, used)
+    for best in remaining:  # best unused first, against the worst used
+        if not chosen:
+            break
+        worst = min(chosen, key=lambda n: (productivity[index[n]], n))
+        if productivity[best] - productivity[index[worst]] <= threshold:
+            break
+        chosen[chosen.index(worst)] = node_ids[best]
+        swaps.append((worst, node_ids[best]))
+    return Selection(tuple(_best_first(chosen, productivity, index)), tuple(swaps))
+
+
+def _unused_by_p(productivity: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Indices of unused nodes with P > 0, highest P first (ties by position)."""
+    free = np.flatnonzero(~used & (productivity > 0))
+    return free[np.argsort(-productivity[free], kind="stable")]
+
+
+def _best_first(nodes: list[str], productivity: np.ndarray, index: dict[str, int]) -> list[str]:
+    return sorted(nodes, key=lambda n: (-productivity[index[n]], n))

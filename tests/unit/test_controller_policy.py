@@ -1,0 +1,229 @@
+"""The controller's pure decisions: placement, victims, backfill plans, volunteer selection."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+                               allocated, backfill_room, choose_victims, place_on_demand, plan_backfill)
+from controller.selection import moving_average, potential_productivity, select_volunteers
+
+NOW = 1_000_000.0
+
+
+def node(node_id: str, vcpus: int = 4, memory: int = 4096, **kw) -> NodeView:
+    return NodeView(node_id, Size(vcpus, memory), **kw)
+
+
+def vm(vm_id: str, node_id: str, role: VmRole = VmRole.BACKFILL, vcpus: int = 1, memory: int = 512,
+       age: float = 100.0) -> VmView:
+    return VmView(vm_id, node_id, role, Size(vcpus, memory), NOW - age)
+
+
+# -- examples ------------------------------------------------------------------------------------
+
+def test_free_room_is_used_before_any_backfill_vm_is_touched():
+    pool = Pool((node("a"), node("b", vcpus=2)), (vm("x", "a", vcpus=4),), NOW)
+    assert place_on_demand(pool, Size(2, 1024)) == Place("b")
+
+
+def test_best_fit_among_nodes_with_room():
+    pool = Pool((node("big", vcpus=8), node("small", vcpus=2)), (), NOW)
+    assert place_on_demand(pool, Size(2, 512)) == Place("small")
+    assert place_on_demand(pool, Size(3, 512)) == Place("big")
+
+
+def test_most_recent_stops_the_youngest_backfill_vm():
+    pool = Pool((node("a", vcpus=3),), (vm("old", "a", age=500), vm("young", "a", age=5),
+                                         vm("mid", "a", age=50)), NOW)
+    decision = place_on_demand(pool, Size(1, 256))
+    assert decision == Preempt("a", ("young",), 5.0)
+
+
+def test_most_recent_prefers_the_node_whose_victims_are_youngest():
+    pool = Pool((node("a", vcpus=1), node("b", vcpus=1)), (vm("va", "a", age=60), vm("vb", "b", age=6)), NOW)
+    assert place_on_demand(pool, Size(1, 256)).node_id == "b"
+
+
+def test_least_loss_takes_one_big_victim_over_two_small_ones():
+    pool = Pool((node("a", vcpus=5),), (vm("s1", "a", age=1), vm("s2", "a", age=1), vm("big", "a", vcpus=2, age=900),
+                                        vm("s3", "a", age=1000)), NOW)
+    assert place_on_demand(pool, Size(2, 256), Policy.LEAST_LOSS).victims == ("big",)
+    assert set(place_on_demand(pool, Size(2, 256), Policy.MOST_RECENT).victims) == {"s1", "s2"}
+
+
+def test_impossible_request_is_rejected_with_the_reason():
+    pool = Pool((node("a", vcpus=4),), (vm("fg", "a", VmRole.ON_DEMAND, vcpus=3), vm("bf", "a")), NOW)
+    decision = place_on_demand(pool, Size(2, 256))
+    assert isinstance(decision, Reject)
+    assert "1 vCPUs" in decision.reason and "2 vCPUs" in decision.reason
+
+
+def test_nodes_that_are_down_are_never_chosen():
+    pool = Pool((node("a", up=False), node("b", vcpus=1)), (), NOW)
+    assert place_on_demand(pool, Size(2, 256)) == Reject(place_on_demand(pool, Size(2, 256)).reason)
+    assert place_on_demand(pool, Size(1, 256)) == Place("b")
+    assert "no node is up" in place_on_demand(Pool((node("a", up=False),), (), NOW), Size(1, 1)).reason
+
+
+def test_any_is_random_but_repeatable_for_a_seed():
+    vms = tuple(vm(f"v{i}", "a", age=i) for i in range(8))
+    pool = Pool((node("a", vcpus=8),), vms, NOW)
+    picks = {place_on_demand(pool, Size(1, 256), Policy.ANY, seed=s).victims for s in range(20)}
+    assert len(picks) > 1
+    assert place_on_demand(pool, Size(1, 256), Policy.ANY, 7) == place_on_demand(pool, Size(1, 256), Policy.ANY, 7)
+
+
+def test_backfill_fills_room_and_respects_reserves_and_max_instances():
+    config = BackfillConfig(enabled=True, vcpus=1, memory_mb=512)
+    pool = Pool((node("a", vcpus=4, reserve=Size(1, 0)), node("b", vcpus=2, backfill_excluded=True),
+                 node("c", vcpus=2)), (vm("fg", "c", VmRole.ON_DEMAND),), NOW)
+    assert plan_backfill(pool, config).launches == ("a", "a", "a", "c")
+    assert plan_backfill(pool, BackfillConfig(enabled=True, max_instances=2, memory_mb=512)).launches == ("a", "a")
+    assert plan_backfill(pool, BackfillConfig(enabled=False)).launches == ()
+    assert plan_backfill(pool, config, targets=["c", "a"], cpu_room={"a": 1.5}).launches == ("c", "a")
+
+
+def test_backfill_recycles_vms_past_their_duration():
+    config = BackfillConfig(enabled=True, duration_seconds=60, memory_mb=512)
+    pool = Pool((node("a", vcpus=2),), (vm("old", "a", age=61), vm("new", "a", age=1)), NOW)
+    assert plan_backfill(pool, config).recycles == ("old",)
+
+
+def test_moving_average_ignores_missing_samples():
+    samples = np.array([[1.0, 2.0, 3.0, 4.0], [np.nan, np.nan, 2.0, np.nan], [np.nan] * 4])
+    assert moving_average(samples, 2).tolist() == [3.5, 2.0, 0.0]
+    assert moving_average(samples, 0).tolist() == [2.5, 2.0, 0.0]
+
+
+def test_potential_productivity_is_the_tighter_of_cpu_and_memory():
+    p = potential_productivity(np.array([4.0, 4.0, 4.0]), np.array([1.0, 3.5, 5.0]),
+                               np.array([4096, 4096, 300]), 1024)
+    assert p.tolist() == [3.0, 0.5, 0.0]
+    assert potential_productivity(np.array([8.0]), np.array([0.0]), np.array([2048]), 1024).tolist() == [2.0]
+
+
+def test_selection_is_greedy_by_p_and_swaps_only_beyond_the_threshold():
+    ids = ["a", "b", "c", "d"]
+    p = np.array([1.0, 3.0, 2.0, 0.0])
+    assert select_volunteers(ids, p, (), 2, 0.5).chosen == ("b", "c")
+    # "a" is used; "c" is better by 1.0 > 0.5: swapped. With threshold 1.5 it stays.
+    assert select_volunteers(ids, p, ("b", "a"), 2, 0.5).swaps == (("a", "c"),)
+    assert select_volunteers(ids, p, ("b", "a"), 2, 1.5).chosen == ("b", "a")
+    # during churn the previous choice stands, less nodes that are gone
+    assert select_volunteers(["a", "c"], np.array([1.0, 2.0]), ("b", "a"), 2, 0.5, churn_deferred=True).chosen \
+        == ("a",)
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+@st.composite
+def pools(draw):
+    count = draw(st.integers(1, 4))
+    nodes = [node(f"n{i}", draw(st.integers(1, 8)), draw(st.integers(256, 8192)),
+                  up=draw(st.booleans()) or i == 0) for i in range(count)]
+    vms = []
+    for n in nodes:
+        used = Size(0, 0)
+        for j in range(draw(st.integers(0, 6))):
+            size = Size(draw(st.integers(1, 3)), draw(st.integers(64, 2048)))
+            if not (used + size).fits_in(n.capacity):
+                break
+            used += size
+            role = draw(st.sampled_from(list(VmRole)))
+            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000))))
+    want = Size(draw(st.integers(1, 8)), draw(st.integers(64, 8192)))
+    return Pool(tuple(nodes), tuple(vms), NOW), want
+
+
+@settings(max_examples=400, deadline=None)
+@given(pools(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
+def test_placement_properties(case, policy, seed):
+    pool, want = case
+    decision = place_on_demand(pool, want, policy, seed)
+    up = {n.node_id: n for n in pool.nodes if n.up}
+    if isinstance(decision, Reject):
+        # nothing could host it even with every backfill VM gone
+        assert all(not want.fits_in(n.capacity - allocated(pool.on_node(i), VmRole.ON_DEMAND)) for i, n in up.items())
+        return
+    assert decision.node_id in up
+    on_node = pool.on_node(decision.node_id)
+    room = up[decision.node_id].capacity - allocated(on_node)
+    if isinstance(decision, Place):
+        assert want.fits_in(room)
+        return
+    assert not any(want.fits_in(n.capacity - allocated(pool.on_node(i))) for i, n in up.items())
+    victims = [v for v in on_node if v.vm_id in decision.victims]
+    assert len(victims) == len(decision.victims) > 0
+    assert all(v.role is VmRole.BACKFILL for v in victims)   # on-demand VMs are never victims
+    assert want.fits_in(room + allocated(victims))
+    for spared in victims:  # minimal: no victim could have been spared
+        assert not want.fits_in(room + allocated([v for v in victims if v is not spared]))
+    if policy is Policy.MOST_RECENT:  # no spared backfill VM on the node is younger than a needed victim
+        spared_vms = [v for v in on_node if v.role is VmRole.BACKFILL and v.vm_id not in decision.victims]
+        youngest_first = sorted(victims, key=lambda v: v.runtime(NOW))
+        for candidate in spared_vms:
+            for needed in youngest_first:
+                swapped = [v for v in victims if v is not needed] + [candidate]
+                if candidate.runtime(NOW) < needed.runtime(NOW):
+                    # a younger VM was spared: only allowed if it could not replace the older one
+                    assert not want.fits_in(room + allocated(swapped))
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), st.integers(0, 12), st.integers(1, 3), st.integers(64, 2048))
+def test_backfill_never_exceeds_max_instances_or_enters_a_reserve(case, max_instances, vcpus, memory):
+    pool, _ = case
+    reserved = tuple(NodeView(n.node_id, n.capacity, n.up, Size(1, 128), backfill_excluded=(i == 1))
+                     for i, n in enumerate(pool.nodes))
+    pool = Pool(reserved, pool.vms, NOW)
+    config = BackfillConfig(enabled=True, max_instances=max_instances, vcpus=vcpus, memory_mb=memory)
+    plan = plan_backfill(pool, config)
+    existing = sum(v.role is VmRole.BACKFILL for v in pool.vms)
+    if max_instances:
+        assert existing + len(plan.launches) <= max(max_instances, existing)
+    for n in pool.nodes:
+        count = plan.launches.count(n.node_id)
+        if count:
+            assert n.up and not n.backfill_excluded
+            assert (allocated(pool.on_node(n.node_id)) + Size(vcpus * count, memory * count)).fits_in(
+                n.capacity - n.reserve)
+    assert backfill_room(pool.nodes[0], []) .vcpus <= pool.nodes[0].capacity.vcpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 16), min_size=1, max_size=12), st.integers(0, 12), st.floats(0, 4),
+       st.data())
+def test_selection_prefers_higher_p_and_swaps_only_beyond_threshold(ps, count, threshold, data):
+    ids = [f"n{i}" for i in range(len(ps))]
+    p = np.array(ps)
+    previous = tuple(data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=len(ids))))
+    result = select_volunteers(ids, p, previous, count, threshold)
+    chosen = set(result.chosen)
+    assert len(chosen) == len(result.chosen) <= max(count, 0)
+    assert all(p[ids.index(n)] > 0 for n in chosen)
+    if not previous:  # fresh choice: nothing unused beats anything used
+        unused = [p[i] for i, n in enumerate(ids) if n not in chosen and p[i] > 0]
+        if unused and chosen:
+            assert max(unused) <= min(p[ids.index(n)] for n in chosen)
+    else:
+        kept_worst = [p[ids.index(n)] for n in chosen]
+        unused = [p[i] for i, n in enumerate(ids) if n not in chosen and p[i] > 0]
+        if unused and kept_worst and len(chosen) == count:
+            assert max(unused) - min(kept_worst) <= threshold + 1e-9
+    for dropped, added in result.swaps:
+        assert dropped in previous and p[ids.index(added)] - p[ids.index(dropped)] > threshold
+
+
+def test_choose_victims_with_nothing_needed_takes_nothing():
+    assert choose_victims([vm("a", "n")], Size(0, 0), Policy.MOST_RECENT, NOW, random.Random(0)) == []
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_infeasible_requests_terminate_nothing(policy):
+    pool = Pool((node("a", vcpus=2),), (vm("b1", "a"), vm("b2", "a")), NOW)
+    assert isinstance(place_on_demand(pool, Size(3, 256), policy), Reject)
