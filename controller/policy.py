@@ -7,8 +7,10 @@ simulation can reuse them.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -49,6 +51,12 @@ class NodeView:
     up: bool = True
     reserve: Size = ZERO          # never given to backfill
     backfill_excluded: bool = False  # the whole node is reserved from backfill
+    allocated: Size = ZERO        # every VM on the node (kept by the caller; Pool.of computes it)
+    pinned: Size = ZERO           # what no preemption can free: on-demand VMs, backfill VMs not preemptible now
+
+    @property
+    def room(self) -> Size:
+        return self.capacity - self.allocated
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class VmView:
     role: VmRole
     size: Size
     launched_at: float            # seconds since the epoch
+    preemptible: bool = True      # false while a backfill VM starts or stops
 
     def runtime(self, now: float) -> float:
         return max(now - self.launched_at, 0.0)
@@ -69,15 +78,36 @@ class VmView:
 
 @dataclass(frozen=True)
 class Pool:
+    """The pool as decisions see it. The caller keeps the per-node sums in NodeView up to date
+    (the controller does so incrementally); Pool.of builds a consistent one from a list of VMs."""
     nodes: tuple[NodeView, ...]
-    vms: tuple[VmView, ...]
+    vms_by_node: Mapping[str, Sequence[VmView]]
     now: float
 
-    def on_node(self, node_id: str) -> list[VmView]:
-        return [vm for vm in self.vms if vm.node_id == node_id]
+    @classmethod
+    def of(cls, nodes: Sequence[NodeView], vms: Sequence[VmView], now: float) -> Pool:
+        by_node: dict[str, list[VmView]] = {n.node_id: [] for n in nodes}
+        for vm in vms:
+            by_node.setdefault(vm.node_id, []).append(vm)
+        summed = tuple(dataclasses.replace(n, allocated=allocated(by_node[n.node_id]),
+                                           pinned=allocated([vm for vm in by_node[n.node_id] if not is_victim(vm)]))
+                       for n in nodes)
+        return cls(summed, by_node, now)
+
+    def on_node(self, node_id: str) -> Sequence[VmView]:
+        return self.vms_by_node.get(node_id, ())
+
+    @property
+    def vms(self) -> list[VmView]:
+        return [vm for vms in self.vms_by_node.values() for vm in vms]
 
 
-def allocated(vms: list[VmView], role: VmRole | None = None) -> Size:
+def is_victim(vm: VmView) -> bool:
+    """Whether preemption may stop this VM."""
+    return vm.role is VmRole.BACKFILL and vm.preemptible
+
+
+def allocated(vms: Sequence[VmView], role: VmRole | None = None) -> Size:
     total = ZERO
     for vm in vms:
         if role is None or vm.role is role:
@@ -174,44 +204,59 @@ def _victim_cost(victims: list[VmView], policy: Policy, now: float) -> tuple:
     return (max((vm.runtime(now) for vm in victims), default=0.0), len(victims))
 
 
+def _cost_bound(backfill: list[VmView], policy: Policy, now: float) -> tuple:
+    """A lower bound on _victim_cost for a node, so most nodes need no victim search."""
+    if policy is Policy.LEAST_LOSS:
+        return (1, min(vm.work(now) for vm in backfill))
+    return (min(vm.runtime(now) for vm in backfill), 1)
+
+
 def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT, seed: int = 0) -> Decision:
     """Where an on-demand VM of size `want` goes, and which backfill VMs must make room."""
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     up = [node for node in pool.nodes if node.up]
-    by_node = {node.node_id: pool.on_node(node.node_id) for node in up}
-    feasible = [n for n in up if want.fits_in(n.capacity - allocated(by_node[n.node_id], VmRole.ON_DEMAND))]
+    feasible = [n for n in up if want.fits_in(n.capacity - n.pinned)]
     if not feasible:
-        return Reject(_infeasible_reason(pool, up, by_node, want))
-    free = [(n.capacity - allocated(by_node[n.node_id]), n) for n in feasible]
-    fitting = [(room, n) for room, n in free if want.fits_in(room)]
+        return Reject(_infeasible_reason(pool, up, want))
+    fitting = [n for n in feasible if want.fits_in(n.room)]
     if fitting:  # best fit: keep large holes for large requests
-        room, node = min(fitting, key=lambda p: (p[0].vcpus - want.vcpus, p[0].memory_mib - want.memory_mib,
-                                                  p[1].node_id))
+        node = min(fitting, key=lambda n: (n.room.vcpus - want.vcpus, n.room.memory_mib - want.memory_mib,
+                                           n.node_id))
         return Place(node.node_id)
     rng = random.Random(seed)
-    options = []
-    for room, node in free:
-        backfill = [vm for vm in by_node[node.node_id] if vm.role is VmRole.BACKFILL]
-        victims = choose_victims(backfill, want - room, policy, pool.now, rng)
-        if victims is not None:
-            options.append((_victim_cost(victims, policy, pool.now), node.node_id, victims))
+    candidates = []
+    for node in feasible:
+        backfill = [vm for vm in pool.on_node(node.node_id) if is_victim(vm)]
+        if backfill:
+            candidates.append((_cost_bound(backfill, policy, pool.now), node, backfill))
     if policy is Policy.ANY:
-        _, node_id, victims = options[rng.randrange(len(options))]
+        rng.shuffle(candidates)
     else:
-        _, node_id, victims = min(options, key=lambda o: (o[0], o[1]))
+        candidates.sort(key=lambda c: (c[0], c[1].node_id))
+    best = None
+    for bound, node, backfill in candidates:
+        if best is not None and (policy is Policy.ANY or bound > best[0]):
+            break
+        victims = choose_victims(backfill, want - node.room, policy, pool.now, rng)
+        if victims is not None:
+            option = (_victim_cost(victims, policy, pool.now), node.node_id, victims)
+            if best is None or option[:2] < best[:2]:
+                best = option
+    if best is None:  # cannot happen while NodeView sums match the VMs; say so rather than crash
+        return Reject("the pool's books do not add up: a node has room on paper but no VMs to stop")
+    _, node_id, victims = best
     return Preempt(node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
 
 
-def _infeasible_reason(pool: Pool, up: list[NodeView], by_node: dict[str, list[VmView]], want: Size) -> str:
+def _infeasible_reason(pool: Pool, up: list[NodeView], want: Size) -> str:
     if not up:
         down = len(pool.nodes)
         return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
-    best = max((n.capacity - allocated(by_node[n.node_id], VmRole.ON_DEMAND) for n in up),
-               key=lambda s: (s.vcpus, s.memory_mib))
+    best = max((n.capacity - n.pinned for n in up), key=lambda s: (s.vcpus, s.memory_mib))
     return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "
-            f"VM: the most any of the {len(up)} up nodes has outside on-demand VMs is {best.vcpus} vCPUs "
-            f"and {best.memory_mib} MiB")
+            f"VM: the most room on any of the {len(up)} up nodes, counting backfill VMs as free, is "
+            f"{best.vcpus} vCPUs and {best.memory_mib} MiB")
 
 
 # -- backfill -----------------------------------------------------------------------------------
@@ -240,11 +285,11 @@ class BackfillPlan:
     notes: tuple[str, ...] = field(default=())
 
 
-def backfill_room(node: NodeView, vms: list[VmView]) -> Size:
+def backfill_room(node: NodeView) -> Size:
     """What backfill may still take on a node: capacity less every VM and the reserve."""
     if not node.up or node.backfill_excluded:
         return ZERO
-    return node.capacity - node.reserve - allocated(vms)
+    return node.capacity - node.reserve - node.allocated
 
 
 def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None = None,
@@ -252,13 +297,13 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
     """Which nodes get new backfill VMs now, and which old ones are recycled.
 
     `targets` are the selected volunteer nodes, best first (all up nodes by id when None);
-    `cpu_room` caps how many vCPUs of backfill a node should carry (its potential productivity).
+    `cpu_room` caps how many cores of backfill a node should carry (its potential productivity).
     """
     if not config.enabled:
         return BackfillPlan()
     backfill = [vm for vm in pool.vms if vm.role is VmRole.BACKFILL]
     recycles = tuple(vm.vm_id for vm in sorted(backfill, key=lambda vm: vm.launched_at)
-                     if vm.runtime(pool.now) >= config.duration_seconds)
+                     if vm.preemptible and vm.runtime(pool.now) >= config.duration_seconds)
     budget = (config.max_instances - len(backfill)) if config.max_instances else None
     nodes = {n.node_id: n for n in pool.nodes}
     order = targets if targets is not None else sorted(n.node_id for n in pool.nodes)
@@ -267,12 +312,11 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
         node = nodes.get(node_id)
         if node is None:
             continue
-        vms = pool.on_node(node_id)
-        room = backfill_room(node, vms)
-        count = fitting_count(room, config.size)
+        count = fitting_count(backfill_room(node), config.size)
         if cpu_room is not None and node_id in cpu_room:
-            held = allocated(vms, VmRole.BACKFILL).vcpus
-            count = min(count, max(int((cpu_room[node_id] - held) // config.vcpus), 0))
+            held = sum(vm.size.vcpus for vm in pool.on_node(node_id) if vm.role is VmRole.BACKFILL)
+            # to the nearest VM: half a free core is worth a volunteer vCPU
+            count = min(count, max(int((cpu_room[node_id] - held) / config.vcpus + 0.5), 0))
         if budget is not None:
             count = min(count, budget - len(launches))
         launches += [node_id] * count

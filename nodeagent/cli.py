@@ -20,6 +20,7 @@ from .hypervisor import Hypervisor, HypervisorError
 from .lifecycle import DomainManager
 from .logs import log_event, setup_logging
 from .metrics import PrometheusCollector, Sampler
+from .reporter import Reporter
 from .server import build_server
 
 log = logging.getLogger("nodeagent")
@@ -84,6 +85,9 @@ def run(config: AgentConfig) -> int:
     stop = threading.Event()
     if config.guard_enabled:  # its own loop: its pace changes with what it sees
         threading.Thread(target=guard_loop, args=(manager, stop), name="guard", daemon=True).start()
+    if config.controller_address:
+        reporter = Reporter(config, manager, sampler)
+        threading.Thread(target=reporter.run, args=(stop,), name="reporter", daemon=True).start()
     log_event(log, "agent.serving", listen=config.listen, port=port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",
               state_dir=str(config.state_dir), image_dir=str(config.image_dir))

@@ -5,6 +5,7 @@ Unknown sections and keys are errors, so a typo never silently leaves a default 
 from __future__ import annotations
 
 import ipaddress
+import socket
 import re
 import json
 import tomllib
@@ -16,6 +17,7 @@ from .guard import GuardConfig
 from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
+HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}")
 
 
 class ConfigError(ValueError):
@@ -62,6 +64,9 @@ class AgentConfig:
     network_volunteer_from_guest_bytes_per_second: int = 12_500_000
     metrics_listen: str = "127.0.0.1:9477"  # Prometheus endpoint; "" turns it off
     metrics_sample_seconds: float = 1.0
+    controller_address: str = ""        # HOST:PORT of the controller to report to; "" = standalone
+    controller_report_seconds: float = 2.0
+    advertise_address: str = ""         # where the controller reaches this agent; "" = from listen
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -81,6 +86,16 @@ class AgentConfig:
         return GuardConfig(enabled=self.guard_enabled, period_seconds=self.guard_period_seconds,
                            slice_ms=self.guard_slice_ms, tick_seconds=self.guard_tick_seconds,
                            idle_tick_seconds=self.guard_idle_tick_seconds)
+
+    @property
+    def reachable_address(self) -> str:
+        """The address the controller dials: advertise, else listen with a wildcard host made concrete."""
+        if self.advertise_address:
+            return self.advertise_address
+        host, port = self.listen.rsplit(":", 1)
+        if host in ("0.0.0.0", "[::]", "::", ""):
+            host = socket.gethostname()
+        return f"{host}:{port}"
 
     @property
     def overlay_dir(self) -> Path:
@@ -115,6 +130,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                 "volunteer_to_guest_bytes_per_second": ("network_volunteer_to_guest_bytes_per_second", int),
                 "volunteer_from_guest_bytes_per_second": ("network_volunteer_from_guest_bytes_per_second", int)},
     "metrics": {"listen": ("metrics_listen", str), "sample_seconds": ("metrics_sample_seconds", float)},
+    "controller": {"address": ("controller_address", str), "report_seconds": ("controller_report_seconds", float),
+                   "advertise": ("advertise_address", str)},
 }
 _TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
 
@@ -131,54 +148,82 @@ def _coerce(where: str, value: Any, kind: type) -> Any:
     return value
 
 
-def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
-    """Types and names are checked here; consistency by check_config, after overrides."""
+def parse_sections(data: dict[str, Any], schema: dict[str, dict[str, tuple[str, type]]],
+                   source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check a TOML document against {section: {key: (attribute, type)}} plus [tls];
+    returns (attributes, tls fields). Unknown sections, keys and wrong types are errors."""
     values: dict[str, Any] = {}
     tls: dict[str, Any] = {}
     for section, body in data.items():
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
         if section == "tls":
-            schema = {k: (k, t) for k, t in _TLS_KEYS.items()}
+            keys = {k: (k, t) for k, t in _TLS_KEYS.items()}
             target = tls
-        elif section in _SCHEMA:
-            schema, target = _SCHEMA[section], values
+        elif section in schema:
+            keys, target = schema[section], values
         else:
             raise ConfigError(f"{source}: unknown section [{section}]; known: "
-                              f"{', '.join(sorted([*_SCHEMA, 'tls']))}")
+                              f"{', '.join(sorted([*schema, 'tls']))}")
         for key, value in body.items():
-            if key not in schema:
-                raise ConfigError(f"{source}: unknown key {section}.{key}; known: {', '.join(sorted(schema))}")
-            attr, kind = schema[key]
+            if key not in keys:
+                raise ConfigError(f"{source}: unknown key {section}.{key}; known: {', '.join(sorted(keys))}")
+            attr, kind = keys[key]
             target[attr] = _coerce(f"{source}: {section}.{key}", value, kind)
+    return values, tls
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
+    """Types and names are checked here; consistency by check_config, after overrides."""
+    values, tls = parse_sections(data, _SCHEMA, source)
     return AgentConfig(**values, tls=TlsConfig(**tls))
 
 
-def to_toml(config: AgentConfig) -> str:
-    """The configuration as a TOML file that parse_config reads back to the same value."""
+def sections_to_toml(config: Any, schema: dict[str, dict[str, tuple[str, type]]], tls: TlsConfig) -> str:
+    """A configuration as TOML that parse_sections reads back to the same values."""
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         return json.dumps(str(v)) if isinstance(v, (str, Path)) else str(v)
 
     lines = []
-    for section, keys in _SCHEMA.items():
+    for section, keys in schema.items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {value(getattr(config, attr))}" for key, (attr, _) in keys.items()]
     lines.append("[tls]")
-    lines += [f"{key} = {value(getattr(config.tls, key))}" for key in _TLS_KEYS
-              if getattr(config.tls, key) is not None]
+    lines += [f"{key} = {value(getattr(tls, key))}" for key in _TLS_KEYS if getattr(tls, key) is not None]
     return "\n".join(lines) + "\n"
 
 
-def load_config(path: Path) -> AgentConfig:
+def read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, str(path))
+
+
+def check_tls(tls: TlsConfig, listen: str, source: str) -> None:
+    """Mutual TLS unless insecure, and insecure only where nobody else can connect."""
+    if tls.insecure:
+        if not is_local_address(listen):
+            raise ConfigError(f"{source}: insecure mode is only allowed on loopback or a unix socket, "
+                              f"not on {listen!r}; configure [tls] ca, cert and key instead")
+    else:
+        missing = [k for k in ("ca", "cert", "key") if getattr(tls, k) is None]
+        if missing:
+            raise ConfigError(f"{source}: mutual TLS needs [tls] {', '.join(missing)} "
+                              "(or --insecure on loopback for local use)")
+
+
+def to_toml(config: AgentConfig) -> str:
+    """The configuration as a TOML file that parse_config reads back to the same value."""
+    return sections_to_toml(config, _SCHEMA, config.tls)
+
+
+def load_config(path: Path) -> AgentConfig:
+    return parse_config(read_toml(path), str(path))
 
 
 def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,
@@ -217,7 +262,8 @@ def check_config(config: AgentConfig, source: str) -> None:
                        ("guard.slice_ms", config.guard_slice_ms),
                        ("guard.tick_seconds", config.guard_tick_seconds),
                        ("guard.idle_tick_seconds", config.guard_idle_tick_seconds),
-                       ("metrics.sample_seconds", config.metrics_sample_seconds)):
+                       ("metrics.sample_seconds", config.metrics_sample_seconds),
+                       ("controller.report_seconds", config.controller_report_seconds)):
         if value <= 0:
             raise ConfigError(f"{source}: {key} must be positive")
     if config.guard_slice_ms >= config.guard_period_seconds * 1000:
@@ -244,17 +290,15 @@ def check_config(config: AgentConfig, source: str) -> None:
     for key in ("to_guest", "from_guest"):
         if getattr(config, f"network_volunteer_{key}_bytes_per_second") < 0:
             raise ConfigError(f"{source}: network.volunteer_{key}_bytes_per_second must be 0 (no cap) or more")
-    if config.metrics_listen and not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}", config.metrics_listen):
+    if config.metrics_listen and not HOST_PORT.fullmatch(config.metrics_listen):
         raise ConfigError(f"{source}: metrics.listen {config.metrics_listen!r} must be HOST:PORT, or \"\" for off")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
-    tls = config.tls
-    if tls.insecure:
-        if not is_local_address(config.listen):
-            raise ConfigError(f"{source}: insecure mode is only allowed on loopback or a unix socket, "
-                              f"not on {config.listen!r}; configure [tls] ca, cert and key instead")
-    else:
-        missing = [k for k in ("ca", "cert", "key") if getattr(tls, k) is None]
-        if missing:
-            raise ConfigError(f"{source}: mutual TLS needs [tls] {', '.join(missing)} "
-                              "(or --insecure on loopback for local use)")
+    for key, address in (("controller.address", config.controller_address),
+                         ("controller.advertise", config.advertise_address)):
+        if address and not HOST_PORT.fullmatch(address):
+            raise ConfigError(f"{source}: {key} {address!r} must be HOST:PORT")
+    if config.controller_address and config.listen.startswith("unix:") and not config.advertise_address:
+        raise ConfigError(f"{source}: an agent on a unix socket needs controller.advertise, the HOST:PORT "
+                          "the controller can reach it at")
+    check_tls(config.tls, config.listen, source)

@@ -153,6 +153,7 @@ class DomainManager:
         self._all_stale = True
         self._stale_lock = threading.Lock()
         self._passes = 0
+        self._views_lock = threading.Lock()
         self._reap_hint = True   # libvirt reported something since the reaper last listed
         self._reap_passes = 0
         hypervisor.watch(self.note_change)
@@ -335,8 +336,16 @@ class DomainManager:
             self._stale.clear()
         return stale
 
+    def running(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        """Running managed domains (name, metadata, shape): cheap, as reconcile keeps them."""
+        return self._running_views()
+
     def _running_views(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
         """Running managed domains as their XML says, re-reading only what events marked stale."""
+        with self._views_lock:
+            return self._refresh_views()
+
+    def _refresh_views(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
         self._passes += 1
         if self._passes % FULL_REFRESH_PASSES == 0:
             self.note_change(None)

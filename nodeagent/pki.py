@@ -66,7 +66,8 @@ def ensure_lab_pki(directory: Path, hosts: list[str] | None = None) -> dict[str,
     ca_pem, ca_key_pem = directory / "ca.pem", directory / "ca.key"
     files = {role: TlsFiles(ca_pem, directory / f"{role}.pem", directory / f"{role}.key")
              for role in ("server", "client")}
-    if all(f.cert.exists() and f.key.exists() for f in files.values()) and ca_pem.exists():
+    marker = directory / "layout-2"  # server certificates that can also dial out
+    if all(f.cert.exists() and f.key.exists() for f in files.values()) and ca_pem.exists() and marker.exists():
         return files
     ca_key, ca_cert = _issue("Gleaner lab CA", None, None, ca=True)
     _write_key(ca_key_pem, ca_key)
@@ -74,11 +75,15 @@ def ensure_lab_pki(directory: Path, hosts: list[str] | None = None) -> dict[str,
     names = ["localhost", socket.gethostname(), *(hosts or [])]
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dict.fromkeys(names)]
     sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1")]
-    for role, usage, role_sans in (("server", [ExtendedKeyUsageOID.SERVER_AUTH], sans),
+    # The server certificate also dials out: agents report to the controller and the
+    # controller calls agents, each with the certificate it serves with.
+    both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    for role, usage, role_sans in (("server", both, sans),
                                    ("client", [ExtendedKeyUsageOID.CLIENT_AUTH], None)):
         key, cert = _issue(f"gleaner-{role}", ca_key, ca_cert.subject, ca=False, sans=role_sans, usage=usage)
         _write_key(files[role].key, key)
         files[role].cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    marker.write_text("server certificates carry serverAuth and clientAuth\n")
     return files
 
 

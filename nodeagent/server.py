@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from protos import agent_pb2, agent_pb2_grpc
 
-from .config import AgentConfig
+from .config import AgentConfig, TlsConfig
 from .events import Event
 from .hypervisor import HypervisorError, HypervisorUnavailable
 from .images import OverlayError
@@ -80,19 +80,24 @@ def event_to_proto(event: Event) -> agent_pb2.Event:
                            fields=event.fields)
 
 
-def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the agent's exceptions into gRPC status codes with a message an admin can act on."""
-    @functools.wraps(method)
-    def wrapper(self: "NodeAgentServicer", request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return method(self, request, context)
-        except tuple(cls for cls, _ in ERROR_CODES) as exc:
-            code = next(code for cls, code in ERROR_CODES if isinstance(exc, cls))
-            level = logging.WARNING if code in CLIENT_ERRORS else logging.ERROR
-            log_event(log, "rpc.failed", level, method=method.__name__, code=code.name, error=str(exc),
-                      peer=context.peer())
-            context.abort(code, str(exc))
-    return wrapper
+def rpc_errors(error_codes: list[tuple[type[BaseException], grpc.StatusCode]]) -> Callable:
+    """A decorator turning these exceptions into gRPC status codes with a message an admin can act on."""
+    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return method(self, request, context)
+            except tuple(cls for cls, _ in error_codes) as exc:
+                code = next(code for cls, code in error_codes if isinstance(exc, cls))
+                level = logging.WARNING if code in CLIENT_ERRORS else logging.ERROR
+                log_event(log, "rpc.failed", level, method=method.__name__, code=code.name, error=str(exc),
+                          peer=context.peer())
+                context.abort(code, str(exc))
+        return wrapper
+    return decorate
+
+
+rpc = rpc_errors(ERROR_CODES)
 
 
 def snapshot_to_proto(snap: Snapshot) -> agent_pb2.MetricsSnapshot:
@@ -180,31 +185,35 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             self.manager.events.unsubscribe(subscription)
 
 
-def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     """Mutual TLS: our certificate for clients, and only clients signed by our CA get in."""
-    tls = config.tls
     assert tls.ca and tls.cert and tls.key
     return grpc.ssl_server_credentials([(tls.key.read_bytes(), tls.cert.read_bytes())],
                                        root_certificates=tls.ca.read_bytes(), require_client_auth=True)
 
 
-def build_server(config: AgentConfig, manager: DomainManager, sampler: Sampler,
+def start_server(listen: str, tls: TlsConfig, service_name: str, add_servicer: Callable[[grpc.Server], None],
                  max_workers: int = 16) -> tuple[grpc.Server, int]:
-    """A started server, with the health and reflection services; (server, bound port)."""
+    """A started gRPC server for one Gleaner service plus health and reflection; (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"))
-    agent_pb2_grpc.add_NodeAgentServicer_to_server(NodeAgentServicer(manager, sampler), server)
+    add_servicer(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    service_names = [agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
-                     health.SERVICE_NAME, reflection.SERVICE_NAME]
-    reflection.enable_server_reflection(service_names, server)
-    if config.tls.insecure:
-        port = server.add_insecure_port(config.listen)
-    else:
-        port = server.add_secure_port(config.listen, server_credentials(config))
-    if port == 0 and not config.listen.startswith("unix:"):
-        raise OSError(f"cannot listen on {config.listen}")
+    reflection.enable_server_reflection([service_name, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(listen) if tls.insecure else server.add_secure_port(listen,
+                                                                                        server_credentials(tls))
+    if port == 0 and not listen.startswith("unix:"):
+        raise OSError(f"cannot listen on {listen}")
     server.start()
-    for name in ("", service_names[0]):
+    for name in ("", service_name):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, port
+
+
+def build_server(config: AgentConfig, manager: DomainManager, sampler: Sampler,
+                 max_workers: int = 16) -> tuple[grpc.Server, int]:
+    """The agent's started server; (server, bound port)."""
+    servicer = NodeAgentServicer(manager, sampler)
+    return start_server(config.listen, config.tls, agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
+                        lambda server: agent_pb2_grpc.add_NodeAgentServicer_to_server(servicer, server),
+                        max_workers)

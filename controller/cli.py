@@ -1,0 +1,107 @@
+"""gleaner-controller: the pool's controller process."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from datetime import datetime
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from nodeagent import __version__
+from nodeagent.config import ConfigError
+from nodeagent.logs import log_event, setup_logging
+from nodeagent.pki import TlsFiles
+
+from .agents import AgentLinks
+from .config import ControllerConfig, load_config, with_overrides
+from .policy import BackfillConfig
+from .pool import PoolManager
+from .server import build_server
+from .store import Store, StoreError
+
+log = logging.getLogger("controller")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gleaner-controller", description="Gleaner controller")
+    parser.add_argument("--config", type=Path, help="TOML configuration file")
+    parser.add_argument("--listen", help="override controller.listen (HOST:PORT or unix:PATH)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve without TLS; only allowed on loopback or a unix socket")
+    parser.add_argument("--version", action="version", version=f"gleaner-controller {__version__}")
+    return parser.parse_args(argv)
+
+
+def logged(job, what: str):
+    def run() -> None:
+        try:
+            job()
+        except Exception as exc:  # noqa: BLE001 - a periodic job must survive one bad run
+            log_event(log, f"{what}.failed", logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+    return run
+
+
+def run(config: ControllerConfig) -> int:
+    store = Store(config.store_path)
+    tls = None if config.tls.insecure else TlsFiles(config.tls.ca, config.tls.cert, config.tls.key)
+    pool = PoolManager(config, store, AgentLinks(tls, config.agent_timeout_seconds))
+    scheduler = BackgroundScheduler(daemon=True)
+    backfill = store.backfill()
+    # max_instances=2: a fill asked for while one runs enters, sees it, and makes the running one go round again.
+    scheduler.add_job(logged(pool.fill, "backfill"), "interval", seconds=backfill.retry_seconds, id="backfill",
+                      max_instances=2, coalesce=True, next_run_time=datetime.now())
+    scheduler.add_job(logged(pool.check_liveness, "liveness"), "interval", seconds=config.liveness_check_seconds,
+                      id="liveness", max_instances=1, coalesce=True)
+    scheduler.add_job(logged(lambda: pool.select(evaluation=True), "selection"), "interval",
+                      seconds=config.selection_interval_seconds, id="selection", max_instances=1, coalesce=True)
+
+    def fill_now() -> None:
+        job = scheduler.get_job("backfill")
+        if job is not None:
+            job.modify(next_run_time=datetime.now())
+
+    def backfill_changed(new: BackfillConfig) -> None:
+        scheduler.reschedule_job("backfill", trigger="interval", seconds=new.retry_seconds)
+        fill_now()
+
+    pool.on_fill_wanted = fill_now
+    server, port = build_server(config, pool, backfill_changed)
+    scheduler.start()
+    log_event(log, "controller.serving", listen=config.listen, port=port, version=__version__,
+              tls="off (insecure, local only)" if config.tls.insecure else "mutual", store=str(config.store_path),
+              backfill="on" if backfill.enabled else "off")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.set())
+    stop.wait()
+    log_event(log, "controller.stopping", note="VMs keep running; a restarted controller takes its leases back")
+    scheduler.shutdown(wait=False)
+    server.stop(grace=5).wait()
+    pool.executor.shutdown(wait=False, cancel_futures=True)
+    store.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config) if args.config else ControllerConfig()
+        config = with_overrides(config, listen=args.listen, insecure=args.insecure,
+                                source=str(args.config or "defaults"))
+    except ConfigError as exc:
+        print(f"gleaner-controller: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level)
+    try:
+        return run(config)
+    except (OSError, RuntimeError, StoreError) as exc:
+        log_event(log, "controller.failed", logging.ERROR, error=str(exc))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The controller's TOML configuration, checked as strictly as the agent's."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nodeagent.config import (ConfigError, HOST_PORT, TlsConfig, check_tls, parse_sections, read_toml,
+                              sections_to_toml)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    listen: str = "0.0.0.0:7450"
+    state_dir: Path = Path("/var/lib/gleaner/controller")
+    log_level: str = "info"
+    vm_name_prefix: str = "gleaner-"      # every VM the controller launches is named PREFIX + lease id
+    agent_timeout_seconds: float = 30.0   # for launch calls; terminations also get the grace period
+    max_agents: int = 256                 # each agent's report stream holds one server thread
+    suspect_after_seconds: float = 6.0    # no report for this long: the node is suspect (no new VMs)
+    down_after_seconds: float = 20.0      # ... and for this long: down, its VMs lost
+    liveness_check_seconds: float = 1.0
+    selection_interval_seconds: float = 60.0  # RHIC's evaluation interval
+    prediction_window: int = 30           # reports in the foreground CPU moving average
+    swap_threshold_cores: float = 0.5     # an unused node must beat a used one by this much to swap in
+    churn_burst: int = 3                  # more node arrivals/departures than this in one interval: defer
+    use_prediction: bool = True           # cap backfill by potential productivity, not only by allocation
+    tls: TlsConfig = field(default_factory=TlsConfig)
+
+    @property
+    def store_path(self) -> Path:
+        return self.state_dir / "controller.sqlite3"
+
+
+_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+    "controller": {"listen": ("listen", str), "state_dir": ("state_dir", Path), "log_level": ("log_level", str),
+                   "vm_name_prefix": ("vm_name_prefix", str),
+                   "agent_timeout_seconds": ("agent_timeout_seconds", float), "max_agents": ("max_agents", int)},
+    "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float),
+                 "down_after_seconds": ("down_after_seconds", float),
+                 "check_seconds": ("liveness_check_seconds", float)},
+    "selection": {"interval_seconds": ("selection_interval_seconds", float),
+                  "prediction_window": ("prediction_window", int),
+                  "swap_threshold_cores": ("swap_threshold_cores", float), "churn_burst": ("churn_burst", int),
+                  "use_prediction": ("use_prediction", bool)},
+}
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> ControllerConfig:
+    values, tls = parse_sections(data, _SCHEMA, source)
+    return ControllerConfig(**values, tls=TlsConfig(**tls))
+
+
+def load_config(path: Path) -> ControllerConfig:
+    return parse_config(read_toml(path), str(path))
+
+
+def to_toml(config: ControllerConfig) -> str:
+    return sections_to_toml(config, _SCHEMA, config.tls)
+
+
+def check_config(config: ControllerConfig, source: str) -> None:
+    if not (config.listen.startswith("unix:") or HOST_PORT.fullmatch(config.listen)):
+        raise ConfigError(f"{source}: controller.listen {config.listen!r} must be HOST:PORT or unix:PATH")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", config.vm_name_prefix):
+        raise ConfigError(f"{source}: controller.vm_name_prefix {config.vm_name_prefix!r} must be 1-31 letters, "
+                          "digits, '-' or '_', starting with a letter or digit")
+    for key, value in (("controller.agent_timeout_seconds", config.agent_timeout_seconds),
+                       ("liveness.suspect_after_seconds", config.suspect_after_seconds),
+                       ("liveness.check_seconds", config.liveness_check_seconds),
+                       ("selection.interval_seconds", config.selection_interval_seconds),
+                       ("selection.prediction_window", config.prediction_window),
+                       ("controller.max_agents", config.max_agents)):
+        if value <= 0:
+            raise ConfigError(f"{source}: {key} must be positive")
+    if config.down_after_seconds <= config.suspect_after_seconds:
+        raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
+    if config.swap_threshold_cores < 0 or config.churn_burst < 0:
+        raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
+    if config.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
+    check_tls(config.tls, config.listen, source)
+
+
+def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,
+                   source: str = "configuration") -> ControllerConfig:
+    if listen:
+        config = replace(config, listen=listen)
+    if insecure:
+        config = replace(config, tls=replace(config.tls, insecure=True))
+    check_config(config, source)
+    return config

@@ -1,0 +1,277 @@
+"""gleanctl: drive a Gleaner pool from the command line.
+
+    gleanctl [--controller HOST:PORT] [--config FILE] [--json] COMMAND ...
+
+Exit codes: 0 done; 1 the controller said no (a rejected or failed request); 2 bad usage or
+configuration; 3 the controller cannot be reached; 4 the controller refused the input
+(invalid argument, unknown lease).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from nodeagent.client import client_channel
+from nodeagent.config import ConfigError, parse_sections, read_toml
+from nodeagent.pki import TlsFiles
+from protos import controller_pb2, controller_pb2_grpc
+
+DEFAULT_CONFIG = Path("/etc/gleaner/gleanctl.toml")
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INVALID = 1, 2, 3, 4
+BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb": int, "vcpus": int,
+                 "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int}
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    controller: str = "127.0.0.1:7450"
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool = False
+
+
+_SCHEMA = {"gleanctl": {"controller": ("controller", str)}}
+
+
+def load_target(args: argparse.Namespace) -> Target:
+    """Flags override the config file; the file is --config, else /etc/gleaner/gleanctl.toml if present."""
+    values: dict[str, Any] = {}
+    path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    if path is not None:
+        settings, tls = parse_sections(read_toml(path), _SCHEMA, str(path))
+        values.update(settings, **tls)
+    for key in ("controller", "ca", "cert", "key"):
+        if getattr(args, key):
+            values[key] = getattr(args, key)
+    if args.insecure:
+        values["insecure"] = True
+    target = Target(**values)
+    if not target.insecure and None in (target.ca, target.cert, target.key):
+        raise UsageError("mutual TLS needs --ca, --cert and --key (or a config file with [tls] ca, cert, key); "
+                         "--insecure only works against a controller listening without TLS on loopback")
+    return target
+
+
+def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
+    tls = None if target.insecure else TlsFiles(target.ca, target.cert, target.key)
+    return controller_pb2_grpc.ControllerStub(client_channel(target.controller, tls))
+
+
+def as_dict(message) -> dict:
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+# -- commands: each returns (data for --json, text for people, exit code) ------------------------
+
+def cmd_nodes(stub, args):
+    reply = stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=args.timeout)
+    rows = [[n.node_id, n.state, f"{n.allocated_vcpus}/{n.cpus}", f"{n.allocated_memory_mib}/{n.memory_mib}",
+             n.on_demand_vms, n.backfill_vms, f"{n.foreground_cpu_cores:.2f}", f"{n.potential_productivity:.2f}",
+             "yes" if n.selected else "", age(n.last_report_age_seconds)] for n in reply.nodes]
+    text = table(rows, ["NODE", "STATE", "VCPUS", "MEMORY_MIB", "ON_DEMAND", "BACKFILL", "FG_CPU", "P",
+                        "SELECTED", "LAST_REPORT"]) if rows else "no nodes have reported yet"
+    return as_dict(reply)["nodes"], text, 0
+
+
+def cmd_vms(stub, args):
+    reply = stub.ListVms(controller_pb2.ListVmsRequest(include_ended=args.all), timeout=args.timeout)
+    rows = [[l.lease_id, l.role, l.state, l.node_id, l.vcpus, l.memory_mib, l.owner, age(l.age_seconds), l.vm_name]
+            for l in reply.leases]
+    text = table(rows, ["LEASE", "ROLE", "STATE", "NODE", "VCPUS", "MEMORY_MIB", "OWNER", "AGE", "VM"]) \
+        if rows else "no VMs"
+    return as_dict(reply)["leases"], text, 0
+
+
+def cmd_request(stub, args):
+    request = controller_pb2.VmRequest(vcpus=args.vcpus, memory_mib=args.memory, image=args.image, owner=args.owner,
+                                       request_id=args.request_id or f"req-{uuid.uuid4().hex[:12]}")
+    reply = stub.RequestVm(request, timeout=args.timeout)
+    if reply.outcome == "placed":
+        victims = "".join(f"\n  preempted {p.lease_id} ({p.vm_name}): {p.outcome} in {p.seconds:.1f}s, "
+                          f"{p.work_lost_vcpu_seconds:.0f} vCPU-s of work lost" for p in reply.preempted)
+        text = (f"placed {reply.lease.lease_id} on {reply.lease.node_id} as {reply.lease.vm_name} "
+                f"in {reply.total_seconds:.2f}s (decision {reply.decision_ms:.1f} ms, policy {reply.policy})"
+                f"{victims}")
+    else:
+        text = f"{reply.outcome}: {reply.reason} (request {reply.request_id})"
+    return as_dict(reply), text, 0 if reply.outcome in ("placed", "pending") else EXIT_REFUSED
+
+
+def cmd_release(stub, args):
+    reply = stub.Release(controller_pb2.ReleaseRequest(lease_id=args.lease_id, force=args.force), timeout=args.timeout)
+    text = f"released {reply.lease.lease_id} ({reply.lease.vm_name}): {reply.outcome} in {reply.seconds:.1f}s"
+    return as_dict(reply), text, 0
+
+
+def parse_backfill_setting(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or key not in BACKFILL_KEYS:
+        raise UsageError(f"{item!r}: expected KEY=VALUE with KEY one of {', '.join(BACKFILL_KEYS)}")
+    kind = BACKFILL_KEYS[key]
+    if kind is bool:
+        if raw.lower() not in ("true", "false", "on", "off", "yes", "no"):
+            raise UsageError(f"{key}: expected true or false, not {raw!r}")
+        return key, raw.lower() in ("true", "on", "yes")
+    if kind is int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise UsageError(f"{key}: expected a whole number, not {raw!r}") from None
+        if value < 0:
+            raise UsageError(f"{key}: must not be negative")
+        return key, value
+    return key, raw
+
+
+def cmd_backfill(stub, args):
+    if args.action == "show":
+        reply = stub.GetBackfill(controller_pb2.GetBackfillRequest(), timeout=args.timeout)
+    else:
+        changes = dict(parse_backfill_setting(item) for item in args.settings)
+        if args.action in ("enable", "disable"):
+            changes["enabled"] = args.action == "enable"
+        elif not changes:
+            raise UsageError("backfill set needs at least one KEY=VALUE")
+        reply = stub.SetBackfill(controller_pb2.SetBackfillRequest(**changes), timeout=args.timeout)
+    data = as_dict(reply)
+    return data, "\n".join(f"{k} = {v}" for k, v in data.items()), 0
+
+
+def cmd_reserve(stub, args):
+    if args.node is None:
+        reply = stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=args.timeout)
+    else:
+        reply = stub.SetReserve(controller_pb2.Reserve(node_id=args.node, vcpus=args.vcpus, memory_mib=args.memory,
+                                                       whole_node=args.whole_node), timeout=args.timeout)
+    rows = [[r.node_id, r.vcpus, r.memory_mib, "yes" if r.whole_node else ""] for r in reply.reserves]
+    text = table(rows, ["NODE", "VCPUS", "MEMORY_MIB", "WHOLE_NODE"]) if rows else "no reserves"
+    return as_dict(reply)["reserves"], text, 0
+
+
+def cmd_events(stub, args):
+    reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind),
+                            timeout=args.timeout)
+    lines = [f"{e.seq:>6} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(e.at))} {e.kind:<20} "
+             f"{e.node_id or '-':<12} {e.lease_id or '-':<16} {e.detail_json}" for e in reply.events]
+    events = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in reply.events]
+    for e in events:
+        e.pop("detail_json", None)
+    return events, "\n".join(lines) or "no events", 0
+
+
+def cmd_status(stub, args):
+    s = stub.Status(controller_pb2.StatusRequest(), timeout=args.timeout)
+
+    def share(part: float, whole: float) -> str:
+        return f"{part / whole * 100:.0f}%" if whole else "-"
+    text = "\n".join([
+        f"nodes      {s.nodes_up} up, {s.nodes_suspect} suspect, {s.nodes_down} down",
+        f"vCPUs      {s.on_demand_vcpus + s.backfill_vcpus}/{s.cpus} allocated ({share(s.on_demand_vcpus + s.backfill_vcpus, s.cpus)}):"
+        f" on-demand {s.on_demand_vcpus} ({s.on_demand_vms} VMs), backfill {s.backfill_vcpus} ({s.backfill_vms} VMs)",
+        f"memory     {s.on_demand_memory_mib + s.backfill_memory_mib}/{s.memory_mib} MiB allocated:"
+        f" on-demand {s.on_demand_memory_mib}, backfill {s.backfill_memory_mib}",
+        f"CPU used   foreground {s.foreground_cpu_cores:.2f} cores ({share(s.foreground_cpu_cores, s.cpus)}),"
+        f" backfill {s.backfill_cpu_cores:.2f} cores ({share(s.backfill_cpu_cores, s.cpus)})",
+        f"backfill   {'enabled' if s.backfill_enabled else 'disabled'}; {s.preemptions} preemptions,"
+        f" {s.rejections} rejected requests so far",
+    ])
+    return as_dict(s), text, 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gleanctl", description="Drive a Gleaner pool.")
+    parser.add_argument("--controller", help="HOST:PORT of the controller (default 127.0.0.1:7450)")
+    parser.add_argument("--config", type=Path, help=f"TOML with [gleanctl] controller and [tls] (default {DEFAULT_CONFIG})")
+    parser.add_argument("--ca", type=Path)
+    parser.add_argument("--cert", type=Path)
+    parser.add_argument("--key", type=Path)
+    parser.add_argument("--insecure", action="store_true", help="no TLS (a controller on loopback started so)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the controller")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("nodes", help="nodes, their state, allocation and potential productivity")
+    vms = sub.add_parser("vms", help="VMs with role, node and age")
+    vms.add_argument("--all", action="store_true", help="include ended leases")
+    request = sub.add_parser("request", help="place an on-demand VM")
+    request.add_argument("--vcpus", type=int, default=1)
+    request.add_argument("--memory", type=int, default=128, help="MiB")
+    request.add_argument("--image", default="tiny")
+    request.add_argument("--owner", default="admin")
+    request.add_argument("--request-id", help="idempotency key (default: a new one)")
+    release = sub.add_parser("release", help="stop a VM and end its lease")
+    release.add_argument("lease_id")
+    release.add_argument("--force", action="store_true", help="destroy at once, no clean shutdown")
+    backfill = sub.add_parser("backfill", help="show or change the backfill configuration")
+    backfill.add_argument("action", choices=["show", "set", "enable", "disable"])
+    backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    reserve = sub.add_parser("reserve", help="list reserves, or set one (capacity backfill never takes)")
+    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node")
+    reserve.add_argument("--vcpus", type=int, default=0)
+    reserve.add_argument("--memory", type=int, default=0, help="MiB")
+    reserve.add_argument("--whole-node", action="store_true")
+    events = sub.add_parser("events", help="the audit log")
+    events.add_argument("--after", type=int, default=0, help="only events after this sequence number")
+    events.add_argument("--limit", type=int, default=50)
+    events.add_argument("--kind", default="", help="e.g. vm.preempted, request.rejected, node.down")
+    sub.add_parser("status", help="pool utilization: allocated and used, foreground versus backfill")
+    return parser
+
+
+COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": cmd_request, "release": cmd_release,
+                                 "backfill": cmd_backfill, "reserve": cmd_reserve, "events": cmd_events,
+                                 "status": cmd_status}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "vcpus", 0) < 0 or getattr(args, "memory", 0) < 0:
+            raise UsageError("--vcpus and --memory must not be negative")
+        target = load_target(args)
+        data, text, code = COMMANDS[args.command](stub_for(target), args)
+    except (UsageError, ConfigError) as exc:
+        print(f"gleanctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except grpc.RpcError as exc:
+        code = exc.code()
+        where = getattr(args, "controller", None) or "the controller"
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            print(f"gleanctl: cannot reach {where}: {exc.details()}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        print(f"gleanctl: {code.name.lower().replace('_', ' ')}: {exc.details()}", file=sys.stderr)
+        return EXIT_INVALID if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND) else EXIT_REFUSED
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,586 @@
+"""The controller's pool: what it knows of nodes and leases, and the flows that change them.
+
+Decisions come from the pure functions in policy and selection; this module gathers their
+input (a snapshot kept up to date incrementally, so a decision over 10,000 nodes does not rebuild
+it), applies their answers through the agents, and records every step in the store. One lock
+guards the books; agent calls happen outside it, with the capacity they need already booked, so
+concurrent requests never double-book a node.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from nodeagent.logs import log_event
+
+from .agents import AgentCallFailed, AgentLinks, Stopped
+from .config import ControllerConfig
+from .policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+                     place_on_demand, plan_backfill)
+from .selection import moving_average, potential_productivity, select_volunteers
+from .store import Lease, RequestRecord, Reserve, Store
+
+log = logging.getLogger(__name__)
+COUNTED_STATES = ("starting", "running", "stopping")  # they hold capacity on their node
+LOST_AFTER_SECONDS = 10.0   # a running lease absent from reports for this long after launch is lost
+TOMBSTONE_SECONDS = 60.0    # reports may still show a VM this long after it ended
+REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+OWNER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+IMAGE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}){0,3}")
+MAX_VCPUS = 1024
+MAX_MEMORY_MIB = 16 * 2**20
+
+
+class RequestError(ValueError):
+    """A request the controller will not act on; the message names the field and the problem."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+
+
+class LeaseNotFound(LookupError):
+    pass
+
+
+@dataclass
+class NodeState:
+    node_id: str
+    address: str
+    capacity: Size
+    state: str = "up"                     # up | suspect | down
+    last_report: float = 0.0              # monotonic
+    fg_samples: deque = field(default_factory=deque)
+    foreground_cpu: float = 0.0
+    backfill_cpu: float = 0.0
+    signature: tuple = ()
+    seen_version: int = -1
+    check_until: float = 0.0
+    agent_version: str = ""
+
+
+@dataclass(frozen=True)
+class Preempted:
+    lease: Lease
+    stopped: Stopped
+    work_lost: float
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    record: RequestRecord
+    lease: Lease | None
+    preempted: tuple[Preempted, ...] = ()
+    total_seconds: float = 0.0
+    policy: str = ""
+
+
+def validate_request(vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
+    if not 1 <= vcpus <= MAX_VCPUS:
+        raise RequestError("vcpus", f"must be within 1..{MAX_VCPUS}, not {vcpus}")
+    if not 1 <= memory_mib <= MAX_MEMORY_MIB:
+        raise RequestError("memory_mib", f"must be within 1..{MAX_MEMORY_MIB}, not {memory_mib}")
+    if not IMAGE.fullmatch(image) or ".." in image.split("/"):
+        raise RequestError("image", f"{image!r} must be a relative name in the agents' image directory "
+                                    "(letters, digits, '.', '-', '_', up to 4 levels)")
+    if not OWNER.fullmatch(owner):
+        raise RequestError("owner", f"{owner!r} must be 1-64 letters, digits, '.', '-', '_' or '@'")
+    if not REQUEST_ID.fullmatch(request_id):
+        raise RequestError("request_id", f"{request_id!r} must be 1-64 letters, digits, '.', '-' or '_'")
+
+
+class _VmsByNode(Mapping):
+    """The pool's VMs per node, as the policies read them, without copying them per decision."""
+
+    def __init__(self, views: dict[str, list[VmView]]) -> None:
+        self._views = views
+
+    def __getitem__(self, node_id: str) -> Sequence[VmView]:
+        return self._views[node_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._views)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
+class PoolManager:
+    def __init__(self, config: ControllerConfig, store: Store, agents: AgentLinks) -> None:
+        self.config = config
+        self.store = store
+        self.agents = agents
+        self.lock = threading.RLock()
+        self.nodes: dict[str, NodeState] = {}
+        self.leases: dict[str, Lease] = {}
+        self.by_node: dict[str, dict[str, Lease]] = {}
+        self.lease_version: dict[str, int] = {}
+        self._node_views: dict[str, NodeView] = {}
+        self._vm_views: dict[str, list[VmView]] = {}
+        self._dirty: set[str] = set()
+        self.selected: tuple[str, ...] = ()
+        self.productivity: dict[str, float] = {}
+        self.predicted: dict[str, float] = {}
+        self.churn = 0
+        self._tombstones: dict[str, float] = {}        # vm name -> when its lease ended (monotonic)
+        self._unexpected: set[str] = set()
+        self._inflight: dict[str, threading.Event] = {}
+        self._fill_lock = threading.Lock()
+        self._fill_again = threading.Event()
+        self._started = time.monotonic()
+        self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-call")
+        self.on_fill_wanted = lambda: None                 # the server points this at the launcher
+        for lease in store.live_leases():
+            self._book(lease)
+        log_event(log, "pool.loaded", leases=len(self.leases), store=str(store.path),
+                  schema_version=store.schema_version)
+
+    # -- the books ------------------------------------------------------------------------------
+
+    def _book(self, lease: Lease) -> None:
+        """Keep a live lease in memory (or drop an ended one) and mark its node's view stale."""
+        old = self.leases.pop(lease.lease_id, None)
+        if old is not None:
+            self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
+            self._touch(old.node_id)
+        if lease.ended_at is None:
+            self.leases[lease.lease_id] = lease
+            self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+        else:
+            self._tombstones[lease.vm_name] = time.monotonic()
+        self._touch(lease.node_id)
+
+    def _touch(self, node_id: str) -> None:
+        self._dirty.add(node_id)
+        self.lease_version[node_id] = self.lease_version.get(node_id, 0) + 1
+
+    def _save(self, lease: Lease) -> Lease:
+        self.store.put_lease(lease)
+        self._book(lease)
+        return lease
+
+    def _reserve_for(self, node_id: str, reserves: dict[str, Reserve]) -> Reserve:
+        return reserves.get(node_id) or reserves.get("*") or Reserve(node_id)
+
+    def _refresh_views(self) -> None:
+        if not self._dirty:
+            return
+        reserves = self.store.reserves()
+        for node_id in self._dirty:
+            node = self.nodes.get(node_id)
+            if node is None:
+                self._node_views.pop(node_id, None)
+                self._vm_views.pop(node_id, None)
+                continue
+            vms = [VmView(l.lease_id, node_id, VmRole(l.role), Size(l.vcpus, l.memory_mib),
+                          l.launched_at or l.created_at, preemptible=l.role == "backfill" and l.state == "running")
+                   for l in self.by_node.get(node_id, {}).values() if l.state in COUNTED_STATES]
+            reserve = self._reserve_for(node_id, reserves)
+            total, pinned = Size(0, 0), Size(0, 0)
+            for vm in vms:
+                total += vm.size
+                if not vm.preemptible:
+                    pinned += vm.size
+            self._vm_views[node_id] = vms
+            self._node_views[node_id] = NodeView(node_id, node.capacity, node.state == "up",
+                                                 Size(reserve.vcpus, reserve.memory_mib), reserve.whole_node,
+                                                 total, pinned)
+        self._dirty.clear()
+
+    def reserves_changed(self) -> None:
+        with self.lock:
+            self._dirty.update(self.nodes)
+
+    def snapshot(self, now: float | None = None) -> Pool:
+        with self.lock:
+            self._refresh_views()
+            return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views),
+                        time.time() if now is None else now)
+
+    def _new_lease(self, role: VmRole, node_id: str, size: Size, image: str, owner: str) -> Lease:
+        lease_id = f"{'od' if role is VmRole.ON_DEMAND else 'bf'}-{uuid.uuid4().hex[:12]}"
+        return Lease(lease_id=lease_id, role=role.value, node_id=node_id,
+                     vm_name=f"{self.config.vm_name_prefix}{lease_id}", vcpus=size.vcpus, memory_mib=size.memory_mib,
+                     image=image, owner=owner, state="starting", created_at=time.time())
+
+    def _end(self, lease: Lease, state: str, reason: str) -> Lease:
+        return self._save(replace(lease, state=state, ended_at=time.time(), end_reason=reason))
+
+    # -- on-demand requests -----------------------------------------------------------------------
+
+    def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> RequestResult:
+        started = time.monotonic()
+        validate_request(vcpus, memory_mib, image, owner, request_id)
+        while True:
+            with self.lock:
+                prior = self.store.request(request_id)
+                waiting = self._inflight.get(request_id)
+                if prior is not None and waiting is None:
+                    return self._replay(prior, (vcpus, memory_mib, image, owner))
+                if waiting is None:
+                    done = self._inflight[request_id] = threading.Event()
+                    plan = self._decide(vcpus, memory_mib, image, owner, request_id)
+                    break
+            waiting.wait()  # the same request is being served: give its answer
+        try:
+            return self._carry_out(plan, started)
+        finally:
+            with self.lock:
+                self._inflight.pop(request_id, None)
+            done.set()
+
+    def _replay(self, prior: RequestRecord, asked: tuple) -> RequestResult:
+        if (prior.vcpus, prior.memory_mib, prior.image, prior.owner) != asked:
+            raise RequestError("request_id", f"{prior.request_id!r} was already used for a request of "
+                                             f"{prior.vcpus} vCPUs, {prior.memory_mib} MiB, image {prior.image!r}, "
+                                             f"owner {prior.owner!r}; use a new request_id")
+        lease = self.store.lease(prior.lease_id) if prior.lease_id else None
+        return RequestResult(prior, lease)
+
+    def _decide(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> dict:
+        """Under the lock: decide, and book the new lease and the victims before anything runs."""
+        t0 = time.perf_counter()
+        policy = self.store.backfill().termination_policy
+        pool = self.snapshot()
+        decision = place_on_demand(pool, Size(vcpus, memory_mib), policy, seed=hash(request_id) & 0xFFFF)
+        decided_ms = (time.perf_counter() - t0) * 1000
+        record = RequestRecord(request_id, vcpus, memory_mib, image, owner, "pending", None, "", (), "",
+                               time.time(), decided_ms)
+        if isinstance(decision, Reject):
+            record = replace(record, outcome="rejected", reason=decision.reason)
+            self.store.put_request(record)
+            self.store.record("request.rejected", request_id=request_id, reason=decision.reason, vcpus=vcpus,
+                              memory_mib=memory_mib, decided_ms=round(decided_ms, 3))
+            log_event(log, "request.rejected", request_id=request_id, reason=decision.reason)
+            return {"record": record, "policy": policy}
+        lease = self._save(self._new_lease(VmRole.ON_DEMAND, decision.node_id, Size(vcpus, memory_mib), image,
+                                           owner))
+        victims = []
+        if isinstance(decision, Preempt):
+            for vm_id in decision.victims:
+                victims.append(self._save(replace(self.leases[vm_id], state="stopping")))
+        record = replace(record, lease_id=lease.lease_id, node_id=decision.node_id,
+                         victims=tuple(v.lease_id for v in victims))
+        self.store.put_request(record)
+        log_event(log, "request.placed", request_id=request_id, lease_id=lease.lease_id, node=decision.node_id,
+                  victims=",".join(v.lease_id for v in victims) or "none", policy=policy.value,
+                  decided_ms=round(decided_ms, 3))
+        return {"record": record, "lease": lease, "victims": victims, "policy": policy, "pool_now": pool.now}
+
+    def _carry_out(self, plan: dict, started: float) -> RequestResult:
+        record: RequestRecord = plan["record"]
+        policy: Policy = plan["policy"]
+        if record.outcome == "rejected":
+            return RequestResult(record, None, (), time.monotonic() - started, policy.value)
+        lease: Lease = plan["lease"]
+        cause = f"on-demand request {record.request_id} ({record.vcpus} vCPUs, {record.memory_mib} MiB)"
+        futures = [self.executor.submit(self._preempt, victim, cause, policy) for victim in plan["victims"]]
+        preempted = tuple(f.result() for f in futures)
+        address = self._address(lease.node_id)
+        try:
+            if address is None:
+                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            self.agents.launch(address, lease.vm_name, VmRole.ON_DEMAND, lease.vcpus, lease.memory_mib, lease.image,
+                               lease.lease_id)
+        except AgentCallFailed as exc:
+            with self.lock:
+                lease = self._end(lease, "failed", str(exc))
+                record = replace(record, outcome="failed", reason=str(exc))
+                self.store.put_request(record)
+            self.store.record("request.failed", lease.node_id, lease.lease_id, request_id=record.request_id,
+                              error=str(exc))
+            log_event(log, "request.failed", logging.ERROR, request_id=record.request_id, error=str(exc))
+            return RequestResult(record, lease, preempted, time.monotonic() - started, policy.value)
+        total = time.monotonic() - started
+        with self.lock:
+            if lease.lease_id in self.leases:  # not released meanwhile
+                lease = self._save(replace(self.leases[lease.lease_id], state="running", launched_at=time.time()))
+            record = replace(record, outcome="placed")
+            self.store.put_request(record)
+        self.store.record("vm.launched", lease.node_id, lease.lease_id, role="on_demand", vm=lease.vm_name,
+                          request_id=record.request_id, vcpus=lease.vcpus, memory_mib=lease.memory_mib,
+                          preempted=len(preempted), seconds=round(total, 3))
+        return RequestResult(record, lease, preempted, total, policy.value)
+
+    def _preempt(self, victim: Lease, cause: str, policy: Policy) -> Preempted:
+        work = max(time.time() - (victim.launched_at or victim.created_at), 0.0) * victim.vcpus
+        stopped = self._stop(victim, self.store.backfill().grace_seconds)
+        with self.lock:
+            self._end(victim, "ended", f"preempted: {cause}")
+        self.store.record("vm.preempted", victim.node_id, victim.lease_id, vm=victim.vm_name, cause=cause,
+                          policy=policy.value, stopped=stopped.outcome, seconds=round(stopped.seconds, 3),
+                          work_lost_vcpu_seconds=round(work, 1), detail=stopped.detail)
+        log_event(log, "vm.preempted", lease_id=victim.lease_id, node=victim.node_id, stopped=stopped.outcome,
+                  seconds=round(stopped.seconds, 3), work_lost_vcpu_s=round(work, 1))
+        return Preempted(victim, stopped, work)
+
+    def _stop(self, lease: Lease, grace: int, force: bool = False) -> Stopped:
+        address = self._address(lease.node_id)
+        if address is None:
+            return Stopped("unreachable", 0.0, f"node {lease.node_id} has no known agent address")
+        try:
+            return self.agents.terminate(address, lease.vm_name, grace, force)
+        except AgentCallFailed as exc:
+            log_event(log, "vm.stop_failed", logging.ERROR, lease_id=lease.lease_id, error=str(exc))
+            return Stopped("unreachable", 0.0, str(exc))
+
+    def _address(self, node_id: str) -> str | None:
+        with self.lock:
+            node = self.nodes.get(node_id)
+            return node.address if node else None
+
+    # -- release ---------------------------------------------------------------------------------
+
+    def release(self, lease_id: str, force: bool = False) -> tuple[Lease, Stopped]:
+        with self.lock:
+            lease = self.leases.get(lease_id)
+            if lease is None:
+                stored = self.store.lease(lease_id)
+                if stored is None:
+                    raise LeaseNotFound(f"no lease {lease_id!r}")
+                return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
+            if lease.state == "stopping":
+                raise RequestError("lease_id", f"{lease_id} is already being stopped")
+            lease = self._save(replace(lease, state="stopping"))
+        stopped = self._stop(lease, self.store.backfill().grace_seconds, force)
+        with self.lock:
+            lease = self._end(lease, "ended", "released")
+        self.store.record("vm.released", lease.node_id, lease.lease_id, vm=lease.vm_name, stopped=stopped.outcome,
+                          seconds=round(stopped.seconds, 3))
+        log_event(log, "vm.released", lease_id=lease_id, stopped=stopped.outcome)
+        self.on_fill_wanted()
+        return lease, stopped
+
+    # -- reports and liveness ---------------------------------------------------------------------
+
+    def ingest(self, report) -> None:
+        """One agent report: node liveness and load, and its VMs against our leases."""
+        now = time.monotonic()
+        with self.lock:
+            node = self.nodes.get(report.node_id)
+            capacity = Size(report.cpus, report.memory_mib)
+            if node is None:
+                node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address, capacity,
+                                                              fg_samples=deque(maxlen=self.config.prediction_window))
+                self._node_event("node.joined", node, address=report.agent_address, cpus=report.cpus,
+                                 memory_mib=report.memory_mib)
+            elif node.state != "up":
+                self._node_event("node.rejoined" if node.state == "down" else "node.up", node,
+                                 silent_s=round(now - node.last_report, 1))
+                node.state = "up"
+            if node.address != report.agent_address or node.capacity != capacity:
+                node.address, node.capacity = report.agent_address, capacity
+                self._touch(node.node_id)
+            node.last_report = now
+            node.agent_version = report.agent_version
+            node.foreground_cpu = report.foreground_cpu_cores
+            node.fg_samples.append(report.foreground_cpu_cores)
+            node.backfill_cpu = sum(vm.cpu_cores for vm in report.vms if vm.role == "backfill")
+            signature = tuple((vm.name, vm.lease_id) for vm in report.vms)
+            version = self.lease_version.get(node.node_id, 0)
+            if signature != node.signature or version != node.seen_version or now < node.check_until:
+                self._match_vms(node, report.vms, now)
+                node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
+
+    def _node_event(self, kind: str, node: NodeState, **detail) -> None:
+        self.churn += 1
+        self._touch(node.node_id)
+        self.store.record(kind, node.node_id, **detail)
+        log_event(log, kind, node=node.node_id, **detail)
+        if kind in ("node.joined", "node.rejoined", "node.up"):
+            self.on_fill_wanted()
+
+    def _match_vms(self, node: NodeState, reported, now: float) -> None:
+        """Reported VMs against the leases on this node: recover, adopt, or mark lost."""
+        mine = {l.vm_name: l for l in self.by_node.get(node.node_id, {}).values()}
+        seen = set()
+        for vm in reported:
+            seen.add(vm.name)
+            lease = mine.get(vm.name)
+            if lease is not None:
+                if lease.state == "lost":
+                    self._save(replace(lease, state="running"))
+                    self.store.record("vm.recovered", node.node_id, lease.lease_id, vm=vm.name)
+                continue
+            if vm.name in self._tombstones and now - self._tombstones[vm.name] < TOMBSTONE_SECONDS:
+                continue  # it ended a moment ago; the report predates that
+            self._adopt_or_report(node, vm)
+        young = False
+        for lease in mine.values():
+            if lease.vm_name in seen:
+                continue
+            age = time.time() - (lease.launched_at or lease.created_at)
+            if lease.state == "running" and age < LOST_AFTER_SECONDS:
+                young = True
+            elif lease.state == "running":
+                self._save(replace(lease, state="lost"))
+                self.store.record("vm.lost", node.node_id, lease.lease_id, vm=lease.vm_name,
+                                  reason="its agent no longer reports it")
+                log_event(log, "vm.lost", logging.WARNING, lease_id=lease.lease_id, node=node.node_id)
+            elif lease.state == "lost":
+                self._end(lease, "ended", "lost: the node came back without it")
+                self.store.record("vm.gone", node.node_id, lease.lease_id, vm=lease.vm_name)
+        node.check_until = now + LOST_AFTER_SECONDS if young else 0.0
+
+    def _adopt_or_report(self, node: NodeState, vm) -> None:
+        stored = self.store.lease(vm.lease_id) if vm.lease_id else None
+        if stored is not None and stored.ended_at is not None:
+            if vm.name not in self._unexpected:
+                self._unexpected.add(vm.name)
+                self.store.record("vm.unexpected", node.node_id, vm.lease_id, vm=vm.name,
+                                  reason=f"its lease ended ({stored.end_reason}) but the agent still runs it; "
+                                         "stop it with 'gleanctl release' or by hand")
+                log_event(log, "vm.unexpected", logging.WARNING, vm=vm.name, node=node.node_id)
+            return
+        role = VmRole.BACKFILL if vm.role == "backfill" else VmRole.ON_DEMAND
+        lease_id = vm.lease_id if vm.lease_id and stored is None and REQUEST_ID.fullmatch(vm.lease_id) \
+            else f"ad-{uuid.uuid4().hex[:12]}"
+        lease = Lease(lease_id, role.value, node.node_id, vm.name, max(vm.vcpus, 1), max(vm.memory_mib, 1),
+                      vm.image or "unknown", "adopted", "running", time.time(), vm.launched_at or time.time())
+        self._save(lease)
+        self.store.record("vm.adopted", node.node_id, lease_id, vm=vm.name, role=role.value,
+                          reason="a Gleaner VM the controller had no lease for")
+        log_event(log, "vm.adopted", vm=vm.name, node=node.node_id, lease_id=lease_id)
+
+    def check_liveness(self) -> None:
+        now = time.monotonic()
+        cfg = self.config
+        with self.lock:
+            for node in self.nodes.values():
+                silent = now - node.last_report
+                if node.state == "up" and silent > cfg.suspect_after_seconds:
+                    node.state = "suspect"
+                    self._node_event("node.suspect", node, silent_s=round(silent, 1))
+                elif node.state == "suspect" and silent > cfg.down_after_seconds:
+                    node.state = "down"
+                    self._node_event("node.down", node, silent_s=round(silent, 1))
+                    self._lose_leases(node.node_id, "its node is down")
+            if now - self._started > cfg.down_after_seconds:  # leases on nodes that never reported since start
+                for node_id in [n for n in self.by_node if n not in self.nodes]:
+                    self._lose_leases(node_id, "its node has not reported since the controller started")
+            for name in [n for n, t in self._tombstones.items() if now - t > TOMBSTONE_SECONDS]:
+                del self._tombstones[name]
+
+    def _lose_leases(self, node_id: str, reason: str) -> None:
+        for lease in list(self.by_node.get(node_id, {}).values()):
+            if lease.state in COUNTED_STATES:
+                self._save(replace(lease, state="lost"))
+                self.store.record("vm.lost", node_id, lease.lease_id, vm=lease.vm_name, reason=reason)
+
+    # -- volunteer selection and the backfill launcher ----------------------------------------------
+
+    def select(self, evaluation: bool) -> None:
+        """A selection pass. At the end of an evaluation interval (evaluation=True) it decides
+        afresh; between them, after a burst of node churn, the last choice stands."""
+        with self.lock:
+            config = self.store.backfill()
+            self._refresh_views()
+            ids = [n for n, node in self.nodes.items() if node.state == "up"]
+            window = self.config.prediction_window
+            samples = np.full((len(ids), window), np.nan)
+            for row, node_id in enumerate(ids):
+                recent = list(self.nodes[node_id].fg_samples)[-window:]
+                if recent:
+                    samples[row, -len(recent):] = recent
+            predicted = moving_average(samples, window)
+            views = [self._node_views[n] for n in ids]
+            cpu_max = np.array([v.capacity.vcpus for v in views], dtype=float)
+            on_demand_memory = np.array([sum(vm.size.memory_mib for vm in self._vm_views[n]
+                                             if vm.role is VmRole.ON_DEMAND) for n in ids], dtype=float)
+            free_memory = np.array([v.capacity.memory_mib - v.reserve.memory_mib for v in views]) - on_demand_memory
+            p = potential_productivity(cpu_max, predicted, free_memory, config.memory_mb)
+            p[[i for i, v in enumerate(views) if v.backfill_excluded]] = 0.0
+            count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
+            deferred = not evaluation and self.churn > self.config.churn_burst
+            result = select_volunteers(ids, p, self.selected, count, self.config.swap_threshold_cores, deferred)
+            if evaluation:
+                self.churn = 0
+            self.selected = result.chosen
+            self.productivity = dict(zip(ids, p.tolist()))
+            self.predicted = dict(zip(ids, predicted.tolist()))
+        for dropped, added in result.swaps:
+            self.store.record("selection.swap", added, dropped=dropped, added=added,
+                              threshold_cores=self.config.swap_threshold_cores)
+
+    def fill(self) -> int:
+        """Fill idle capacity with backfill VMs and recycle old ones; returns how many it launched."""
+        if not self._fill_lock.acquire(blocking=False):
+            self._fill_again.set()  # a fill is running: it goes round once more
+            return 0
+        try:
+            launched = 0
+            while True:
+                self._fill_again.clear()
+                launched += self._fill_once()
+                if not self._fill_again.is_set():
+                    return launched
+        finally:
+            self._fill_lock.release()
+
+    def _fill_once(self) -> int:
+        config = self.store.backfill()
+        if not config.enabled:
+            return 0
+        self.select(evaluation=False)
+        with self.lock:
+            pool = self.snapshot()
+            cpu_room = dict(self.productivity) if self.config.use_prediction else None
+            plan = plan_backfill(pool, config, list(self.selected), cpu_room)
+            recycled = [self._save(replace(self.leases[vm_id], state="stopping")) for vm_id in plan.recycles]
+            starting = [self._save(self._new_lease(VmRole.BACKFILL, node_id, config.size, config.image, "backfill"))
+                        for node_id in plan.launches]
+        if plan.launches:
+            log_event(log, "backfill.launching", count=len(starting),
+                      nodes=",".join(sorted(set(plan.launches))), image=config.image)
+        for lease in recycled:
+            self.executor.submit(self._recycle, lease, config)
+        results = list(self.executor.map(lambda lease: self._launch_backfill(lease, config), starting))
+        return sum(results)
+
+    def _recycle(self, lease: Lease, config: BackfillConfig) -> None:
+        stopped = self._stop(lease, config.grace_seconds)
+        with self.lock:
+            self._end(lease, "ended", f"recycled after {config.duration_seconds} s")
+        self.store.record("vm.recycled", lease.node_id, lease.lease_id, vm=lease.vm_name, stopped=stopped.outcome)
+        self.on_fill_wanted()
+
+    def _launch_backfill(self, lease: Lease, config: BackfillConfig) -> bool:
+        address = self._address(lease.node_id)
+        try:
+            if address is None:
+                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            self.agents.launch(address, lease.vm_name, VmRole.BACKFILL, lease.vcpus, lease.memory_mib, lease.image,
+                               lease.lease_id)
+        except AgentCallFailed as exc:
+            with self.lock:
+                self._end(lease, "failed", str(exc))
+            self.store.record("backfill.launch_failed", lease.node_id, lease.lease_id, error=str(exc))
+            log_event(log, "backfill.launch_failed", logging.ERROR, node=lease.node_id, error=str(exc))
+            return False
+        with self.lock:
+            current = self.leases.get(lease.lease_id)
+            if current is not None and current.state == "starting":
+                self._save(replace(current, state="running", launched_at=time.time()))
+        self.store.record("vm.launched", lease.node_id, lease.lease_id, role="backfill", vm=lease.vm_name,
+                          vcpus=lease.vcpus, memory_mib=lease.memory_mib)
+        return True
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def node_rows(self) -> list[tuple[NodeState, NodeView]]:
+        with self.lock:
+            self._refresh_views()
+            return [(node, self._node_views[node_id]) for node_id, node in sorted(self.nodes.items())]
+
+    def live_leases(self) -> list[Lease]:
+        with self.lock:
+            return sorted(self.leases.values(), key=lambda l: (l.created_at, l.lease_id))

@@ -1,0 +1,197 @@
+"""The controller's gRPC service: converts messages, maps errors, and leaves the work to PoolManager."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import grpc
+
+from nodeagent.server import rpc_errors, start_server
+from protos import controller_pb2, controller_pb2_grpc
+
+from .config import ControllerConfig
+from .policy import BackfillConfig, Policy
+from .pool import LeaseNotFound, PoolManager, RequestError, RequestResult, validate_request
+from .store import Lease, Reserve, StoreError
+
+rpc = rpc_errors([
+    (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (LeaseNotFound, grpc.StatusCode.NOT_FOUND),
+    (StoreError, grpc.StatusCode.INTERNAL),
+])
+MAX_VM_VCPUS = 64
+NODE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def lease_to_proto(lease: Lease) -> controller_pb2.Lease:
+    start = lease.launched_at or lease.created_at
+    return controller_pb2.Lease(
+        lease_id=lease.lease_id, role=lease.role, node_id=lease.node_id, vm_name=lease.vm_name, vcpus=lease.vcpus,
+        memory_mib=lease.memory_mib, image=lease.image, owner=lease.owner, state=lease.state,
+        created_at=lease.created_at, launched_at=lease.launched_at or 0.0, ended_at=lease.ended_at or 0.0,
+        end_reason=lease.end_reason, age_seconds=max((lease.ended_at or time.time()) - start, 0.0))
+
+
+def result_to_proto(result: RequestResult) -> controller_pb2.VmRequestResult:
+    record = result.record
+    reply = controller_pb2.VmRequestResult(request_id=record.request_id, outcome=record.outcome, reason=record.reason,
+                                           decision_ms=record.decided_ms, total_seconds=result.total_seconds,
+                                           policy=result.policy)
+    if result.lease is not None:
+        reply.lease.CopyFrom(lease_to_proto(result.lease))
+    for p in result.preempted:
+        reply.preempted.add(lease_id=p.lease.lease_id, vm_name=p.lease.vm_name, outcome=p.stopped.outcome,
+                            seconds=p.stopped.seconds, work_lost_vcpu_seconds=p.work_lost)
+    return reply
+
+
+def backfill_to_proto(config: BackfillConfig) -> controller_pb2.BackfillConfig:
+    values = dataclasses.asdict(config)
+    values["termination_policy"] = config.termination_policy.value
+    return controller_pb2.BackfillConfig(**values)
+
+
+def updated_backfill(current: BackfillConfig, request: controller_pb2.SetBackfillRequest) -> BackfillConfig:
+    """The current configuration with the request's set fields, each checked."""
+    changes = {f.name: getattr(request, f.name) for f in dataclasses.fields(BackfillConfig)
+               if request.HasField(f.name)}
+    if "termination_policy" in changes:
+        try:
+            changes["termination_policy"] = Policy(changes["termination_policy"])
+        except ValueError:
+            raise RequestError("termination_policy", f"{changes['termination_policy']!r} is not one of "
+                               f"{', '.join(p.value for p in Policy)}") from None
+    config = dataclasses.replace(current, **changes)
+    if not 1 <= config.vcpus <= MAX_VM_VCPUS:
+        raise RequestError("vcpus", f"must be within 1..{MAX_VM_VCPUS}")
+    if config.memory_mb < 96:
+        raise RequestError("memory_mb", "must be at least 96 (the smallest guest that boots)")
+    if config.retry_seconds < 1:
+        raise RequestError("retry_seconds", "must be at least 1")
+    if config.duration_seconds < 60:
+        raise RequestError("duration_seconds", "must be at least 60")
+    if config.grace_seconds > 3600:
+        raise RequestError("grace_seconds", "must be at most 3600")
+    validate_request(1, 1, config.image, "backfill", "check")  # the same image rule as on-demand requests
+    return config
+
+
+class ControllerServicer(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, pool: PoolManager, on_backfill_changed) -> None:
+        self.pool = pool
+        self.on_backfill_changed = on_backfill_changed
+
+    def Report(self, request_iterator, context):
+        count = 0
+        for report in request_iterator:
+            if not report.node_id or not set(report.node_id) <= NODE_ID_CHARS or len(report.node_id) > 63:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"node_id {report.node_id!r} is not a valid agent id")
+            self.pool.ingest(report)
+            count += 1
+        return controller_pb2.ReportAck(reports=count)
+
+    @rpc
+    def RequestVm(self, request, context):
+        return result_to_proto(self.pool.request(request.vcpus, request.memory_mib, request.image, request.owner,
+                                                 request.request_id))
+
+    @rpc
+    def Release(self, request, context):
+        lease, stopped = self.pool.release(request.lease_id, request.force)
+        return controller_pb2.ReleaseResult(lease=lease_to_proto(lease), outcome=stopped.outcome,
+                                            seconds=stopped.seconds)
+
+    @rpc
+    def ListNodes(self, request, context):
+        now = time.monotonic()
+        reply = controller_pb2.ListNodesResponse()
+        selected = set(self.pool.selected)
+        for node, view in self.pool.node_rows():
+            vms = self.pool.by_node.get(node.node_id, {}).values()
+            reply.nodes.add(node_id=node.node_id, state=node.state, agent_address=node.address, cpus=node.capacity.vcpus,
+                            memory_mib=node.capacity.memory_mib, allocated_vcpus=view.allocated.vcpus,
+                            allocated_memory_mib=view.allocated.memory_mib,
+                            on_demand_vms=sum(l.role == "on_demand" for l in vms),
+                            backfill_vms=sum(l.role == "backfill" for l in vms),
+                            foreground_cpu_cores=node.foreground_cpu,
+                            predicted_foreground_cpu_cores=self.pool.predicted.get(node.node_id, 0.0),
+                            potential_productivity=self.pool.productivity.get(node.node_id, 0.0),
+                            last_report_age_seconds=now - node.last_report, selected=node.node_id in selected)
+        return reply
+
+    @rpc
+    def ListVms(self, request, context):
+        leases = self.pool.live_leases()
+        if request.include_ended:
+            leases = self.pool.store.all_leases()
+        return controller_pb2.ListVmsResponse(leases=[lease_to_proto(l) for l in leases])
+
+    @rpc
+    def GetBackfill(self, request, context):
+        return backfill_to_proto(self.pool.store.backfill())
+
+    @rpc
+    def SetBackfill(self, request, context):
+        config = updated_backfill(self.pool.store.backfill(), request)
+        self.pool.store.set_backfill(config)
+        self.pool.store.record("backfill.configured", **{k: str(v.value if hasattr(v, "value") else v)
+                                                         for k, v in dataclasses.asdict(config).items()})
+        self.on_backfill_changed(config)
+        return backfill_to_proto(config)
+
+    @rpc
+    def SetReserve(self, request, context):
+        node_id = request.node_id
+        if node_id != "*" and (not node_id or not set(node_id) <= NODE_ID_CHARS or len(node_id) > 63):
+            raise RequestError("node_id", f"{node_id!r} must be a node id or '*' for every node")
+        reserve = Reserve(node_id, request.vcpus, request.memory_mib, request.whole_node)
+        self.pool.store.set_reserve(reserve)
+        self.pool.store.record("reserve.set", node_id, vcpus=reserve.vcpus, memory_mib=reserve.memory_mib,
+                               whole_node=reserve.whole_node)
+        self.pool.reserves_changed()
+        return self.ListReserves(None, context)
+
+    @rpc
+    def ListReserves(self, request, context):
+        return controller_pb2.ListReservesResponse(reserves=[
+            controller_pb2.Reserve(node_id=r.node_id, vcpus=r.vcpus, memory_mib=r.memory_mib, whole_node=r.whole_node)
+            for r in self.pool.store.reserves().values()])
+
+    @rpc
+    def ListEvents(self, request, context):
+        events = self.pool.store.events(request.after_seq, request.limit or 100, request.kind)
+        return controller_pb2.ListEventsResponse(events=[
+            controller_pb2.AuditEvent(seq=e.seq, at=e.at, kind=e.kind, node_id=e.node_id, lease_id=e.lease_id,
+                                      detail_json=json.dumps(e.detail, sort_keys=True)) for e in events])
+
+    @rpc
+    def Status(self, request, context):
+        status = controller_pb2.PoolStatus(backfill_enabled=self.pool.store.backfill().enabled)
+        for node, _view in self.pool.node_rows():
+            setattr(status, f"nodes_{node.state}", getattr(status, f"nodes_{node.state}") + 1)
+            if node.state == "up":
+                status.cpus += node.capacity.vcpus
+                status.memory_mib += node.capacity.memory_mib
+                status.foreground_cpu_cores += node.foreground_cpu
+                status.backfill_cpu_cores += node.backfill_cpu
+        for lease in self.pool.live_leases():
+            if lease.state not in ("starting", "running", "stopping"):
+                continue
+            role = "on_demand" if lease.role == "on_demand" else "backfill"
+            setattr(status, f"{role}_vcpus", getattr(status, f"{role}_vcpus") + lease.vcpus)
+            setattr(status, f"{role}_memory_mib", getattr(status, f"{role}_memory_mib") + lease.memory_mib)
+            setattr(status, f"{role}_vms", getattr(status, f"{role}_vms") + 1)
+        status.preemptions = self.pool.store.count_events("vm.preempted")
+        status.rejections = self.pool.store.count_events("request.rejected")
+        return status
+
+
+def build_server(config: ControllerConfig, pool: PoolManager, on_backfill_changed) -> tuple[grpc.Server, int]:
+    """Each agent's report stream holds a worker thread, so there is one per agent plus room for admins."""
+    servicer = ControllerServicer(pool, on_backfill_changed)
+    max_workers = config.max_agents + 32
+    return start_server(config.listen, config.tls,
+                        controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,
+                        lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, server),
+                        max_workers)

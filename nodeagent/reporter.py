@@ -1,0 +1,91 @@
+"""Reports this node to the controller: one long-lived stream, a report every few seconds.
+
+A report carries the host's size and load, the residual capacity, and the running managed
+domains as their metadata says. When the controller is unreachable the agent keeps working
+on its own and retries with a growing pause; the controller marks the node suspect, then down,
+and takes it back when reports resume.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from protos import controller_pb2, controller_pb2_grpc
+
+from . import __version__
+from .client import client_channel
+from .config import AgentConfig
+from .logs import log_event
+from .metrics import Sampler
+from .pki import TlsFiles
+from .validation import Role
+
+log = logging.getLogger(__name__)
+CONTROLLER_ROLES = {Role.FOREGROUND: "on_demand", Role.VOLUNTEER: "backfill"}
+MAX_RETRY_SECONDS = 30.0
+
+
+def tls_files(config: AgentConfig) -> TlsFiles | None:
+    tls = config.tls
+    if tls.insecure or tls.ca is None or tls.cert is None or tls.key is None:
+        return None
+    return TlsFiles(tls.ca, tls.cert, tls.key)
+
+
+class Reporter:
+    def __init__(self, config: AgentConfig, manager, sampler: Sampler) -> None:
+        self.config = config
+        self.manager = manager
+        self.sampler = sampler
+        self._seq = 0
+
+    def build(self) -> controller_pb2.NodeReport:
+        facts = self.manager.host_facts()
+        snap = self.sampler.latest()
+        cpu = {d.name: d.cpu_cores for d in snap.domains} if snap else {}
+        self._seq += 1
+        report = controller_pb2.NodeReport(
+            node_id=self.config.agent_id, agent_address=self.config.reachable_address, cpus=facts.cpus,
+            memory_mib=facts.memory_mib, seq=self._seq, sent_at=time.time(), agent_version=__version__)
+        if snap is not None:
+            report.cpu_busy_cores = snap.host.get("cpu_busy_cores", 0.0)
+            report.foreground_cpu_cores = snap.residual.foreground_cpu_demand_cores
+            report.residual_cpu_cores = snap.residual.residual_cpu_cores
+            report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
+        for name, meta, shape in self.manager.running():
+            report.vms.add(name=name, lease_id=meta.lease_id, role=CONTROLLER_ROLES[meta.role], state="running",
+                           vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
+                           cpu_cores=cpu.get(name, 0.0), image=meta.image)
+        return report
+
+    def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:
+        while not stop.is_set():
+            try:
+                yield self.build()
+            except Exception as exc:  # noqa: BLE001 - a bad sample must not end the stream
+                log_event(log, "report.build_failed", logging.WARNING, error=str(exc))
+            stop.wait(self.config.controller_report_seconds)
+
+    def run(self, stop: threading.Event) -> None:
+        pause = 1.0
+        while not stop.is_set():
+            started = time.monotonic()
+            with client_channel(self.config.controller_address, tls_files(self.config)) as channel:
+                stub = controller_pb2_grpc.ControllerStub(channel)
+                log_event(log, "controller.connecting", address=self.config.controller_address,
+                          advertise=self.config.reachable_address)
+                try:
+                    stub.Report(self._stream(stop), wait_for_ready=False)
+                except grpc.RpcError as exc:
+                    if stop.is_set():
+                        return
+                    log_event(log, "controller.unreachable", logging.WARNING, address=self.config.controller_address,
+                              code=exc.code().name, error=exc.details(), retry_in_s=pause)
+            if time.monotonic() - started > 60:
+                pause = 1.0  # it had been working: start over with short pauses
+            stop.wait(pause)
+            pause = min(pause * 2, MAX_RETRY_SECONDS)

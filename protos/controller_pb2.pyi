@@ -1,0 +1,357 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReportedVm(_message.Message):
+    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lease_id: str
+    role: str
+    state: str
+    vcpus: int
+    memory_mib: int
+    launched_at: float
+    cpu_cores: float
+    image: str
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ...) -> None: ...
+
+class NodeReport(_message.Message):
+    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    CPU_BUSY_CORES_FIELD_NUMBER: _ClassVar[int]
+    FOREGROUND_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    RESIDUAL_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    RESIDUAL_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    VMS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    agent_address: str
+    cpus: int
+    memory_mib: int
+    cpu_busy_cores: float
+    foreground_cpu_cores: float
+    residual_cpu_cores: float
+    residual_memory_mib: int
+    vms: _containers.RepeatedCompositeFieldContainer[ReportedVm]
+    seq: int
+    sent_at: float
+    agent_version: str
+    def __init__(self, node_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., foreground_cpu_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., residual_memory_mib: _Optional[int] = ..., vms: _Optional[_Iterable[_Union[ReportedVm, _Mapping]]] = ..., seq: _Optional[int] = ..., sent_at: _Optional[float] = ..., agent_version: _Optional[str] = ...) -> None: ...
+
+class ReportAck(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: int
+    def __init__(self, reports: _Optional[int] = ...) -> None: ...
+
+class VmRequest(_message.Message):
+    __slots__ = ("vcpus", "memory_mib", "image", "owner", "request_id")
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    vcpus: int
+    memory_mib: int
+    image: str
+    owner: str
+    request_id: str
+    def __init__(self, vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class Preemption(_message.Message):
+    __slots__ = ("lease_id", "vm_name", "outcome", "seconds", "work_lost_vcpu_seconds")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    VM_NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORK_LOST_VCPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    vm_name: str
+    outcome: str
+    seconds: float
+    work_lost_vcpu_seconds: float
+    def __init__(self, lease_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., outcome: _Optional[str] = ..., seconds: _Optional[float] = ..., work_lost_vcpu_seconds: _Optional[float] = ...) -> None: ...
+
+class VmRequestResult(_message.Message):
+    __slots__ = ("request_id", "outcome", "reason", "lease", "preempted", "decision_ms", "total_seconds", "policy")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    outcome: str
+    reason: str
+    lease: Lease
+    preempted: _containers.RepeatedCompositeFieldContainer[Preemption]
+    decision_ms: float
+    total_seconds: float
+    policy: str
+    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., preempted: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., decision_ms: _Optional[float] = ..., total_seconds: _Optional[float] = ..., policy: _Optional[str] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("lease_id", "force")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    force: bool
+    def __init__(self, lease_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class ReleaseResult(_message.Message):
+    __slots__ = ("lease", "outcome", "seconds")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    outcome: str
+    seconds: float
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., outcome: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("lease_id", "role", "node_id", "vm_name", "vcpus", "memory_mib", "image", "owner", "state", "created_at", "launched_at", "ended_at", "end_reason", "age_seconds")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    VM_NAME_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    role: str
+    node_id: str
+    vm_name: str
+    vcpus: int
+    memory_mib: int
+    image: str
+    owner: str
+    state: str
+    created_at: float
+    launched_at: float
+    ended_at: float
+    end_reason: str
+    age_seconds: float
+    def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("node_id", "state", "agent_address", "cpus", "memory_mib", "allocated_vcpus", "allocated_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "predicted_foreground_cpu_cores", "potential_productivity", "last_report_age_seconds", "selected")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_VMS_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_VMS_FIELD_NUMBER: _ClassVar[int]
+    FOREGROUND_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_FOREGROUND_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    POTENTIAL_PRODUCTIVITY_FIELD_NUMBER: _ClassVar[int]
+    LAST_REPORT_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    state: str
+    agent_address: str
+    cpus: int
+    memory_mib: int
+    allocated_vcpus: int
+    allocated_memory_mib: int
+    on_demand_vms: int
+    backfill_vms: int
+    foreground_cpu_cores: float
+    predicted_foreground_cpu_cores: float
+    potential_productivity: float
+    last_report_age_seconds: float
+    selected: bool
+    def __init__(self, node_id: _Optional[str] = ..., state: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., allocated_vcpus: _Optional[int] = ..., allocated_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., predicted_foreground_cpu_cores: _Optional[float] = ..., potential_productivity: _Optional[float] = ..., last_report_age_seconds: _Optional[float] = ..., selected: _Optional[bool] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class ListVmsRequest(_message.Message):
+    __slots__ = ("include_ended",)
+    INCLUDE_ENDED_FIELD_NUMBER: _ClassVar[int]
+    include_ended: bool
+    def __init__(self, include_ended: _Optional[bool] = ...) -> None: ...
+
+class ListVmsResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+
+class BackfillConfig(_message.Message):
+    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TERMINATION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    max_instances: int
+    image: str
+    memory_mb: int
+    vcpus: int
+    duration_seconds: int
+    termination_policy: str
+    retry_seconds: int
+    grace_seconds: int
+    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ...) -> None: ...
+
+class GetBackfillRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SetBackfillRequest(_message.Message):
+    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TERMINATION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    max_instances: int
+    image: str
+    memory_mb: int
+    vcpus: int
+    duration_seconds: int
+    termination_policy: str
+    retry_seconds: int
+    grace_seconds: int
+    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ...) -> None: ...
+
+class Reserve(_message.Message):
+    __slots__ = ("node_id", "vcpus", "memory_mib", "whole_node")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_NODE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    vcpus: int
+    memory_mib: int
+    whole_node: bool
+    def __init__(self, node_id: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., whole_node: _Optional[bool] = ...) -> None: ...
+
+class ListReservesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListReservesResponse(_message.Message):
+    __slots__ = ("reserves",)
+    RESERVES_FIELD_NUMBER: _ClassVar[int]
+    reserves: _containers.RepeatedCompositeFieldContainer[Reserve]
+    def __init__(self, reserves: _Optional[_Iterable[_Union[Reserve, _Mapping]]] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ("after_seq", "limit", "kind")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    limit: int
+    kind: str
+    def __init__(self, after_seq: _Optional[int] = ..., limit: _Optional[int] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class AuditEvent(_message.Message):
+    __slots__ = ("seq", "at", "kind", "node_id", "lease_id", "detail_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at: float
+    kind: str
+    node_id: str
+    lease_id: str
+    detail_json: str
+    def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., node_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., detail_json: _Optional[str] = ...) -> None: ...
+
+class ListEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PoolStatus(_message.Message):
+    __slots__ = ("nodes_up", "nodes_suspect", "nodes_down", "cpus", "memory_mib", "on_demand_vcpus", "backfill_vcpus", "on_demand_memory_mib", "backfill_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "backfill_cpu_cores", "backfill_enabled", "preemptions", "rejections")
+    NODES_UP_FIELD_NUMBER: _ClassVar[int]
+    NODES_SUSPECT_FIELD_NUMBER: _ClassVar[int]
+    NODES_DOWN_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_VMS_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_VMS_FIELD_NUMBER: _ClassVar[int]
+    FOREGROUND_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    nodes_up: int
+    nodes_suspect: int
+    nodes_down: int
+    cpus: int
+    memory_mib: int
+    on_demand_vcpus: int
+    backfill_vcpus: int
+    on_demand_memory_mib: int
+    backfill_memory_mib: int
+    on_demand_vms: int
+    backfill_vms: int
+    foreground_cpu_cores: float
+    backfill_cpu_cores: float
+    backfill_enabled: bool
+    preemptions: int
+    rejections: int
+    def __init__(self, nodes_up: _Optional[int] = ..., nodes_suspect: _Optional[int] = ..., nodes_down: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., on_demand_vcpus: _Optional[int] = ..., backfill_vcpus: _Optional[int] = ..., on_demand_memory_mib: _Optional[int] = ..., backfill_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., backfill_cpu_cores: _Optional[float] = ..., backfill_enabled: _Optional[bool] = ..., preemptions: _Optional[int] = ..., rejections: _Optional[int] = ...) -> None: ...
