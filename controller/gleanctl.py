@@ -163,7 +163,7 @@ def cmd_backfill(stub, args):
             raise UsageError("backfill set needs at least one KEY=VALUE")
         reply = stub.SetBackfill(controller_pb2.SetBackfillRequest(**changes), timeout=args.timeout)
     data = as_dict(reply)
-    return data, "\n".join(f"{k} = {v}" for k, v in data.items()), 0
+    return data, "\n".join(f"{k} = {json.dumps(v)}" for k, v in data.items()), 0
 
 
 def cmd_reserve(stub, args):

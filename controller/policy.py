@@ -277,6 +277,14 @@ class BackfillConfig:
     def size(self) -> Size:
         return Size(self.vcpus, self.memory_mb)
 
+    def as_dict(self) -> dict:
+        """Plain values (the policy by name), for JSON, the store and protobuf."""
+        return {**dataclasses.asdict(self), "termination_policy": self.termination_policy.value}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BackfillConfig:
+        return cls(**{**values, "termination_policy": Policy(values["termination_policy"])})
+
 
 @dataclass(frozen=True)
 class BackfillPlan:

@@ -47,9 +47,7 @@ def result_to_proto(result: RequestResult) -> controller_pb2.VmRequestResult:
 
 
 def backfill_to_proto(config: BackfillConfig) -> controller_pb2.BackfillConfig:
-    values = dataclasses.asdict(config)
-    values["termination_policy"] = config.termination_policy.value
-    return controller_pb2.BackfillConfig(**values)
+    return controller_pb2.BackfillConfig(**config.as_dict())
 
 
 def updated_backfill(current: BackfillConfig, request: controller_pb2.SetBackfillRequest) -> BackfillConfig:
@@ -135,8 +133,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def SetBackfill(self, request, context):
         config = updated_backfill(self.pool.store.backfill(), request)
         self.pool.store.set_backfill(config)
-        self.pool.store.record("backfill.configured", **{k: str(v.value if hasattr(v, "value") else v)
-                                                         for k, v in dataclasses.asdict(config).items()})
+        self.pool.store.record("backfill.configured", **config.as_dict())
         self.on_backfill_changed(config)
         return backfill_to_proto(config)
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .policy import BackfillConfig, Policy
+from .policy import BackfillConfig
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema
@@ -215,14 +215,11 @@ class Store:
         rows = self._rows("SELECT value FROM settings WHERE key = 'backfill'")
         if not rows:
             return BackfillConfig()
-        values = json.loads(rows[0]["value"])
-        values["termination_policy"] = Policy(values["termination_policy"])
-        return BackfillConfig(**values)
+        return BackfillConfig.from_dict(json.loads(rows[0]["value"]))
 
     def set_backfill(self, config: BackfillConfig) -> None:
-        values = asdict(config)
-        values["termination_policy"] = config.termination_policy.value
-        self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('backfill', ?)", (json.dumps(values),))
+        self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('backfill', ?)",
+                    (json.dumps(config.as_dict()),))
 
     def reserves(self) -> dict[str, Reserve]:
         return {r["node_id"]: Reserve(r["node_id"], r["vcpus"], r["memory_mib"], bool(r["whole_node"]))

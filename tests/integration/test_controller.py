@@ -214,3 +214,4 @@ def test_extra_nodes_on_the_test_driver_take_placements(pool, test_env):
     finally:
         for fake in fakes:
             fake.stop()
+
