@@ -185,15 +185,17 @@ class PoolManager:
                           l.launched_at or l.created_at, preemptible=l.role == "backfill" and l.state == "running")
                    for l in self.by_node.get(node_id, {}).values() if l.state in COUNTED_STATES]
             reserve = self._reserve_for(node_id, reserves)
-            total, pinned = Size(0, 0), Size(0, 0)
+            total, pinned, newest = Size(0, 0), Size(0, 0), None
             for vm in vms:
                 total += vm.size
                 if not vm.preemptible:
                     pinned += vm.size
+                elif newest is None or vm.launched_at > newest:
+                    newest = vm.launched_at
             self._vm_views[node_id] = vms
             self._node_views[node_id] = NodeView(node_id, node.capacity, node.state == "up",
                                                  Size(reserve.vcpus, reserve.memory_mib), reserve.whole_node,
-                                                 total, pinned)
+                                                 total, pinned, newest)
         self._dirty.clear()
 
     def reserves_changed(self) -> None:
@@ -357,7 +359,7 @@ class PoolManager:
         self.store.record("vm.released", lease.node_id, lease.lease_id, vm=lease.vm_name, stopped=stopped.outcome,
                           seconds=round(stopped.seconds, 3))
         log_event(log, "vm.released", lease_id=lease_id, stopped=stopped.outcome)
-        self.on_fill_wanted()
+        self.request_fill()
         return lease, stopped
 
     # -- reports and liveness ---------------------------------------------------------------------
@@ -384,8 +386,13 @@ class PoolManager:
             node.agent_version = report.agent_version
             node.foreground_cpu = report.foreground_cpu_cores
             node.fg_samples.append(report.foreground_cpu_cores)
-            node.backfill_cpu = sum(vm.cpu_cores for vm in report.vms if vm.role == "backfill")
-            signature = tuple((vm.name, vm.lease_id) for vm in report.vms)
+            backfill_cpu, names = 0.0, []
+            for vm in report.vms:  # one pass: this runs for every report of every node
+                names.append(vm.name)
+                if vm.role == "backfill":
+                    backfill_cpu += vm.cpu_cores
+            node.backfill_cpu = backfill_cpu
+            signature = tuple(names)  # VM names are unique per node and carry the lease id
             version = self.lease_version.get(node.node_id, 0)
             if signature != node.signature or version != node.seen_version or now < node.check_until:
                 self._match_vms(node, report.vms, now)
@@ -397,7 +404,7 @@ class PoolManager:
         self.store.record(kind, node.node_id, **detail)
         log_event(log, kind, node=node.node_id, **detail)
         if kind in ("node.joined", "node.rejoined", "node.up"):
-            self.on_fill_wanted()
+            self.request_fill()
 
     def _match_vms(self, node: NodeState, reported, now: float) -> None:
         """Reported VMs against the leases on this node: recover, adopt, or mark lost."""
@@ -511,6 +518,13 @@ class PoolManager:
             self.store.record("selection.swap", added, dropped=dropped, added=added,
                               threshold_cores=self.config.swap_threshold_cores)
 
+    def request_fill(self) -> None:
+        """Run the launcher soon: now, or once more right after the run in progress."""
+        if self._fill_lock.locked():
+            self._fill_again.set()
+        elif self.store.backfill().enabled:
+            self.on_fill_wanted()
+
     def fill(self) -> int:
         """Fill idle capacity with backfill VMs and recycle old ones; returns how many it launched."""
         if not self._fill_lock.acquire(blocking=False):
@@ -551,7 +565,7 @@ class PoolManager:
         with self.lock:
             self._end(lease, "ended", f"recycled after {config.duration_seconds} s")
         self.store.record("vm.recycled", lease.node_id, lease.lease_id, vm=lease.vm_name, stopped=stopped.outcome)
-        self.on_fill_wanted()
+        self.request_fill()
 
     def _launch_backfill(self, lease: Lease, config: BackfillConfig) -> bool:
         address = self._address(lease.node_id)

@@ -24,6 +24,10 @@ MAX_VM_VCPUS = 64
 NODE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
+def valid_node_id(node_id: str) -> bool:
+    return 0 < len(node_id) <= 63 and set(node_id) <= NODE_ID_CHARS
+
+
 def lease_to_proto(lease: Lease) -> controller_pb2.Lease:
     start = lease.launched_at or lease.created_at
     return controller_pb2.Lease(
@@ -81,10 +85,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         self.on_backfill_changed = on_backfill_changed
 
     def Report(self, request_iterator, context):
-        count = 0
+        count, checked = 0, set()
         for report in request_iterator:
-            if not report.node_id or not set(report.node_id) <= NODE_ID_CHARS or len(report.node_id) > 63:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"node_id {report.node_id!r} is not a valid agent id")
+            if report.node_id not in checked:  # each id is checked once per stream
+                if not valid_node_id(report.node_id):
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"node_id {report.node_id!r} is not a valid "
+                                  "agent id (1-63 letters, digits, '.', '-' or '_')")
+                checked.add(report.node_id)
             self.pool.ingest(report)
             count += 1
         return controller_pb2.ReportAck(reports=count)
@@ -140,7 +147,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     @rpc
     def SetReserve(self, request, context):
         node_id = request.node_id
-        if node_id != "*" and (not node_id or not set(node_id) <= NODE_ID_CHARS or len(node_id) > 63):
+        if node_id != "*" and not valid_node_id(node_id):
             raise RequestError("node_id", f"{node_id!r} must be a node id or '*' for every node")
         reserve = Reserve(node_id, request.vcpus, request.memory_mib, request.whole_node)
         self.pool.store.set_reserve(reserve)

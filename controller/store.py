@@ -176,10 +176,17 @@ class Store:
     # -- leases -----------------------------------------------------------------------------------
 
     def put_lease(self, lease: Lease) -> None:
-        fields = asdict(lease)
-        names = ", ".join(fields)
-        marks = ", ".join("?" for _ in fields)
-        self._write(f"INSERT OR REPLACE INTO leases ({names}) VALUES ({marks})", tuple(fields.values()))
+        self.put_leases([lease])
+
+    def put_leases(self, leases: list[Lease]) -> None:
+        """Insert or replace leases in one transaction."""
+        names = ", ".join(Lease.__dataclass_fields__)
+        marks = ", ".join("?" for _ in Lease.__dataclass_fields__)
+        rows = [tuple(asdict(lease).values()) for lease in leases]
+        with self._lock:
+            with self._db:  # one transaction
+                self._db.execute("BEGIN")
+                self._db.executemany(f"INSERT OR REPLACE INTO leases ({names}) VALUES ({marks})", rows)
 
     def live_leases(self) -> list[Lease]:
         return [Lease(**dict(r)) for r in self._rows("SELECT * FROM leases WHERE ended_at IS NULL")]

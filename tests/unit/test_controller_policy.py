@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
-                               allocated, backfill_room, is_victim, choose_victims, place_on_demand, plan_backfill)
+                               _victim_cost, allocated, backfill_room, is_victim, choose_victims, place_on_demand, plan_backfill)
 from controller.selection import moving_average, potential_productivity, select_volunteers
 
 NOW = 1_000_000.0
@@ -164,6 +164,15 @@ def test_placement_properties(case, policy, seed):
     assert want.fits_in(room + allocated(victims))
     for spared in victims:  # minimal: no victim could have been spared
         assert not want.fits_in(room + allocated([v for v in victims if v is not spared]))
+    if policy is not Policy.ANY:  # no other node offered a cheaper victim set
+        rng = random.Random(0)
+        costs = []
+        for i, n in up.items():
+            others = [v for v in pool.on_node(i) if is_victim(v)]
+            found = choose_victims(others, want - (n.capacity - allocated(pool.on_node(i))), policy, NOW, rng)
+            if found is not None:
+                costs.append(_victim_cost(found, policy, NOW))
+        assert _victim_cost(victims, policy, NOW) <= min(costs)
     if policy is Policy.MOST_RECENT:  # no spared backfill VM on the node is younger than a needed victim
         spared_vms = [v for v in on_node if v.role is VmRole.BACKFILL and v.vm_id not in decision.victims]
         youngest_first = sorted(victims, key=lambda v: v.runtime(NOW))
