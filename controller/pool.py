@@ -30,7 +30,10 @@ from .selection import moving_average, potential_productivity, select_volunteers
 from .store import Lease, RequestRecord, Reserve, Store
 
 log = logging.getLogger(__name__)
-COUNTED_STATES = ("starting", "running", "stopping")  # they hold capacity on their node
+# Lease states that hold capacity on their node. A "preempting" VM is still shutting down, but
+# its room is already booked for the on-demand lease it makes way for, so it is not counted twice.
+COUNTED_STATES = ("starting", "running", "stopping")
+STOPPABLE_STATES = COUNTED_STATES + ("preempting",)
 LOST_AFTER_SECONDS = 10.0   # a running lease absent from reports for this long after launch is lost
 TOMBSTONE_SECONDS = 60.0    # reports may still show a VM this long after it ended
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -269,7 +272,7 @@ class PoolManager:
         victims = []
         if isinstance(decision, Preempt):
             for vm_id in decision.victims:
-                victims.append(self._save(replace(self.leases[vm_id], state="stopping")))
+                victims.append(self._save(replace(self.leases[vm_id], state="preempting")))
         record = replace(record, lease_id=lease.lease_id, node_id=decision.node_id,
                          victims=tuple(v.lease_id for v in victims))
         self.store.put_request(record)
@@ -350,7 +353,7 @@ class PoolManager:
                 if stored is None:
                     raise LeaseNotFound(f"no lease {lease_id!r}")
                 return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
-            if lease.state == "stopping":
+            if lease.state in ("stopping", "preempting"):
                 raise RequestError("lease_id", f"{lease_id} is already being stopped")
             lease = self._save(replace(lease, state="stopping"))
         stopped = self._stop(lease, self.store.backfill().grace_seconds, force)
@@ -479,7 +482,7 @@ class PoolManager:
 
     def _lose_leases(self, node_id: str, reason: str) -> None:
         for lease in list(self.by_node.get(node_id, {}).values()):
-            if lease.state in COUNTED_STATES:
+            if lease.state in STOPPABLE_STATES:
                 self._save(replace(lease, state="lost"))
                 self.store.record("vm.lost", node_id, lease.lease_id, vm=lease.vm_name, reason=reason)
 

@@ -12,7 +12,7 @@ from protos import controller_pb2, controller_pb2_grpc
 
 from .config import ControllerConfig
 from .policy import BackfillConfig, Policy
-from .pool import LeaseNotFound, PoolManager, RequestError, RequestResult, validate_request
+from .pool import COUNTED_STATES, LeaseNotFound, PoolManager, RequestError, RequestResult, validate_request
 from .store import Lease, Reserve, StoreError
 
 rpc = rpc_errors([
@@ -180,7 +180,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                 status.foreground_cpu_cores += node.foreground_cpu
                 status.backfill_cpu_cores += node.backfill_cpu
         for lease in self.pool.live_leases():
-            if lease.state not in ("starting", "running", "stopping"):
+            if lease.state not in COUNTED_STATES:
                 continue
             role = "on_demand" if lease.role == "on_demand" else "backfill"
             setattr(status, f"{role}_vcpus", getattr(status, f"{role}_vcpus") + lease.vcpus)

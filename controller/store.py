@@ -69,7 +69,6 @@ MIGRATIONS: list[str] = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-LIVE_STATES = ("starting", "running", "stopping", "lost")
 
 
 class StoreError(RuntimeError):

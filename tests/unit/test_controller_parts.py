@@ -1,0 +1,171 @@
+"""The controller's store, configuration, request checks and gleanctl's own checks."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from controller.config import ControllerConfig, check_config, parse_config, to_toml
+from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main, parse_backfill_setting, UsageError
+from controller.policy import BackfillConfig, Policy
+from controller.pool import RequestError, validate_request
+from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, Reserve, Store, StoreError
+from nodeagent.config import ConfigError, TlsConfig
+from tests.agentproc import REPO, free_port
+
+
+def lease(lease_id: str, state: str = "running", **kw) -> Lease:
+    return Lease(lease_id, "backfill", "n1", f"vm-{lease_id}", 1, 128, "tiny", "me", state, 100.0, **kw)
+
+
+def test_store_keeps_leases_settings_and_events_across_reopen(tmp_path):
+    store = Store(tmp_path / "c.sqlite3")
+    store.put_leases([lease("a"), lease("b")])
+    store.put_lease(lease("b", "ended", ended_at=200.0, end_reason="released"))
+    store.set_backfill(BackfillConfig(enabled=True, max_instances=3, termination_policy=Policy.LEAST_LOSS))
+    store.set_reserve(Reserve("*", vcpus=1, memory_mib=512))
+    store.record("vm.preempted", "n1", "a", policy="most_recent", seconds=1.5)
+    store.close()
+    again = Store(tmp_path / "c.sqlite3")
+    assert [l.lease_id for l in again.live_leases()] == ["a"]
+    assert again.lease("b").end_reason == "released"
+    assert again.backfill() == BackfillConfig(enabled=True, max_instances=3, termination_policy=Policy.LEAST_LOSS)
+    assert again.reserves() == {"*": Reserve("*", 1, 512, False)}
+    (event,) = again.events()
+    assert (event.kind, event.lease_id, event.detail) == ("vm.preempted", "a", {"policy": "most_recent",
+                                                                                  "seconds": 1.5})
+    assert again.count_events("vm.preempted") == 1
+    assert again.schema_version == SCHEMA_VERSION
+    assert sqlite3.connect(tmp_path / "c.sqlite3").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_store_refuses_a_newer_schema_and_leaves_it_alone(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="newer than this controller"):
+        Store(path)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
+def test_store_migrates_an_empty_database_step_by_step(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    sqlite3.connect(path).close()
+    store = Store(path)
+    assert store.schema_version == len(MIGRATIONS)
+    tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"leases", "requests", "settings", "reserves", "events"} <= tables
+
+
+def test_store_rejects_impossible_rows(tmp_path):
+    store = Store(tmp_path / "c.sqlite3")
+    with pytest.raises(sqlite3.IntegrityError):
+        store.put_lease(Lease("x", "weird", "n1", "vm-x", 1, 1, "tiny", "me", "running", 1.0))
+    assert store.live_leases() == []  # the failed transaction left nothing
+
+
+def test_controller_config_round_trips_and_is_strict():
+    config = ControllerConfig(listen="127.0.0.1:7450", tls=TlsConfig(insecure=True), churn_burst=5)
+    import tomllib
+    assert parse_config(tomllib.loads(to_toml(config))) == config
+    with pytest.raises(ConfigError, match="unknown key selection.treshold"):
+        parse_config({"selection": {"treshold": 1}})
+    with pytest.raises(ConfigError, match="down_after_seconds must be longer"):
+        check_config(ControllerConfig(tls=TlsConfig(insecure=True), listen="127.0.0.1:1", suspect_after_seconds=30,
+                                      down_after_seconds=10), "test")
+    with pytest.raises(ConfigError, match="insecure mode is only allowed on loopback"):
+        check_config(ControllerConfig(tls=TlsConfig(insecure=True)), "test")
+    with pytest.raises(ConfigError, match="mutual TLS needs"):
+        check_config(ControllerConfig(), "test")
+    with pytest.raises(ConfigError, match="vm_name_prefix"):
+        check_config(ControllerConfig(listen="127.0.0.1:1", tls=TlsConfig(insecure=True), vm_name_prefix="a/b"), "t")
+
+
+@pytest.mark.parametrize("args, field", [
+    ((0, 128, "tiny", "me", "r1"), "vcpus"),
+    ((1, 0, "tiny", "me", "r1"), "memory_mib"),
+    ((1, 128, "../x", "me", "r1"), "image"),
+    ((1, 128, "/etc/passwd", "me", "r1"), "image"),
+    ((1, 128, "tiny", "me; rm", "r1"), "owner"),
+    ((1, 128, "tiny", "me", ""), "request_id"),
+    ((1, 128, "tiny", "me", "x" * 65), "request_id"),
+])
+def test_requests_are_checked_field_by_field(args, field):
+    with pytest.raises(RequestError) as caught:
+        validate_request(*args)
+    assert caught.value.field == field and field in str(caught.value)
+    validate_request(1, 128, "tiny", "me", "r1")  # and a good one passes
+
+
+def test_gleanctl_backfill_settings_are_checked_before_sending():
+    assert parse_backfill_setting("max_instances=4") == ("max_instances", 4)
+    assert parse_backfill_setting("enabled=off") == ("enabled", False)
+    for bad in ("max_instances", "max_instances=four", "colour=red", "enabled=maybe", "vcpus=-1"):
+        with pytest.raises(UsageError):
+            parse_backfill_setting(bad)
+
+
+def test_gleanctl_exit_codes_for_usage_and_an_unreachable_controller(capsys):
+    assert gleanctl_main(["status"]) == EXIT_USAGE  # no TLS settings
+    assert "mutual TLS" in capsys.readouterr().err
+    port = free_port()
+    assert gleanctl_main(["--controller", f"127.0.0.1:{port}", "--insecure", "--timeout", "2", "status"]) \
+        == EXIT_UNREACHABLE
+    assert "cannot reach" in capsys.readouterr().err
+    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", "frobnicate"], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+class SlowAgents:
+    """Stands in for the agents (not under test here): terminations take a while, launches succeed."""
+
+    def __init__(self) -> None:
+        self.launched: list[str] = []
+        self.terminated: list[str] = []
+
+    def launch(self, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
+        self.launched.append(name)
+
+    def terminate(self, address, name, grace_seconds, force=False):
+        import time
+        from controller.agents import Stopped
+        time.sleep(0.3)
+        self.terminated.append(name)
+        return Stopped("clean_shutdown", 0.3, "stand-in")
+
+
+def test_concurrent_requests_never_double_book_a_node(tmp_path):
+    import threading
+    from controller.pool import PoolManager
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1")
+    store = Store(config.store_path)
+    store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
+    agents = SlowAgents()
+    pool = PoolManager(config, store, agents)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096)
+    for i in range(2):
+        report.vms.add(name=f"vm-bf{i}", lease_id=f"bf{i}", role="backfill", vcpus=1, memory_mib=128)
+    pool.ingest(report)
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(pool.request(1, 128, "tiny", "me", f"r{i}")))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    placed = [r for r in results if r.record.outcome == "placed"]
+    assert len(placed) == 2 and len([r for r in results if r.record.outcome == "rejected"]) == 2
+    assert sorted(v.lease.lease_id for r in placed for v in r.preempted) == ["bf0", "bf1"]  # each stopped once
+    assert sorted(agents.terminated) == ["vm-bf0", "vm-bf1"]
+    live = pool.live_leases()
+    assert sum(l.vcpus for l in live) == 2 and {l.role for l in live} == {"on_demand"}
+    # the same request_id again: the same answer, nothing new
+    again = pool.request(1, 128, "tiny", "me", placed[0].record.request_id)
+    assert again.lease.lease_id == placed[0].lease.lease_id and len(agents.launched) == 2
