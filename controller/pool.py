@@ -593,10 +593,15 @@ class PoolManager:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def node_rows(self) -> list[tuple[NodeState, NodeView]]:
+    def node_rows(self) -> list[tuple[NodeState, NodeView, int, int]]:
+        """(node, its view, on-demand VMs, backfill VMs) for every node, by id."""
         with self.lock:
             self._refresh_views()
-            return [(node, self._node_views[node_id]) for node_id, node in sorted(self.nodes.items())]
+            rows = []
+            for node_id, node in sorted(self.nodes.items()):
+                roles = [l.role for l in self.by_node.get(node_id, {}).values()]
+                rows.append((node, self._node_views[node_id], roles.count("on_demand"), roles.count("backfill")))
+            return rows
 
     def live_leases(self) -> list[Lease]:
         with self.lock:

@@ -112,13 +112,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         now = time.monotonic()
         reply = controller_pb2.ListNodesResponse()
         selected = set(self.pool.selected)
-        for node, view in self.pool.node_rows():
-            vms = self.pool.by_node.get(node.node_id, {}).values()
+        for node, view, on_demand, backfill in self.pool.node_rows():
             reply.nodes.add(node_id=node.node_id, state=node.state, agent_address=node.address, cpus=node.capacity.vcpus,
                             memory_mib=node.capacity.memory_mib, allocated_vcpus=view.allocated.vcpus,
-                            allocated_memory_mib=view.allocated.memory_mib,
-                            on_demand_vms=sum(l.role == "on_demand" for l in vms),
-                            backfill_vms=sum(l.role == "backfill" for l in vms),
+                            allocated_memory_mib=view.allocated.memory_mib, on_demand_vms=on_demand,
+                            backfill_vms=backfill,
                             foreground_cpu_cores=node.foreground_cpu,
                             predicted_foreground_cpu_cores=self.pool.predicted.get(node.node_id, 0.0),
                             potential_productivity=self.pool.productivity.get(node.node_id, 0.0),
@@ -172,7 +170,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     @rpc
     def Status(self, request, context):
         status = controller_pb2.PoolStatus(backfill_enabled=self.pool.store.backfill().enabled)
-        for node, _view in self.pool.node_rows():
+        for node, *_ in self.pool.node_rows():
             setattr(status, f"nodes_{node.state}", getattr(status, f"nodes_{node.state}") + 1)
             if node.state == "up":
                 status.cpus += node.capacity.vcpus

@@ -169,3 +169,39 @@ def test_concurrent_requests_never_double_book_a_node(tmp_path):
     # the same request_id again: the same answer, nothing new
     again = pool.request(1, 128, "tiny", "me", placed[0].record.request_id)
     assert again.lease.lease_id == placed[0].lease.lease_id and len(agents.launched) == 2
+
+
+def test_agent_controller_settings_are_checked():
+    from nodeagent.config import AgentConfig
+    from nodeagent.config import check_config as check_agent
+    tls = TlsConfig(insecure=True)
+    with pytest.raises(ConfigError, match="controller.address"):
+        check_agent(AgentConfig(listen="127.0.0.1:1", tls=tls, controller_address="nowhere"), "t")
+    with pytest.raises(ConfigError, match="needs controller.advertise"):
+        check_agent(AgentConfig(listen="unix:/run/a.sock", tls=tls, controller_address="ctl:7450"), "t")
+    assert AgentConfig(listen="127.0.0.1:7443").reachable_address == "127.0.0.1:7443"
+    assert AgentConfig(listen="0.0.0.0:7443").reachable_address.endswith(":7443")
+    assert not AgentConfig(listen="0.0.0.0:7443").reachable_address.startswith("0.0.0.0")
+    assert AgentConfig(advertise_address="node7:7443").reachable_address == "node7:7443"
+
+
+def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_path):
+    from controller.pool import PoolManager
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              prediction_window=5)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=512))
+    agents = SlowAgents()
+    pool = PoolManager(config, store, agents)
+    for _ in range(5):  # "busy" runs 1.6 of its 2 cores in the foreground, "idle" almost nothing
+        for node_id, fg in (("busy", 1.6), ("idle", 0.1), ("kept", 0.0)):
+            pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
+                                                  memory_mib=4096, foreground_cpu_cores=fg))
+    store.set_reserve(Reserve("kept", whole_node=True))
+    pool.reserves_changed()
+    assert pool.fill() == 2
+    assert {l.node_id for l in pool.live_leases()} == {"idle"}   # P(busy) = 0.4 < half a core; "kept" is reserved
+    assert pool.productivity["busy"] == pytest.approx(0.4) and pool.productivity["kept"] == 0.0
+    assert pool.selected[0] == "idle"
+    assert pool.fill() == 0  # full: nothing more
