@@ -205,3 +205,25 @@ def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_
     assert pool.productivity["busy"] == pytest.approx(0.4) and pool.productivity["kept"] == 0.0
     assert pool.selected[0] == "idle"
     assert pool.fill() == 0  # full: nothing more
+
+
+def test_backfill_vms_past_their_duration_are_recycled(tmp_path):
+    import time
+    from controller.pool import PoolManager
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=128, duration_seconds=60))
+    store.put_leases([lease("old", launched_at=time.time() - 61), lease("new", launched_at=time.time() - 5)])
+    agents = SlowAgents()
+    pool = PoolManager(config, store, agents)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096)
+    for name in ("old", "new"):
+        report.vms.add(name=f"vm-{name}", lease_id=name, role="backfill", vcpus=1, memory_mib=128)
+    pool.ingest(report)
+    pool.fill()
+    pool.executor.shutdown(wait=True)  # the recycling runs beside the launcher
+    assert agents.terminated == ["vm-old"]
+    assert store.lease("old").end_reason == "recycled after 60 s"
+    assert store.count_events("vm.recycled") == 1
