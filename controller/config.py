@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nodeagent.config import (ConfigError, HOST_PORT, TlsConfig, check_tls, parse_sections, read_toml,
                               sections_to_toml)
+from nodeagent.config import with_overrides as apply_overrides
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,4 @@ def check_config(config: ControllerConfig, source: str) -> None:
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,
                    source: str = "configuration") -> ControllerConfig:
-    if listen:
-        config = replace(config, listen=listen)
-    if insecure:
-        config = replace(config, tls=replace(config.tls, insecure=True))
-    check_config(config, source)
-    return config
+    return apply_overrides(config, listen, insecure, source, check=check_config)

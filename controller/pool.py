@@ -290,12 +290,8 @@ class PoolManager:
         cause = f"on-demand request {record.request_id} ({record.vcpus} vCPUs, {record.memory_mib} MiB)"
         futures = [self.executor.submit(self._preempt, victim, cause, policy) for victim in plan["victims"]]
         preempted = tuple(f.result() for f in futures)
-        address = self._address(lease.node_id)
         try:
-            if address is None:
-                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
-            self.agents.launch(address, lease.vm_name, VmRole.ON_DEMAND, lease.vcpus, lease.memory_mib, lease.image,
-                               lease.lease_id)
+            self._launch(lease)
         except AgentCallFailed as exc:
             with self.lock:
                 lease = self._end(lease, "failed", str(exc))
@@ -327,6 +323,14 @@ class PoolManager:
         log_event(log, "vm.preempted", lease_id=victim.lease_id, node=victim.node_id, stopped=stopped.outcome,
                   seconds=round(stopped.seconds, 3), work_lost_vcpu_s=round(work, 1))
         return Preempted(victim, stopped, work)
+
+    def _launch(self, lease: Lease) -> None:
+        """Ask the lease's node to start its VM; AgentCallFailed says why it could not."""
+        address = self._address(lease.node_id)
+        if address is None:
+            raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+        self.agents.launch(address, lease.vm_name, VmRole(lease.role), lease.vcpus, lease.memory_mib, lease.image,
+                           lease.lease_id)
 
     def _stop(self, lease: Lease, grace: int, force: bool = False) -> Stopped:
         address = self._address(lease.node_id)
@@ -571,12 +575,8 @@ class PoolManager:
         self.request_fill()
 
     def _launch_backfill(self, lease: Lease, config: BackfillConfig) -> bool:
-        address = self._address(lease.node_id)
         try:
-            if address is None:
-                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
-            self.agents.launch(address, lease.vm_name, VmRole.BACKFILL, lease.vcpus, lease.memory_mib, lease.image,
-                               lease.lease_id)
+            self._launch(lease)
         except AgentCallFailed as exc:
             with self.lock:
                 self._end(lease, "failed", str(exc))

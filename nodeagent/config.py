@@ -226,14 +226,15 @@ def load_config(path: Path) -> AgentConfig:
     return parse_config(read_toml(path), str(path))
 
 
-def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,
-                   source: str = "configuration") -> AgentConfig:
-    """Apply --listen / --insecure from the command line, then check the whole."""
+def with_overrides(config: Any, listen: str | None = None, insecure: bool = False, source: str = "configuration",
+                   check: Any = None) -> Any:
+    """Apply --listen / --insecure from the command line to an agent's or the controller's
+    configuration, then check the whole (with `check`, the agent's check_config by default)."""
     if listen:
         config = replace(config, listen=listen)
     if insecure:
         config = replace(config, tls=replace(config.tls, insecure=True))
-    check_config(config, source)
+    (check or check_config)(config, source)
     return config
 
 

@@ -101,9 +101,52 @@ def link_image(source: Path, target: Path) -> None:
             shutil.copy2(item, target / item.name)
 
 
+class ServiceProcess:
+    """Start, health-wait and stop for a Gleaner server subprocess (agent or controller).
+
+    Subclasses give `module`, `address`, `config_path`, `log_path`, `env`, `process` and
+    write_config()."""
+
+    module = ""
+
+    def start(self):
+        self.write_config()
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", self.module, "--config", str(self.config_path)],
+                                        stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        log.close()
+        try:
+            wait_for(self._serving, 20, f"{self.module} on {self.address} to serve")
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"{self.module} did not start; its log:\n{self.log_text()}") from None
+        return self
+
+    def _serving(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"{self.module} exited with {self.process.returncode}:\n{self.log_text()}")
+        with client_channel(self.address, self.env.pki["client"]) as channel:
+            return is_serving(channel)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def log_text(self) -> str:
+        return console_text(self.log_path)
+
+
 @dataclass
-class AgentProcess:
+class AgentProcess(ServiceProcess):
     """A gleaner-agent subprocess with mutual TLS, and a client stub for it."""
+
+    module = "nodeagent"
 
     env: LabEnv
     name: str = "agent"
@@ -139,39 +182,6 @@ class AgentProcess:
                       reconcile_interval_seconds=1.0, metrics_listen=f"127.0.0.1:{self.metrics_port}",
                       tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))
         self.config_path.write_text(to_toml(AgentConfig(**{**values, **self.settings})))
-
-    def start(self) -> "AgentProcess":
-        self.write_config()
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "--config", str(self.config_path)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        log.close()
-        try:
-            wait_for(self._serving, 20, f"agent on {self.address} to serve")
-        except TimeoutError:
-            self.stop()
-            raise RuntimeError(f"agent did not start; its log:\n{self.log_text()}") from None
-        return self
-
-    def _serving(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.log_text()}")
-        with self.channel() as channel:
-            return is_serving(channel)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def log_text(self) -> str:
-        return console_text(self.log_path)
 
     def channel(self, tls: TlsFiles | None | str = "client") -> grpc.Channel:
         files = self.env.pki["client"] if tls == "client" else tls

@@ -1,23 +1,23 @@
 """A real gleaner-controller subprocess with mutual TLS, for tests and benchmarks."""
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from controller.config import ControllerConfig, to_toml
-from nodeagent.client import client_channel, is_serving
+from nodeagent.client import client_channel
 from nodeagent.config import TlsConfig
 from protos import controller_pb2, controller_pb2_grpc
-from tests.agentproc import REPO, TEST_PREFIX, LabEnv, console_text, free_port, wait_for
+from tests.agentproc import TEST_PREFIX, LabEnv, ServiceProcess, free_port
 
 
 @dataclass
-class ControllerProcess:
+class ControllerProcess(ServiceProcess):
+    module = "controller"
+
     env: LabEnv
     name: str = "controller"
     port: int = field(default_factory=free_port)
@@ -36,43 +36,17 @@ class ControllerProcess:
     def log_path(self) -> Path:
         return self.state_dir / "controller.log"
 
-    def start(self) -> "ControllerProcess":
+    @property
+    def config_path(self) -> Path:
+        return self.state_dir / "controller.toml"
+
+    def write_config(self) -> None:
         self.state_dir.mkdir(exist_ok=True)
         tls = self.env.pki["server"]
         values = dict(listen=self.address, state_dir=self.state_dir, log_level="debug",
                       vm_name_prefix=f"{TEST_PREFIX}{self.name}-", suspect_after_seconds=2.0, down_after_seconds=5.0,
                       liveness_check_seconds=0.5, tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))
-        config = self.state_dir / "controller.toml"
-        config.write_text(to_toml(ControllerConfig(**{**values, **self.settings})))
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "controller", "--config", str(config)],
-                                        stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        log.close()
-        try:
-            wait_for(self._serving, 20, f"controller on {self.address} to serve")
-        except TimeoutError:
-            self.stop()
-            raise RuntimeError(f"controller did not start; its log:\n{self.log_text()}") from None
-        return self
-
-    def _serving(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"controller exited with {self.process.returncode}:\n{self.log_text()}")
-        with client_channel(self.address, self.env.pki["client"]) as channel:
-            return is_serving(channel)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def log_text(self) -> str:
-        return console_text(self.log_path)
+        self.config_path.write_text(to_toml(ControllerConfig(**{**values, **self.settings})))
 
     def stub(self) -> controller_pb2_grpc.ControllerStub:
         return controller_pb2_grpc.ControllerStub(client_channel(self.address, self.env.pki["client"]))
