@@ -77,7 +77,7 @@ def start_controller(config: ControllerConfig) -> RunningController:
     pool = PoolManager(config, store, AgentLinks(tls, config.agent_timeout_seconds))
     gc.freeze()  # the leases just loaded: see evaluate()
     scheduler = BackgroundScheduler(daemon=True)
-    backfill = store.backfill()
+    backfill = pool.backfill
     # max_instances=2: a fill asked for while one runs enters, sees it, and makes the running one go round again.
     scheduler.add_job(logged(pool.fill, "backfill"), "interval", seconds=backfill.retry_seconds, id="backfill",
                       max_instances=2, coalesce=True, next_run_time=datetime.now())

@@ -142,6 +142,9 @@ class PoolManager:
         self._started = time.monotonic()
         self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-call")
         self.on_fill_wanted = lambda: None                 # the server points this at the launcher
+        # Settings read on every decision and view refresh: kept here, written through to the store.
+        self.backfill: BackfillConfig = store.backfill()
+        self.reserves: dict[str, Reserve] = store.reserves()
         for lease in store.live_leases():
             self._book(lease)
         log_event(log, "pool.loaded", leases=len(self.leases), store=str(store.path),
@@ -177,7 +180,7 @@ class PoolManager:
     def _refresh_views(self) -> None:
         if not self._dirty:
             return
-        reserves = self.store.reserves()
+        reserves = self.reserves
         for node_id in self._dirty:
             node = self.nodes.get(node_id)
             if node is None:
@@ -201,9 +204,20 @@ class PoolManager:
                                                  total, pinned, newest)
         self._dirty.clear()
 
-    def reserves_changed(self) -> None:
+    def set_backfill(self, config: BackfillConfig) -> None:
         with self.lock:
+            self.store.set_backfill(config)
+            self.backfill = config
+        self.store.record("backfill.configured", **config.as_dict())
+
+    def set_reserve(self, reserve: Reserve) -> None:
+        """Set (or, all zero, remove) a reserve; every node's view is rebuilt with it."""
+        with self.lock:
+            self.store.set_reserve(reserve)
+            self.reserves = self.store.reserves()
             self._dirty.update(self.nodes)
+        self.store.record("reserve.set", reserve.node_id, vcpus=reserve.vcpus, memory_mib=reserve.memory_mib,
+                          whole_node=reserve.whole_node)
 
     def snapshot(self, now: float | None = None) -> Pool:
         with self.lock:
@@ -254,7 +268,7 @@ class PoolManager:
     def _decide(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> dict:
         """Under the lock: decide, and book the new lease and the victims before anything runs."""
         t0 = time.perf_counter()
-        policy = self.store.backfill().termination_policy
+        policy = self.backfill.termination_policy
         pool = self.snapshot()
         decision = place_on_demand(pool, Size(vcpus, memory_mib), policy, seed=hash(request_id) & 0xFFFF)
         decided_ms = (time.perf_counter() - t0) * 1000
@@ -314,7 +328,7 @@ class PoolManager:
 
     def _preempt(self, victim: Lease, cause: str, policy: Policy) -> Preempted:
         work = max(time.time() - (victim.launched_at or victim.created_at), 0.0) * victim.vcpus
-        stopped = self._stop(victim, self.store.backfill().grace_seconds)
+        stopped = self._stop(victim, self.backfill.grace_seconds)
         with self.lock:
             self._end(victim, "ended", f"preempted: {cause}")
         self.store.record("vm.preempted", victim.node_id, victim.lease_id, vm=victim.vm_name, cause=cause,
@@ -360,7 +374,7 @@ class PoolManager:
             if lease.state in ("stopping", "preempting"):
                 raise RequestError("lease_id", f"{lease_id} is already being stopped")
             lease = self._save(replace(lease, state="stopping"))
-        stopped = self._stop(lease, self.store.backfill().grace_seconds, force)
+        stopped = self._stop(lease, self.backfill.grace_seconds, force)
         with self.lock:
             lease = self._end(lease, "ended", "released")
         self.store.record("vm.released", lease.node_id, lease.lease_id, vm=lease.vm_name, stopped=stopped.outcome,
@@ -496,7 +510,7 @@ class PoolManager:
         """A selection pass. At the end of an evaluation interval (evaluation=True) it decides
         afresh; between them, after a burst of node churn, the last choice stands."""
         with self.lock:
-            config = self.store.backfill()
+            config = self.backfill
             self._refresh_views()
             ids = [n for n, node in self.nodes.items() if node.state == "up"]
             window = self.config.prediction_window
@@ -529,7 +543,7 @@ class PoolManager:
         """Run the launcher soon: now, or once more right after the run in progress."""
         if self._fill_lock.locked():
             self._fill_again.set()
-        elif self.store.backfill().enabled:
+        elif self.backfill.enabled:
             self.on_fill_wanted()
 
     def fill(self) -> int:
@@ -548,7 +562,7 @@ class PoolManager:
             self._fill_lock.release()
 
     def _fill_once(self) -> int:
-        config = self.store.backfill()
+        config = self.backfill
         if not config.enabled:
             return 0
         self.select(evaluation=False)

@@ -132,13 +132,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     @rpc
     def GetBackfill(self, request, context):
-        return backfill_to_proto(self.pool.store.backfill())
+        return backfill_to_proto(self.pool.backfill)
 
     @rpc
     def SetBackfill(self, request, context):
-        config = updated_backfill(self.pool.store.backfill(), request)
-        self.pool.store.set_backfill(config)
-        self.pool.store.record("backfill.configured", **config.as_dict())
+        config = updated_backfill(self.pool.backfill, request)
+        self.pool.set_backfill(config)
         self.on_backfill_changed(config)
         return backfill_to_proto(config)
 
@@ -147,18 +146,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         node_id = request.node_id
         if node_id != "*" and not valid_node_id(node_id):
             raise RequestError("node_id", f"{node_id!r} must be a node id or '*' for every node")
-        reserve = Reserve(node_id, request.vcpus, request.memory_mib, request.whole_node)
-        self.pool.store.set_reserve(reserve)
-        self.pool.store.record("reserve.set", node_id, vcpus=reserve.vcpus, memory_mib=reserve.memory_mib,
-                               whole_node=reserve.whole_node)
-        self.pool.reserves_changed()
+        self.pool.set_reserve(Reserve(node_id, request.vcpus, request.memory_mib, request.whole_node))
         return self.ListReserves(None, context)
 
     @rpc
     def ListReserves(self, request, context):
         return controller_pb2.ListReservesResponse(reserves=[
             controller_pb2.Reserve(node_id=r.node_id, vcpus=r.vcpus, memory_mib=r.memory_mib, whole_node=r.whole_node)
-            for r in self.pool.store.reserves().values()])
+            for r in self.pool.reserves.values()])
 
     @rpc
     def ListEvents(self, request, context):
@@ -169,7 +164,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     @rpc
     def Status(self, request, context):
-        status = controller_pb2.PoolStatus(backfill_enabled=self.pool.store.backfill().enabled)
+        status = controller_pb2.PoolStatus(backfill_enabled=self.pool.backfill.enabled)
         for node, *_ in self.pool.node_rows():
             setattr(status, f"nodes_{node.state}", getattr(status, f"nodes_{node.state}") + 1)
             if node.state == "up":

@@ -198,8 +198,7 @@ def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_
         for node_id, fg in (("busy", 1.6), ("idle", 0.1), ("kept", 0.0)):
             pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
                                                   memory_mib=4096, foreground_cpu_cores=fg))
-    store.set_reserve(Reserve("kept", whole_node=True))
-    pool.reserves_changed()
+    pool.set_reserve(Reserve("kept", whole_node=True))
     assert pool.fill() == 2
     assert {l.node_id for l in pool.live_leases()} == {"idle"}   # P(busy) = 0.4 < half a core; "kept" is reserved
     assert pool.productivity["busy"] == pytest.approx(0.4) and pool.productivity["kept"] == 0.0
