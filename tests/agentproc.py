@@ -1,8 +1,9 @@
 """Helpers for tests and benchmarks: a real gleaner-agent process, its client, and cleanup.
 
 Everything here drives the real thing: the agent binary as a subprocess, the local
-libvirtd, real QEMU domains. Test domains are named with TEST_PREFIX so cleanup can find
-every one of them, even after a failed test.
+libvirtd, real QEMU domains. Test domains are named with TEST_PREFIX, which carries a tag of
+this test run, so cleanup finds every one of them, even after a failed test, and never touches
+another run's domains (two test runs or benchmarks may share the host).
 """
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from nodeagent.pki import TlsFiles, ensure_lab_pki
 from protos import agent_pb2, agent_pb2_grpc
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_PREFIX = "gtest-"
+ANY_TEST_PREFIX = "gtest-"
+# One tag per run, inherited by subprocesses (a benchmark's helpers clean up the same domains).
+RUN_TAG = os.environ.setdefault("GLEANER_TEST_RUN", uuid.uuid4().hex[:4])
+TEST_PREFIX = f"{ANY_TEST_PREFIX}{RUN_TAG}-"
 TEST_ROOT = Path("/var/lib/gleaner-test")
 SYSTEM_IMAGE_DIR = Path(os.environ.get("GLEANER_IMAGE_DIR", "/var/lib/gleaner/images"))
 LIBVIRT_URI = "qemu:///system"
@@ -199,7 +203,7 @@ def launch_request(name: str, role: int = agent_pb2.ROLE_VOLUNTEER, vcpus: int =
 
 
 def remove_test_domains(uri: str = LIBVIRT_URI) -> list[str]:
-    """Destroy and undefine every domain whose name starts with TEST_PREFIX."""
+    """Destroy and undefine every domain of this test run (its name starts with TEST_PREFIX)."""
     conn = libvirt.open(uri)
     removed = []
     try:

@@ -51,3 +51,14 @@ def _no_leftover_domains(request):
     # A module-scoped pool (the controller tests) builds on its VMs from test to test; it cleans up itself.
     if "test_env" in request.fixturenames and "pool" not in request.fixturenames:
         remove_test_domains()
+
+
+# Fixtures that reach the local libvirtd (and so may start QEMU): a test that uses one, directly
+# or through another fixture, is marked `libvirt`, so `pytest -m "not libvirt"` starts no VM.
+LIBVIRT_FIXTURES = {"libvirt_host", "test_env", "agent", "stub"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if LIBVIRT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.libvirt)
