@@ -4,12 +4,19 @@
  *   gleaner-probe hog                         spin forever, print loops/s every second
  *   gleaner-probe probe [burst_us] [sleep_ms] [batch]
  *       bursts of fixed CPU work (calibrated once to burst_us) separated by sleeps;
- *       every `batch` bursts print p50/p99/max of the burst wall times.
+ *       every `batch` bursts print every burst wall time of the batch in the order measured
+ *       (GLEANER-PROBE-RAW us=a,b,...), then p50/p99/max of the batch (GLEANER-PROBE n=...).
  *   gleaner-probe diskprobe DEVICE [sleep_ms] [batch]
  *       a synchronous 4 KiB write then read at a random offset (O_DIRECT), then a sleep;
- *       every `batch` pairs print p50/p99/max of the pair times.
+ *       every `batch` pairs print every pair time of the batch in the order measured
+ *       (GLEANER-DISKPROBE-RAW us=a,b,...), then p50/p99/max (GLEANER-DISKPROBE n=...).
  *   gleaner-probe diskhog DEVICE
  *       write 1 MiB blocks (O_DIRECT) over the device as fast as it goes; print MiB/s.
+ *
+ * Times are in whole microseconds (truncated). Only the burst (or the write+read pair) is
+ * timed; the sleeps and the printing are not. After printing, the probe waits for the console
+ * to drain (tcdrain), so the serial output of a long line does not spill into the next
+ * timed sample.
  *
  * The probe measures what a latency-sensitive foreground tenant feels: a burst that takes
  * longer than when alone was delayed by someone else on the same CPU.
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +54,35 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Print the batch's samples in µs, in the order measured (before report sorts them), as one line. */
+static void report_raw(const char *tag, const uint64_t *samples, int batch)
+{
+    size_t size = strlen(tag) + 16 + (size_t)batch * 21, len = 0;
+    char *line = malloc(size);
+    if (!line)
+        return;
+    len += (size_t)snprintf(line, size, "%s-RAW us=", tag);
+    for (int i = 0; i < batch; i++)
+        len += (size_t)snprintf(line + len, size - len, "%s%llu", i ? "," : "",
+                                (unsigned long long)(samples[i] / 1000));
+    line[len++] = '\n';
+    fwrite(line, 1, len, stdout);
+    fflush(stdout);
+    free(line);
+}
+
+/* Sort the batch and print p50/p99/max in µs; wait until the console has sent it all. */
+static void report(const char *tag, uint64_t *samples, int batch)
+{
+    qsort(samples, (size_t)batch, sizeof *samples, cmp_u64);
+    printf("%s n=%d p50_us=%llu p99_us=%llu max_us=%llu\n", tag, batch,
+           (unsigned long long)(samples[batch / 2] / 1000),
+           (unsigned long long)(samples[(batch * 99) / 100] / 1000),
+           (unsigned long long)(samples[batch - 1] / 1000));
+    fflush(stdout);
+    tcdrain(STDOUT_FILENO); /* not a tty (tests): fails harmlessly */
 }
 
 static void __attribute__((noreturn)) hog(void)
@@ -99,23 +136,9 @@ static int probe(uint64_t burst_us, uint64_t sleep_ms, int batch)
             samples[i] = now_ns() - t0;
             nanosleep(&pause, NULL);
         }
-        qsort(samples, (size_t)batch, sizeof *samples, cmp_u64);
-        printf("GLEANER-PROBE n=%d p50_us=%llu p99_us=%llu max_us=%llu\n", batch,
-               (unsigned long long)(samples[batch / 2] / 1000),
-               (unsigned long long)(samples[(batch * 99) / 100] / 1000),
-               (unsigned long long)(samples[batch - 1] / 1000));
-        fflush(stdout);
+        report_raw("GLEANER-PROBE", samples, batch);
+        report("GLEANER-PROBE", samples, batch);
     }
-}
-
-static void report(const char *tag, uint64_t *samples, int batch)
-{
-    qsort(samples, (size_t)batch, sizeof *samples, cmp_u64);
-    printf("%s n=%d p50_us=%llu p99_us=%llu max_us=%llu\n", tag, batch,
-           (unsigned long long)(samples[batch / 2] / 1000),
-           (unsigned long long)(samples[(batch * 99) / 100] / 1000),
-           (unsigned long long)(samples[batch - 1] / 1000));
-    fflush(stdout);
 }
 
 static int diskprobe(const char *device, uint64_t sleep_ms, int batch)
@@ -145,6 +168,7 @@ static int diskprobe(const char *device, uint64_t sleep_ms, int batch)
             samples[i] = now_ns() - t0;
             nanosleep(&pause, NULL);
         }
+        report_raw("GLEANER-DISKPROBE", samples, batch);
         report("GLEANER-DISKPROBE", samples, batch);
     }
 }

@@ -1,63 +1,181 @@
 """CPU interference: a foreground latency probe beside a volunteer CPU hog on one host CPU.
 
-    python -m tests.bench.interference [--phase-seconds 40] [--cpu 1]
+    python -m tests.bench.interference [--phase-seconds 15] [--rounds 3] [--cpu 1]
 
-Both real domains are pinned to the same host CPU. In one run the probe is measured
-alone, beside the hog at libvirt's default priority (the hog promoted to the foreground
-class: cpu.shares 1024, no cpu.idle), and beside the hog in Gleaner's volunteer class.
-The probe prints p50/p99 of each batch of bursts; a phase's p50 and p99 are the medians
-of its batches' (so one unlucky batch does not decide it), and *_p99_max_ms the worst
-batch. Prints one JSON object; the ratios are against "alone" from the same run.
+Both real domains are pinned to the same host CPU. The probe guest (gleaner-probe probe
+2000,10,100) runs bursts of fixed CPU work, calibrated once at its start to take about 2 ms
+alone, each followed by a 10 ms sleep.
+
+What is timed: one sample is the wall time of one burst, read from CLOCK_MONOTONIC inside
+the guest just before and just after the spin loop, so it grows whenever the probe's vCPU is
+kept off the host CPU (or slowed) during the burst. Left out: the sleeps between bursts,
+the calibration, the guest's boot, and the printing: every 100 bursts the probe prints all
+of the batch's samples in the order measured (GLEANER-PROBE-RAW us=...) and the batch's
+p50/p99/max (GLEANER-PROBE n=...), then waits for the serial console to drain before the
+next burst. The SETTLE_SECONDS after each phase switch are not measured either, and the
+first batch printed after a phase's window opens is dropped (it may have begun earlier).
+
+Phases: "alone" (the hog's domain suspended through libvirt), "volunteer" (the hog in
+Gleaner's volunteer class) and "default" (the hog promoted to the foreground class:
+libvirt's default priority, cpu.shares 1024, no cpu.idle). They alternate in that order,
+--rounds times, each phase measured for --phase-seconds per round, so a slow drift of the
+shared host falls on all phases alike. The hog boots while promoted (at idle priority beside
+the probe it would boot slowly), before the first round.
+
+How p99 is computed: every raw sample of a phase, from all rounds, is pooled and
+*_p99_all_ms is the 99th percentile by nearest rank (the ceil(0.99 n)-th smallest) over all
+of them; *_p50_all_ms likewise; *_p99_all_rounds_ms is the same per round, to show the
+spread (null for a round whose window held no complete batch). default_ratio and
+volunteer_ratio are p99_all of the phase over p99_all of alone; `samples` counts them.
+The older batch statistics are kept with their meaning: *_p50_ms and *_p99_ms are the
+medians over the phase's batches (all rounds) of each batch's p50 and p99 as the probe
+prints them (with 100 samples a batch's p99 is its largest sample, so clustered spikes
+vanish from that median), *_p99_max_ms the worst batch p99, and
+*_ratio_batch_median the ratios of those medians. Prints one JSON object.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
+
+import libvirt
 
 from protos import agent_pb2
-from tests.agentproc import (AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request, remove_test_domains, unique_name,
-                             wait_for_console)
+from tests.agentproc import (LIBVIRT_URI, AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request,
+                             remove_test_domains, unique_name, wait_for_console)
 
-PROBE_LINE = re.compile(r"GLEANER-PROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)")
-DISKPROBE_LINE = re.compile(r"GLEANER-DISKPROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)")
+PROBE_LINE = re.compile(r"GLEANER-PROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)\r?\n")
+DISKPROBE_LINE = re.compile(r"GLEANER-DISKPROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)\r?\n")
+PROBE_RAW_LINE = re.compile(r"GLEANER-PROBE-RAW us=([\d,]+)\r?\n")
+DISKPROBE_RAW_LINE = re.compile(r"GLEANER-DISKPROBE-RAW us=([\d,]+)\r?\n")
+RAW_LINES = {PROBE_LINE.pattern: PROBE_RAW_LINE, DISKPROBE_LINE.pattern: DISKPROBE_RAW_LINE}
 SETTLE_SECONDS = 3.0
+PHASES = ("alone", "volunteer", "default")  # the order within each round
+
+
+def percentile(samples: Sequence[float], pct: float) -> float:
+    """Nearest rank: the ceil(pct/100 * n)-th smallest sample (the largest for pct=100)."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def read_since(console: Path, start: int) -> str:
+    """The console text written after byte offset `start`, up to its last complete line."""
+    data = console.read_bytes()[start:]
+    return data[:data.rfind(b"\n") + 1].decode(errors="replace")
 
 
 def probe_batches(console: Path, start: int, line: re.Pattern[str] = PROBE_LINE) -> list[tuple[int, int]]:
-    """(p50 µs, p99 µs) of each batch printed after byte offset `start`."""
-    text = console.read_bytes()[start:].decode(errors="replace")
-    return [(int(m.group(1)), int(m.group(2))) for m in line.finditer(text)]
+    """(p50 µs, p99 µs) of each complete batch summary printed after byte offset `start`."""
+    return [(int(m.group(1)), int(m.group(2))) for m in line.finditer(read_since(console, start))]
 
 
-def measure(console: Path, seconds: float, line: re.Pattern[str] = PROBE_LINE) -> dict[str, float]:
+def parse_window(text: str, line: re.Pattern[str] = PROBE_LINE) -> dict:
+    """One phase window's batches and raw samples (µs); the first batch of each is dropped,
+    since it may have begun before the window opened."""
+    batches = [(int(m.group(1)), int(m.group(2))) for m in line.finditer(text)][1:]
+    raw = [[int(v) for v in m.group(1).split(",") if v] for m in RAW_LINES[line.pattern].finditer(text)][1:]
+    if len(raw) != len(batches):
+        print(f"warning: {len(batches)} batch summaries but {len(raw)} raw lines in a window",
+              file=sys.stderr, flush=True)
+    return {"batch_p50_us": [b[0] for b in batches], "batch_p99_us": [b[1] for b in batches],
+            "samples_us": [v for batch in raw for v in batch]}
+
+
+def capture(consoles: Sequence[Path], seconds: float) -> list[str]:
+    """Settle, then the text each console gains over `seconds` (complete lines only)."""
     time.sleep(SETTLE_SECONDS)  # let a class change take hold and a partial batch drain
-    start = console.stat().st_size
+    starts = [c.stat().st_size for c in consoles]
     time.sleep(seconds)
-    batches = probe_batches(console, start, line)[1:]  # the first may have begun before `start`
-    if len(batches) < 3:
-        raise SystemExit(f"only {len(batches)} probe batches in {seconds}s; is the probe running?")
-    return {"p50_ms": statistics.median(b[0] for b in batches) / 1000,
-            "p99_ms": statistics.median(b[1] for b in batches) / 1000,
-            "p99_max_ms": max(b[1] for b in batches) / 1000, "batches": len(batches)}
+    return [read_since(c, s) for c, s in zip(consoles, starts)]
+
+
+def measure(console: Path, seconds: float, line: re.Pattern[str] = PROBE_LINE) -> dict:
+    """One phase window of one round: see parse_window."""
+    text = capture([console], seconds)[0]
+    window = parse_window(text, line)
+    if not window["samples_us"]:  # a busy host may leave a short window empty; phase_stats judges the phase
+        print(f"warning: no complete probe batch in a {seconds}s window ({len(text)} bytes of console)",
+              file=sys.stderr, flush=True)
+    return window
+
+
+def phase_stats(rounds: list[dict]) -> dict:
+    """Pool a phase's windows (one per round): batch medians as before, and pooled percentiles."""
+    p50s = [v for r in rounds for v in r["batch_p50_us"]]
+    p99s = [v for r in rounds for v in r["batch_p99_us"]]
+    samples = [v for r in rounds for v in r["samples_us"]]
+    if len(p99s) < 3 or not samples:
+        raise SystemExit(f"only {len(p99s)} probe batches ({len(samples)} raw samples) in the phase; "
+                         "is the probe running, and is the image rebuilt with the raw-sample probe?")
+    return {"p50_ms": statistics.median(p50s) / 1000, "p99_ms": statistics.median(p99s) / 1000,
+            "p99_max_ms": max(p99s) / 1000, "batches": len(p99s),
+            "p50_all_ms": percentile(samples, 50) / 1000, "p99_all_ms": percentile(samples, 99) / 1000,
+            "samples": len(samples),
+            "p99_all_rounds_ms": [percentile(r["samples_us"], 99) / 1000 if r["samples_us"] else None
+                                  for r in rounds]}
 
 
 def set_class(stub, name: str, role: int) -> None:
     stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name, priority_class=role))
 
 
+class HogSwitch:
+    """Puts the interfering domain into each phase: suspended (alone), volunteer, promoted (default)."""
+
+    def __init__(self, stub, name: str):
+        self.stub, self.name = stub, name
+        self.conn = libvirt.open(LIBVIRT_URI)
+        self.dom = self.conn.lookupByName(name)
+
+    def enter(self, phase: str) -> None:
+        paused = self.dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED
+        if phase == "alone":
+            if not paused:
+                self.dom.suspend()
+            return
+        set_class(self.stub, self.name, agent_pb2.ROLE_VOLUNTEER if phase == "volunteer" else agent_pb2.ROLE_FOREGROUND)
+        if paused:
+            self.dom.resume()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def alternate(rounds: int, enter: Callable[[str], None], measure_phase: Callable[[str, int], dict]) -> dict[str, list]:
+    """Run PHASES in order, `rounds` times; {phase: [its window of each round]}."""
+    windows: dict[str, list] = {phase: [] for phase in PHASES}
+    for r in range(rounds):
+        for phase in PHASES:
+            enter(phase)
+            print(f"round {r + 1}/{rounds}: measuring {phase}", file=sys.stderr, flush=True)
+            windows[phase].append(measure_phase(phase, r))
+    return windows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phase-seconds", type=float, default=40.0)
+    parser.add_argument("--phase-seconds", type=float, default=15.0, help="per phase per round (default 15)")
+    parser.add_argument("--rounds", type=int, default=3, help="alone/volunteer/default repetitions (default 3)")
     parser.add_argument("--cpu", default="1", help="host CPU both domains are pinned to")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     exit_cleanly_on_sigterm()
     env = LabEnv.create()
     agent = AgentProcess(env, name="bench-interference").start()
+    switch = None
     try:
         stub = agent.stub()
         fg, vol = unique_name("probe"), unique_name("hog")
@@ -65,26 +183,23 @@ def main(argv: list[str] | None = None) -> int:
                                                  kernel_cmdline="gleaner.workload=probe gleaner.probe=2000,10,100"))
         console = Path(reply.domain.console_log)
         wait_for_console(console, "GLEANER-PROBE start", timeout=120)
-        print("measuring the probe alone", file=sys.stderr, flush=True)
-        alone = measure(console, args.phase_seconds)
 
         # The hog boots while promoted: at idle priority beside the probe it would boot slowly.
         hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER, cpuset=args.cpu,
                                                kernel_cmdline="gleaner.workload=hog"))
         set_class(stub, vol, agent_pb2.ROLE_FOREGROUND)
         wait_for_console(hog.domain.console_log, "GLEANER-HOG", timeout=120)
-        print("measuring beside the hog at libvirt's default priority", file=sys.stderr, flush=True)
-        default = measure(console, args.phase_seconds)
-
-        set_class(stub, vol, agent_pb2.ROLE_VOLUNTEER)
-        print("measuring beside the hog in the volunteer class", file=sys.stderr, flush=True)
-        volunteer = measure(console, args.phase_seconds)
+        switch = HogSwitch(stub, vol)
+        windows = alternate(args.rounds, switch.enter, lambda _phase, _round: measure(console, args.phase_seconds))
         host = stub.DescribeHost(agent_pb2.DescribeHostRequest())
     finally:
+        if switch is not None:
+            switch.close()
         agent.stop()
         remove_test_domains()
         env.remove()
-    result = {**phase_summary(alone, default, volunteer),
+    stats = {phase: phase_stats(windows[phase]) for phase in PHASES}
+    result = {**phase_summary(stats["alone"], stats["default"], stats["volunteer"]), "rounds": args.rounds,
         "volunteer_mechanism": "cpu.idle" if host.cpu_idle_supported else "lowest cpu weight",
         "domain_type": host.domain_type, "pinned_cpu": args.cpu, "phase_seconds": args.phase_seconds}
     print(json.dumps(result))
@@ -92,19 +207,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def phase_summary(alone: dict, default: dict, volunteer: dict) -> dict:
-    """The keys every interference benchmark prints: p50/p99 per phase and ratios to alone."""
-    return {
+    """The keys every interference benchmark prints, from phase_stats of each phase."""
+    phases = {"alone": alone, "default": default, "volunteer": volunteer}
+    summary = {
         "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"],
         "default_p50_ms": default["p50_ms"], "default_p99_ms": default["p99_ms"],
         "volunteer_p50_ms": volunteer["p50_ms"], "volunteer_p99_ms": volunteer["p99_ms"],
-        "default_ratio": round(default["p99_ms"] / alone["p99_ms"], 3),
-        "volunteer_ratio": round(volunteer["p99_ms"] / alone["p99_ms"], 3),
+        "default_ratio": round(default["p99_all_ms"] / alone["p99_all_ms"], 3),
+        "volunteer_ratio": round(volunteer["p99_all_ms"] / alone["p99_all_ms"], 3),
+        "default_ratio_batch_median": round(default["p99_ms"] / alone["p99_ms"], 3),
+        "volunteer_ratio_batch_median": round(volunteer["p99_ms"] / alone["p99_ms"], 3),
         "default_p50_ratio": round(default["p50_ms"] / alone["p50_ms"], 3),
         "volunteer_p50_ratio": round(volunteer["p50_ms"] / alone["p50_ms"], 3),
         "alone_p99_max_ms": alone["p99_max_ms"], "default_p99_max_ms": default["p99_max_ms"],
         "volunteer_p99_max_ms": volunteer["p99_max_ms"],
-        "batches": {"alone": alone["batches"], "default": default["batches"], "volunteer": volunteer["batches"]},
+        "batches": {name: p["batches"] for name, p in phases.items()},
+        "samples": {name: p["samples"] for name, p in phases.items()},
     }
+    for name, p in phases.items():
+        summary[f"{name}_p50_all_ms"] = p["p50_all_ms"]
+        summary[f"{name}_p99_all_ms"] = p["p99_all_ms"]
+        summary[f"{name}_p99_all_rounds_ms"] = p["p99_all_rounds_ms"]
+    return summary
 
 
 if __name__ == "__main__":
