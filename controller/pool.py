@@ -241,13 +241,14 @@ class PoolManager:
         validate_request(vcpus, memory_mib, image, owner, request_id)
         while True:
             with self.lock:
+                held_since = time.perf_counter()  # decided_ms counts from here: this request holds the lock
                 prior = self.store.request(request_id)
                 waiting = self._inflight.get(request_id)
                 if prior is not None and waiting is None:
                     return self._replay(prior, (vcpus, memory_mib, image, owner))
                 if waiting is None:
                     done = self._inflight[request_id] = threading.Event()
-                    plan = self._decide(vcpus, memory_mib, image, owner, request_id)
+                    plan = self._decide(vcpus, memory_mib, image, owner, request_id, held_since)
                     break
             waiting.wait()  # the same request is being served: give its answer
         try:
@@ -265,17 +266,31 @@ class PoolManager:
         lease = self.store.lease(prior.lease_id) if prior.lease_id else None
         return RequestResult(prior, lease)
 
-    def _decide(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> dict:
-        """Under the lock: decide, and book the new lease and the victims before anything runs."""
-        t0 = time.perf_counter()
+    def _decide(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str,
+                held_since: float | None = None) -> dict:
+        """Under the lock: decide, and book the new lease and the victims before anything runs.
+
+        decided_ms is how long the request held the pool's lock for its decision: from held_since
+        (perf_counter when request() took the lock, before its replay lookup; now if not given)
+        through the snapshot, the placement, booking the new lease and the victims (their store
+        writes) and, for a placed request, writing the pending request record. The record carries
+        the figure, so the write that stores it last cannot be inside it: a rejected request's
+        record and its request.rejected audit event are written after the clock stops, and so is
+        a placed request's final record (outcome placed or failed, written by _carry_out outside
+        the lock, with the figure that includes the pending write; the pending row itself holds
+        the figure up to just before its own write). The log lines are also left out; the lock is
+        released as soon as this returns.
+        """
+        t0 = time.perf_counter() if held_since is None else held_since
         policy = self.backfill.termination_policy
         pool = self.snapshot()
         decision = place_on_demand(pool, Size(vcpus, memory_mib), policy, seed=hash(request_id) & 0xFFFF)
-        decided_ms = (time.perf_counter() - t0) * 1000
         record = RequestRecord(request_id, vcpus, memory_mib, image, owner, "pending", None, "", (), "",
-                               time.time(), decided_ms)
+                               time.time(), 0.0)
         if isinstance(decision, Reject):
-            record = replace(record, outcome="rejected", reason=decision.reason)
+            decided_ms = (time.perf_counter() - t0) * 1000
+            # The clock stops here: the record and the audit event carry it, so their writes are not in it.
+            record = replace(record, outcome="rejected", reason=decision.reason, decided_ms=decided_ms)
             self.store.put_request(record)
             self.store.record("request.rejected", request_id=request_id, reason=decision.reason, vcpus=vcpus,
                               memory_mib=memory_mib, decided_ms=round(decided_ms, 3))
@@ -288,8 +303,11 @@ class PoolManager:
             for vm_id in decision.victims:
                 victims.append(self._save(replace(self.leases[vm_id], state="preempting")))
         record = replace(record, lease_id=lease.lease_id, node_id=decision.node_id,
-                         victims=tuple(v.lease_id for v in victims))
-        self.store.put_request(record)
+                         victims=tuple(v.lease_id for v in victims), decided_ms=(time.perf_counter() - t0) * 1000)
+        self.store.put_request(record)  # pending: this row holds the figure up to just before this write
+        # The clock stops here, after the pending record's write: _carry_out stores this figure with the outcome.
+        decided_ms = (time.perf_counter() - t0) * 1000
+        record = replace(record, decided_ms=decided_ms)
         log_event(log, "request.placed", request_id=request_id, lease_id=lease.lease_id, node=decision.node_id,
                   victims=",".join(v.lease_id for v in victims) or "none", policy=policy.value,
                   decided_ms=round(decided_ms, 3))
