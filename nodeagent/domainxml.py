@@ -48,6 +48,7 @@ class DomainShape:
     cpuset: str
     disk_caps: tuple[int, int] = (0, 0)  # (total_bytes_sec, total_iops_sec) on the first disk
     interfaces: tuple[str, ...] = ()     # host-side tap names, once the domain runs
+    disk_weight: int | None = None       # <blkiotune><weight>; None when the XML has none
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -166,8 +167,10 @@ def read_shape(xml: str) -> DomainShape:
     iotune = root.find("devices/disk/iotune")
     caps = (int(iotune.findtext("total_bytes_sec") or 0), int(iotune.findtext("total_iops_sec") or 0)) \
         if iotune is not None else (0, 0)
+    weight = (root.findtext("blkiotune/weight") or "").strip()
     return DomainShape(vcpus=int(vcpu.text or 0) if vcpu is not None else 0, memory_mib=kib * factor // 1024,
                        console_log=log.get("file", "") if log is not None else "",
                        cpuset=vcpu.get("cpuset", "") if vcpu is not None else "", disk_caps=caps,
                        interfaces=tuple(t.get("dev", "") for t in root.findall("devices/interface/target")
-                                        if t.get("dev")))
+                                        if t.get("dev")),
+                       disk_weight=int(weight) if weight.isdigit() else None)

@@ -14,11 +14,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Event:
-    kind: str       # class.changed, guard.boost, guard.release, drift.corrected
+    kind: str       # class.changed, guard.boost, guard.release, drift.corrected, network.limited
     domain: str
     detail: str
     fields: dict[str, str] = field(default_factory=dict)
     time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    level: int = logging.INFO  # how the log line of the event is logged
 
 
 class EventBus:
@@ -31,7 +32,7 @@ class EventBus:
         self._backlog = backlog
 
     def publish(self, event: Event) -> None:
-        log_event(log, event.kind, domain=event.domain, detail=event.detail, **event.fields)
+        log_event(log, event.kind, event.level, domain=event.domain, detail=event.detail, **event.fields)
         with self._lock:
             subscribers = list(self._subscribers)
         for q in subscribers:

@@ -141,7 +141,7 @@ class DomainManager:
                                            config.guard)
         # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by reconcile.
         self._known: dict[str, DomainInfo] = {}
-        self._net_note = ""  # what the kernel cannot do for network shaping, once logged
+        self._net_notes: set[str] = set()  # what the kernel cannot do for network shaping, each published once
         self._pids: dict[str, list[int]] = {}  # domain -> its QEMU process, for CPU counters
         self._facts: HostFacts | None = None
         self._locks: dict[str, threading.Lock] = {}
@@ -154,6 +154,9 @@ class DomainManager:
         self._stale_lock = threading.Lock()
         self._passes = 0
         self._views_lock = threading.Lock()
+        # A reconcile pass and a class change never interleave: a pass that read the old class
+        # would otherwise put it back right after the change (and report that as drift).
+        self._class_lock = threading.Lock()
         self._reap_hint = True   # libvirt reported something since the reaper last listed
         self._reap_passes = 0
         hypervisor.watch(self.note_change)
@@ -257,9 +260,10 @@ class DomainManager:
             meta = self._ours(record)
             assert meta is not None
             interfaces = read_shape(record.xml).interfaces
-            self._known[spec.name] = DomainInfo(spec.role, spec.role, spec.memory_mib, interfaces)
-            self._enforce(spec.name, spec.role)
-            self._apply_net(spec.name, spec.role, interfaces)
+            with self._class_lock:  # a reconcile pass now would find the class not yet applied
+                self._known[spec.name] = DomainInfo(spec.role, spec.role, spec.memory_mib, interfaces)
+                self._enforce(spec.name, spec.role)
+                self._apply_net(spec.name, spec.role, interfaces)
             log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
                       memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
                       domain_type=self.domain_type, took_ms=round((time.monotonic() - started) * 1000))
@@ -295,9 +299,9 @@ class DomainManager:
                 log_event(log, "priority.apply_failed", logging.WARNING, domain=name, interface=dev, error=str(exc))
                 continue
             changes += changed
-            if note and note != self._net_note:
-                self._net_note = note
-                log_event(log, "network.limited", logging.WARNING, domain=name, note=note)
+            if note and note not in self._net_notes:
+                self._net_notes.add(note)
+                self.events.publish(Event("network.limited", name, note, {"interface": dev}, level=logging.WARNING))
         return changes
 
     def set_class(self, name: str, cls: Role) -> ManagedDomain:
@@ -305,14 +309,16 @@ class DomainManager:
         with self._name_lock(name):
             record, meta = self._lookup(name)
             updated = dataclasses.replace(meta, priority_class=cls)
-            self.hv.set_metadata(name, metadata_xml(updated), PREFIX, NAMESPACE)
-            if record.active:
-                if name in self._known:
-                    self._known[name] = dataclasses.replace(self._known[name], priority_class=cls)
-                self._enforce(name, cls)
-                if meta.overlay:
-                    self._apply_disk(name, cls)
-                self._apply_net(name, cls, read_shape(record.xml).interfaces)
+            with self._class_lock:
+                self.hv.set_metadata(name, metadata_xml(updated), PREFIX, NAMESPACE)
+                self.note_change(name)  # the next pass re-reads it, whenever libvirt's event arrives
+                if record.active:
+                    if name in self._known:
+                        self._known[name] = dataclasses.replace(self._known[name], priority_class=cls)
+                    self._enforce(name, cls)
+                    if meta.overlay:
+                        self._apply_disk(name, cls)
+                    self._apply_net(name, cls, read_shape(record.xml).interfaces)
             if cls is not meta.priority_class:
                 self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
                                           {"from": meta.priority_class.value, "to": cls.value}))
@@ -362,6 +368,10 @@ class DomainManager:
 
     def reconcile(self) -> dict[str, list[str]]:
         """Re-assert every running managed domain's class; returns the corrections made."""
+        with self._class_lock:
+            return self._reconcile()
+
+    def _reconcile(self) -> dict[str, list[str]]:
         running = self._running_views()
         self._known = {name: DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
                        for name, m, shape in running}
@@ -369,25 +379,32 @@ class DomainManager:
         for name, meta, shape in running:
             changes = self._apply_net(name, meta.priority_class, shape.interfaces)
             if meta.overlay:
-                changes += self._reconcile_disk(name, meta.priority_class, shape.disk_caps)
+                changes += self._reconcile_disk(name, meta.priority_class, shape.disk_caps, shape.disk_weight)
             if changes:
                 corrected.setdefault(name, []).extend(changes)
                 self.events.publish(Event("drift.corrected", name, "; ".join(changes),
                                           {"class": meta.priority_class.value}))
         return corrected
 
-    def _reconcile_disk(self, name: str, cls: Role, have: tuple[int, int]) -> list[str]:
-        """Caps are read from the live XML (no QEMU round trip) and put back if they drifted."""
+    def _reconcile_disk(self, name: str, cls: Role, have: tuple[int, int], weight: int | None) -> list[str]:
+        """Caps and the block-I/O weight are read from the live XML (no QEMU round trip) and put
+        back if they drifted. A weight the XML does not show (None) is not judged."""
         want = self.disk_setting(cls)
-        if have == (want.total_bytes_sec, want.total_iops_sec):
+        drifted = []
+        if have != (want.total_bytes_sec, want.total_iops_sec):
+            drifted.append(f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, "
+                           f"{want.total_iops_sec} IOPS")
+        if weight is not None and weight != want.weight:
+            drifted.append(f"disk weight {weight} -> {want.weight}")
+        if not drifted:
             return []
         try:
             self._apply_disk(name, cls)
         except HypervisorError as exc:
             log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
             return []
-        self.note_change(name)  # read the caps back next pass, whenever libvirt's event arrives
-        return [f"disk caps {have[0]} B/s, {have[1]} IOPS -> {want.total_bytes_sec} B/s, {want.total_iops_sec} IOPS"]
+        self.note_change(name)  # read them back next pass, whenever libvirt's event arrives
+        return drifted
 
     def domain_info(self) -> dict[str, DomainInfo]:
         return dict(self._known)

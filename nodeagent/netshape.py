@@ -81,8 +81,11 @@ def apply_cap(dev: str, cap: NetCap) -> tuple[list[str], str]:
             except NetlinkError as exc:
                 if _has_ingress(ipr, index):
                     ipr.tc("del", kind="ingress", index=index, handle=INGRESS_HANDLE)
-                note = _ingress_unsupported = (f"this kernel cannot police traffic from the guest "
-                                               f"(tc filter: {exc.args[-1]})")
+                note = _ingress_unsupported = (
+                    f"this kernel cannot police traffic from the guest: adding a u32 filter with a police "
+                    f"action to the ingress qdisc failed ({exc.args[-1]}); the kernel most likely lacks the "
+                    f"police action (CONFIG_NET_ACT_POLICE) or the u32 classifier; traffic from the guest "
+                    f"is not capped")
         elif not cap.from_guest and _has_ingress(ipr, index):
             ipr.tc("del", kind="ingress", index=index, handle=INGRESS_HANDLE)
             changes.append(f"{dev} from-guest cap removed")

@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
@@ -141,10 +141,66 @@ def pools(draw):
     return Pool.of(tuple(nodes), tuple(vms), NOW), want
 
 
-@settings(max_examples=400, deadline=None)
-@given(pools(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
-def test_placement_properties(case, policy, seed):
-    pool, want = case
+def free_after_backfill(pool: Pool) -> dict[str, Size]:
+    """Each up node's room with every preemptible backfill VM gone, summed here by hand
+    (independently of the policy's own sums and helpers)."""
+    room = {}
+    for n in pool.nodes:
+        if not n.up:
+            continue
+        vcpus, memory = n.capacity.vcpus, n.capacity.memory_mib
+        for v in pool.vms:
+            if v.node_id == n.node_id and not (v.role is VmRole.BACKFILL and v.preemptible):
+                vcpus, memory = vcpus - v.size.vcpus, memory - v.size.memory_mib
+        room[n.node_id] = Size(vcpus, memory)
+    return room
+
+
+@st.composite
+def crowded_pools(draw):
+    """Pools whose nodes are mostly full of preemptible backfill, and a request that needs
+    some of it stopped on at least one up node: the cases where preemption is decided."""
+    nodes, vms = [], []
+    for i in range(draw(st.integers(1, 4))):
+        n = node(f"n{i}", draw(st.integers(2, 8)), draw(st.integers(1024, 8192)), up=draw(st.booleans()) or i == 0)
+        nodes.append(n)
+        used = Size(0, 0)
+        for j in range(draw(st.integers(1, 8))):
+            role = draw(st.sampled_from([VmRole.BACKFILL] * 4 + [VmRole.ON_DEMAND]))
+            size = Size(draw(st.integers(1, 2)), draw(st.integers(64, n.capacity.memory_mib // 3)))
+            if not (used + size).fits_in(n.capacity):
+                break
+            used += size
+            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000))))
+        # Top the node up with backfill until (almost) nothing is free.
+        left = n.capacity - used
+        for j in range(8, 8 + left.vcpus):
+            if left.vcpus < 1 or left.memory_mib < 64 or draw(st.integers(0, 9)) == 0:
+                break
+            size = Size(1, draw(st.integers(64, max(64, left.memory_mib // max(left.vcpus, 1)))))
+            left -= size
+            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, VmRole.BACKFILL, size, NOW - draw(st.floats(0, 10_000))))
+    pool = Pool.of(tuple(nodes), tuple(vms), NOW)
+    target = draw(st.sampled_from([n for n in pool.nodes if n.up]))
+    most = free_after_backfill(pool)[target.node_id]
+    free = target.capacity - allocated(pool.on_node(target.node_id))
+    # More than is free on the target, no more than it has with its backfill gone.
+    if most.vcpus > free.vcpus and most.vcpus >= 1:
+        want = Size(draw(st.integers(free.vcpus + 1, most.vcpus)), draw(st.integers(1, max(1, most.memory_mib))))
+    elif most.memory_mib > free.memory_mib and most.vcpus >= 1:
+        want = Size(draw(st.integers(1, most.vcpus)), draw(st.integers(free.memory_mib + 1, most.memory_mib)))
+    else:
+        want = Size(draw(st.integers(1, 8)), draw(st.integers(64, 8192)))
+    return pool, want
+
+
+def placement_cases():
+    """Any pool (pools()) or a crowded one: together at least a third of them end in a Preempt
+    (test_placement_cases_reach_preemption_often_enough proves it)."""
+    return st.one_of(pools(), crowded_pools())
+
+
+def check_placement(pool: Pool, want: Size, policy: Policy, seed: int) -> None:
     decision = place_on_demand(pool, want, policy, seed)
     up = {n.node_id: n for n in pool.nodes if n.up}
     if isinstance(decision, Reject):
@@ -182,6 +238,34 @@ def test_placement_properties(case, policy, seed):
                 if candidate.runtime(NOW) < needed.runtime(NOW):
                     # a younger VM was spared: only allowed if it could not replace the older one
                     assert not want.fits_in(room + allocated(swapped))
+
+
+
+
+@settings(max_examples=400, deadline=None)
+@given(placement_cases(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
+def test_placement_properties(case, policy, seed):
+    pool, want = case
+    check_placement(pool, want, policy, seed)
+
+
+def test_placement_cases_reach_preemption_often_enough():
+    """The property above is only as good as the cases that reach a preemption: run its
+    strategy through the real place_on_demand and count the outcomes."""
+    outcomes = {Place: 0, Preempt: 0, Reject: 0}
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(placement_cases(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
+    def count(case, policy, seed):
+        pool, want = case
+        outcomes[type(place_on_demand(pool, want, policy, seed))] += 1
+
+    count()
+    total = sum(outcomes.values())
+    assert total >= 300, outcomes
+    assert outcomes[Preempt] * 3 >= total, outcomes
+    assert outcomes[Place] and outcomes[Reject], outcomes  # the other branches are still exercised
 
 
 @settings(max_examples=200, deadline=None)
@@ -233,7 +317,43 @@ def test_choose_victims_with_nothing_needed_takes_nothing():
     assert choose_victims([vm("a", "n")], Size(0, 0), Policy.MOST_RECENT, NOW, random.Random(0)) == []
 
 
+def check_rejected_and_nothing_terminated(pool: Pool, want: Size, policy: Policy, seed: int = 0) -> None:
+    """An infeasible request is rejected, rightly, and stops nothing."""
+    # Infeasible by an independent count: no up node could host it even with all its backfill gone.
+    assert not any(want.fits_in(room) for room in free_after_backfill(pool).values())
+    before = {node_id: list(vms) for node_id, vms in pool.vms_by_node.items()}
+    decision = place_on_demand(pool, want, policy, seed)
+    assert isinstance(decision, Reject)
+    assert not isinstance(decision, Preempt) and not hasattr(decision, "victims")  # no VM would be stopped
+    assert {node_id: list(vms) for node_id, vms in pool.vms_by_node.items()} == before  # the pool is untouched
+    if any(n.up for n in pool.nodes):
+        assert f"{want.vcpus} vCPUs and {want.memory_mib} MiB" in decision.reason
+    else:
+        assert "no node is up" in decision.reason or "no nodes" in decision.reason
+
+
 @pytest.mark.parametrize("policy", list(Policy))
 def test_infeasible_requests_terminate_nothing(policy):
     pool = Pool.of((node("a", vcpus=2),), (vm("b1", "a"), vm("b2", "a")), NOW)
     assert isinstance(place_on_demand(pool, Size(3, 256), policy), Reject)
+    check_rejected_and_nothing_terminated(pool, Size(3, 256), policy)
+
+
+@st.composite
+def infeasible_cases(draw):
+    """A pool (often full of backfill) and a request no up node can host even with all its backfill gone."""
+    pool, _ = draw(placement_cases())
+    rooms = free_after_backfill(pool).values()
+    vcpus = draw(st.integers(1, 10))
+    # Memory beyond what any node with enough vCPUs has: infeasible on every node, by one
+    # dimension or the other.
+    enough = [r.memory_mib for r in rooms if r.vcpus >= vcpus]
+    memory = draw(st.integers(max(enough, default=0) + 1, max(enough, default=0) + 4096))
+    return pool, Size(vcpus, max(memory, 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(infeasible_cases(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
+def test_infeasible_requests_terminate_nothing_in_any_pool(case, policy, seed):
+    pool, want = case
+    check_rejected_and_nothing_terminated(pool, want, policy, seed)

@@ -104,3 +104,15 @@ def test_network_attachment_and_tap_names():
     assert ET.fromstring(none).find("devices/interface") is None
     live = "<domain><devices><interface type='ethernet'><target dev='vnet7'/></interface></devices></domain>"
     assert read_shape(live).interfaces == ("vnet7",)
+
+
+def test_read_shape_reads_the_block_io_weight_and_caps():
+    from nodeagent.priority import DiskSetting
+    spec = LaunchSpec(name="w", role=Role.VOLUNTEER, vcpus=1, memory_mib=128, image="tiny")
+    xml = build_domain_xml(spec, KERNEL_IMAGE, "qemu", Path("/ov/w.qcow2"), Path("/console/w.log"), WHEN,
+                           cpu_shares=1024, disk=DiskSetting(100, 20 * 2**20, 200))
+    shape = read_shape(xml)
+    assert (shape.disk_weight, shape.disk_caps) == (100, (20 * 2**20, 200))
+    # The live XML after `virsh blkiotune --weight 500 --live`, and a domain without <blkiotune>.
+    assert read_shape("<domain><vcpu>1</vcpu><blkiotune><weight>500</weight></blkiotune></domain>").disk_weight == 500
+    assert read_shape("<domain><vcpu>1</vcpu></domain>").disk_weight is None

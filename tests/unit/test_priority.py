@@ -268,3 +268,18 @@ def test_only_hungry_volunteers_near_their_slice_are_watched_closely():
     idle = [(0, 0, 0), (10, 10_000_000, 0)]                  # wanted nothing
     fed = [(0, 0, 0), (10, 5_000_000_000, 4_000_000_000)]    # got plenty
     assert at_risk(hungry, 10, config) and not at_risk(idle, 10, config) and not at_risk(fed, 10, config)
+
+
+def test_events_reach_subscribers_and_the_log_at_their_level(caplog):
+    import logging
+    from nodeagent.events import Event, EventBus
+    bus = EventBus()
+    q = bus.subscribe()
+    with caplog.at_level(logging.INFO, logger="nodeagent.events"):
+        bus.publish(Event("network.limited", "vm1", "this kernel cannot police traffic from the guest",
+                          {"interface": "vnet0"}, level=logging.WARNING))
+        bus.publish(Event("drift.corrected", "vm1", "disk weight 500 -> 100"))
+    assert [(e.kind, e.fields) for e in (q.get_nowait(), q.get_nowait())] == [
+        ("network.limited", {"interface": "vnet0"}), ("drift.corrected", {})]
+    assert [(r.getMessage(), r.levelno) for r in caplog.records] == [
+        ("network.limited", logging.WARNING), ("drift.corrected", logging.INFO)]
