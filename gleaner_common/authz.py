@@ -1,0 +1,259 @@
+"""Authorization for Gleaner's gRPC servers: one interceptor, driven by one table per server.
+
+Every call is checked before the servicer sees it: the caller's certificate must name a Gleaner
+identity (see identity.py) that is not revoked, the identity's role must be allowed for the
+method, and the caller may hold only so many calls and streams at once. A method that binds a
+request field to the caller (an agent's report names its own node) is checked on every message
+of the stream. Denials are PERMISSION_DENIED naming the identity and the method; they are logged
+(the first of each kind per interval) and counted, in bounded memory, for the audit log.
+
+The servicer reads the caller from `current_identity()`.
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from .identity import Identity, IdentityCache, NotAnIdentity, Role
+from .logs import log_event
+from .pki import load_deny_list
+
+log = logging.getLogger(__name__)
+EVERYONE = frozenset(Role)
+READERS = frozenset({Role.CONTROLLER, Role.ADMIN, Role.VIEWER})
+HEALTH = "/grpc.health.v1.Health/"
+REFLECTION = ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+              "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
+# On a unix socket without TLS (the only place --insecure is allowed), the caller is local root.
+LOCAL = Identity(Role.ADMIN, "local-root")
+
+_current: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("gleaner_identity", default=None)
+
+
+def current_identity() -> Identity | None:
+    """The identity of the call being served on this thread."""
+    return _current.get()
+
+
+@dataclass(frozen=True)
+class Rule:
+    roles: frozenset[Role]
+    node_field: str = ""      # each request message's field must equal an agent caller's node id
+
+
+def common_rules() -> dict[str, Rule]:
+    """Health for every identity (liveness checks), reflection for people and the controller."""
+    rules = {f"{HEALTH}Check": Rule(EVERYONE), f"{HEALTH}Watch": Rule(EVERYONE)}
+    rules.update({method: Rule(READERS) for method in REFLECTION})
+    return rules
+
+
+@dataclass
+class Limits:
+    """How much one identity, and everyone together, may hold at once."""
+    calls_per_identity: int = 16
+    streams_per_identity: int = 4
+    streams_total: int = 32
+
+
+class Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DenyList:
+    """Revoked certificate serials, reloaded on demand (the servers do it on SIGHUP)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.serials: frozenset[int] = load_deny_list(path)
+
+    def reload(self) -> int:
+        self.serials = load_deny_list(self.path)
+        log_event(log, "tls.deny_list_loaded", path=str(self.path), revoked=len(self.serials))
+        return len(self.serials)
+
+    def __contains__(self, serial: int) -> bool:
+        return serial in self.serials
+
+
+@dataclass
+class DenialCounter:
+    """Denials per (identity, method) since the last flush, in bounded memory: past `max_keys`
+    distinct pairs, further ones are counted under one catch-all key."""
+    max_keys: int = 256
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, who: str, method: str, why: str) -> bool:
+        """Count one denial; True for the first of its kind since the last flush (worth a log line)."""
+        key = (who, method, why)
+        with self.lock:
+            if key not in self.counts and len(self.counts) >= self.max_keys:
+                key = ("(other identities)", "(other methods)", "(other reasons)")
+            first = key not in self.counts
+            self.counts[key] = self.counts.get(key, 0) + 1
+            return first
+
+    def flush(self) -> list[tuple[str, str, str, int]]:
+        with self.lock:
+            taken, self.counts = self.counts, {}
+        return [(who, method, why, n) for (who, method, why), n in sorted(taken.items())]
+
+
+class _Holds:
+    """Calls and streams in flight per identity and in total."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.streams: dict[str, int] = {}
+        self.streams_total = 0
+
+    def take(self, who: str, stream: bool) -> None:
+        with self.lock:
+            if stream:
+                if self.streams.get(who, 0) >= self.limits.streams_per_identity:
+                    raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{who} already holds "
+                                 f"{self.limits.streams_per_identity} streams, the most one identity may")
+                if self.streams_total >= self.limits.streams_total:
+                    raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the server holds {self.streams_total} "
+                                 "streams, the most it serves at once; try again later")
+                self.streams[who] = self.streams.get(who, 0) + 1
+                self.streams_total += 1
+            else:
+                if self.calls.get(who, 0) >= self.limits.calls_per_identity:
+                    raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{who} already has "
+                                 f"{self.limits.calls_per_identity} calls in progress, the most one identity may")
+                self.calls[who] = self.calls.get(who, 0) + 1
+
+    def give_back(self, who: str, stream: bool) -> None:
+        with self.lock:
+            table = self.streams if stream else self.calls
+            table[who] -= 1
+            if not table[who]:
+                del table[who]
+            if stream:
+                self.streams_total -= 1
+
+
+class Authorizer(grpc.ServerInterceptor):
+    """The interceptor: `rules` maps full method names to the roles allowed; anything not in
+    the table is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
+
+    def __init__(self, rules: dict[str, Rule], deny_list: DenyList | None = None, limits: Limits | None = None,
+                 insecure: bool = False) -> None:
+        self.rules = {**common_rules(), **rules}
+        self.deny_list = deny_list or DenyList(None)
+        self.limits = limits or Limits()
+        self.insecure = insecure
+        self.denials = DenialCounter()
+        self._holds = _Holds(self.limits)
+        self._identities = IdentityCache()
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def identify(self, context: grpc.ServicerContext) -> Identity:
+        if self.insecure:
+            return LOCAL
+        try:
+            identity = self._identities.of_auth_context(context.auth_context())
+        except NotAnIdentity as exc:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"the caller's certificate is not a Gleaner "
+                                                           f"identity: {exc}") from None
+        if identity.serial in self.deny_list:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{identity} presents a revoked certificate "
+                                                           f"(serial {identity.serial:x})")
+        return identity
+
+    def authorize(self, identity: Identity, method: str) -> Rule:
+        rule = self.rules.get(method)
+        if rule is None or (identity is not LOCAL and identity.role not in rule.roles):
+            allowed = ", ".join(sorted(r.value for r in rule.roles)) if rule else "no identity"
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED,
+                         f"{identity} may not call {method} (allowed: {allowed})")
+        return rule
+
+    def check_message(self, identity: Identity, method: str, rule: Rule, message) -> None:
+        if identity.serial in self.deny_list:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{identity}'s certificate was revoked")
+        if rule.node_field and identity is not LOCAL:
+            claimed = getattr(message, rule.node_field)
+            if claimed != identity.name:
+                raise Denied(grpc.StatusCode.PERMISSION_DENIED,
+                             f"{identity} may speak only for node {identity.name!r}, not "
+                             f"{str(claimed)[:64]!r} ({method} {rule.node_field})")
+
+    def refuse(self, context: grpc.ServicerContext, method: str, exc: Denied, who: str) -> None:
+        if exc.code == grpc.StatusCode.PERMISSION_DENIED and self.denials.add(who, method, str(exc)):
+            log_event(log, "rpc.denied", logging.WARNING, identity=who, method=method, peer=context.peer(),
+                      error=str(exc), note="further denials like it are counted, not logged, until the next flush")
+        context.abort(exc.code, str(exc))
+
+    # -- the interceptor ------------------------------------------------------------------------
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        stream = handler.request_streaming or handler.response_streaming
+        kind = ("stream" if handler.request_streaming else "unary") + "_" + \
+               ("stream" if handler.response_streaming else "unary")
+        original = getattr(handler, kind)
+
+        def admit(request, context):
+            """(identity, the request with its messages checked); aborts the call if denied."""
+            who = "(unidentified)"
+            try:
+                identity = self.identify(context)
+                who = str(identity)
+                rule = self.authorize(identity, method)
+                if not handler.request_streaming:
+                    self.check_message(identity, method, rule, request)
+                self._holds.take(who, stream)
+            except Denied as exc:
+                self.refuse(context, method, exc, who)
+            if handler.request_streaming:
+                request = self._checked(identity, rule, method, request, context)
+            return identity, request
+
+        if handler.response_streaming:
+            def behavior(request, context):
+                identity, request = admit(request, context)
+                token = _current.set(identity)
+                try:
+                    yield from original(request, context)
+                finally:
+                    _current.reset(token)
+                    self._holds.give_back(str(identity), stream)
+        else:
+            def behavior(request, context):
+                identity, request = admit(request, context)
+                token = _current.set(identity)
+                try:
+                    return original(request, context)
+                finally:
+                    _current.reset(token)
+                    self._holds.give_back(str(identity), stream)
+        factory = getattr(grpc, f"{kind}_rpc_method_handler")
+        return factory(behavior, request_deserializer=handler.request_deserializer,
+                       response_serializer=handler.response_serializer)
+
+    def _checked(self, identity: Identity, rule: Rule, method: str, messages: Iterable, context) -> Iterator:
+        """The request stream, each message checked as it arrives (revocation, node binding)."""
+        for message in messages:
+            try:
+                self.check_message(identity, method, rule, message)
+            except Denied as exc:
+                self.refuse(context, method, exc, str(identity))
+            yield message
