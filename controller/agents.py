@@ -1,4 +1,8 @@
-"""The controller's calls to node agents: one mutual-TLS channel per agent, plain results."""
+"""The controller's calls to node agents: one mutual-TLS channel per agent, plain results.
+
+A channel to node N's reported address is made to insist on N's certificate (N.agent.gleaner):
+an address that another node's agent serves, or anything else, is refused at the handshake, so
+a node can never make the controller launch or stop VMs on another node."""
 from __future__ import annotations
 
 import threading
@@ -6,11 +10,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from nodeagent.client import client_channel
-from nodeagent.pki import TlsFiles
+from gleaner_common.identity import Role
+from gleaner_common.pki import TlsFiles
+from gleaner_common.rpc import channel_to
 from protos import agent_pb2, agent_pb2_grpc
 
-from .policy import VmRole
+from .core.policy import VmRole
 
 AGENT_ROLES = {VmRole.ON_DEMAND: agent_pb2.ROLE_FOREGROUND, VmRole.BACKFILL: agent_pb2.ROLE_VOLUNTEER}
 OUTCOMES = {v: k.lower().removeprefix("termination_outcome_")
@@ -32,30 +37,32 @@ class AgentLinks:
     def __init__(self, tls: TlsFiles | None, timeout_seconds: float) -> None:
         self.tls = tls
         self.timeout = timeout_seconds
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[tuple[str, str], grpc.Channel] = {}
         self._lock = threading.Lock()
 
-    def _stub(self, address: str) -> agent_pb2_grpc.NodeAgentStub:
+    def _stub(self, node_id: str, address: str) -> agent_pb2_grpc.NodeAgentStub:
         with self._lock:
-            channel = self._channels.get(address)
+            channel = self._channels.get((node_id, address))
             if channel is None:
-                channel = self._channels[address] = client_channel(address, self.tls)
+                for key in [k for k in self._channels if k[0] == node_id]:  # the node moved: one channel each
+                    self._channels.pop(key).close()
+                channel = self._channels[(node_id, address)] = channel_to(Role.AGENT, node_id, address, self.tls)
         return agent_pb2_grpc.NodeAgentStub(channel)
 
-    def launch(self, address: str, name: str, role: VmRole, vcpus: int, memory_mib: int, image: str,
+    def launch(self, node_id: str, address: str, name: str, role: VmRole, vcpus: int, memory_mib: int, image: str,
                lease_id: str) -> None:
         request = agent_pb2.LaunchDomainRequest(name=name, role=AGENT_ROLES[role], vcpus=vcpus,
                                                 memory_mib=memory_mib, image=image, lease_id=lease_id)
         try:
-            self._stub(address).LaunchDomain(request, timeout=self.timeout)
+            self._stub(node_id, address).LaunchDomain(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise AgentCallFailed(f"agent at {address} could not launch {name}: {exc.code().name}: "
                                   f"{exc.details()}") from None
 
-    def terminate(self, address: str, name: str, grace_seconds: int, force: bool = False) -> Stopped:
+    def terminate(self, node_id: str, address: str, name: str, grace_seconds: int, force: bool = False) -> Stopped:
         request = agent_pb2.TerminateDomainRequest(name=name, force=force, grace_seconds=grace_seconds)
         try:
-            reply = self._stub(address).TerminateDomain(request, timeout=self.timeout + grace_seconds)
+            reply = self._stub(node_id, address).TerminateDomain(request, timeout=self.timeout + grace_seconds)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return Stopped("not_found", 0.0, "the agent no longer had it")

@@ -11,17 +11,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import grpc
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from nodeagent import __version__
-from nodeagent.config import ConfigError
-from nodeagent.logs import log_event, setup_logging
-from nodeagent.pki import TlsFiles
+from gleaner_common import __version__
+from gleaner_common.config import ConfigError
+from gleaner_common.identity import Role
+from gleaner_common.logs import log_event, setup_logging
+from gleaner_common.pki import PkiError, check_identity
+from gleaner_common.rpc import RunningServer
 
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
-from .policy import BackfillConfig
+from .core.policy import BackfillConfig
 from .pool import PoolManager
 from .server import build_server
 from .store import Store, StoreError
@@ -56,16 +57,31 @@ def evaluate(pool: PoolManager) -> None:
     gc.freeze()
 
 
+DENIALS_AUDIT_SECONDS = 60.0
+
+
+def audit_denials(pool: PoolManager, server: RunningServer) -> None:
+    """Denied calls since the last run, one audit event per (identity, method, reason) with its
+    count: a flood of denials costs the audit log a bounded number of rows a minute."""
+    for who, method, why, count in server.authorizer.denials.flush():
+        pool.store.record("rpc.denied", identity=who, method=method, reason=why, count=count,
+                          window_s=DENIALS_AUDIT_SECONDS)
+
+
 @dataclass
 class RunningController:
     pool: PoolManager
-    server: grpc.Server
-    port: int
+    server: RunningServer
     scheduler: BackgroundScheduler
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def stop(self) -> None:
         self.scheduler.shutdown(wait=False)
-        self.server.stop(grace=5).wait()
+        audit_denials(self.pool, self.server)
+        self.server.stop(grace=5)
         self.pool.executor.shutdown(wait=False, cancel_futures=True)
         self.pool.store.close()
 
@@ -73,8 +89,7 @@ class RunningController:
 def start_controller(config: ControllerConfig) -> RunningController:
     """The store, the pool, the gRPC server and the periodic jobs, all started."""
     store = Store(config.store_path)
-    tls = None if config.tls.insecure else TlsFiles(config.tls.ca, config.tls.cert, config.tls.key)
-    pool = PoolManager(config, store, AgentLinks(tls, config.agent_timeout_seconds))
+    pool = PoolManager(config, store, AgentLinks(config.tls.files, config.agent_timeout_seconds))
     gc.freeze()  # the leases just loaded: see evaluate()
     scheduler = BackgroundScheduler(daemon=True)
     backfill = pool.backfill
@@ -96,12 +111,14 @@ def start_controller(config: ControllerConfig) -> RunningController:
         fill_now()
 
     pool.on_fill_wanted = fill_now
-    server, port = build_server(config, pool, backfill_changed)
+    server = build_server(config, pool, backfill_changed)
+    scheduler.add_job(logged(lambda: audit_denials(pool, server), "denials"), "interval",
+                      seconds=DENIALS_AUDIT_SECONDS, id="denials", max_instances=1, coalesce=True)
     scheduler.start()
-    log_event(log, "controller.serving", listen=config.listen, port=port, version=__version__,
+    log_event(log, "controller.serving", listen=config.listen, port=server.port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual", store=str(config.store_path),
               backfill="on" if backfill.enabled else "off")
-    return RunningController(pool, server, port, scheduler)
+    return RunningController(pool, server, scheduler)
 
 
 def run(config: ControllerConfig) -> int:
@@ -109,6 +126,7 @@ def run(config: ControllerConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
+    signal.signal(signal.SIGHUP, lambda signum, _frame: running.server.authorizer.deny_list.reload())
     stop.wait()
     log_event(log, "controller.stopping", note="VMs keep running; a restarted controller takes its leases back")
     running.stop()
@@ -125,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gleaner-controller: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
+    try:
+        if config.tls.files is not None:  # agents and admins would refuse any other identity
+            check_identity(config.tls.files, Role.CONTROLLER)
+    except PkiError as exc:
+        print(f"gleaner-controller: {exc}", file=sys.stderr)
+        return 2
     try:
         return run(config)
     except (OSError, RuntimeError, StoreError) as exc:

@@ -1,14 +1,14 @@
 """The controller's TOML configuration, checked as strictly as the agent's."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config import (ConfigError, HOST_PORT, TlsConfig, check_tls, parse_sections, read_toml,
-                              sections_to_toml)
-from nodeagent.config import with_overrides as apply_overrides
+from gleaner_common import ids
+from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_tls, parse_sections, read_toml,
+                                   sections_to_toml)
+from gleaner_common.config import with_overrides as _with_overrides
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,11 @@ def to_toml(config: ControllerConfig) -> str:
 
 
 def check_config(config: ControllerConfig, source: str) -> None:
-    if not (config.listen.startswith("unix:") or HOST_PORT.fullmatch(config.listen)):
-        raise ConfigError(f"{source}: controller.listen {config.listen!r} must be HOST:PORT or unix:PATH")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", config.vm_name_prefix):
-        raise ConfigError(f"{source}: controller.vm_name_prefix {config.vm_name_prefix!r} must be 1-31 letters, "
-                          "digits, '-' or '_', starting with a letter or digit")
+    check_listen(config.listen, "controller.listen", source)
+    try:
+        ids.vm_name_prefix(config.vm_name_prefix, "controller.vm_name_prefix")
+    except ids.InvalidField as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     for key, value in (("controller.agent_timeout_seconds", config.agent_timeout_seconds),
                        ("liveness.suspect_after_seconds", config.suspect_after_seconds),
                        ("liveness.check_seconds", config.liveness_check_seconds),
@@ -86,4 +86,4 @@ def check_config(config: ControllerConfig, source: str) -> None:
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,
                    source: str = "configuration") -> ControllerConfig:
-    return apply_overrides(config, listen, insecure, source, check=check_config)
+    return _with_overrides(config, check_config, listen, insecure, source)

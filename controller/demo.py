@@ -20,35 +20,43 @@ import threading
 import time
 from pathlib import Path
 
-from nodeagent.client import client_channel, wait_until_serving
-from nodeagent.config import AgentConfig, TlsConfig
+from gleaner_common.config import TlsConfig
+from gleaner_common.identity import Role
+from gleaner_common.pki import TlsFiles, ensure_lab_pki
+from gleaner_common.rpc import channel_to, wait_until_serving
+from nodeagent.config import AgentConfig
 from nodeagent.config import to_toml as agent_toml
 from nodeagent.demo import running_nested, say
-from nodeagent.pki import ensure_lab_pki
 from protos import controller_pb2, controller_pb2_grpc
 
 from .config import ControllerConfig
 from .config import to_toml as controller_toml
 
 READY_TIMEOUT = 240  # a volunteer booting at idle priority on a busy host is slow
+NODE = "node1"
+
+
+def tls_config(files: TlsFiles, deny_list: Path) -> TlsConfig:
+    return TlsConfig(ca=files.ca, cert=files.cert, key=files.key, deny_list=deny_list)
 
 
 class Lab:
     def __init__(self, state_dir: Path, port: int, domain_type: str, image_dir: Path) -> None:
         self.state_dir = state_dir
         self.port = port
-        self.pki = ensure_lab_pki(state_dir / "pki")
-        server = self.pki["server"]
-        tls = TlsConfig(ca=server.ca, cert=server.cert, key=server.key)
+        # One certificate per identity: the controller, the node's agent, and an admin for gleanctl.
+        self.pki = ensure_lab_pki(state_dir / "pki", (NODE,))
         self.controller_address = f"127.0.0.1:{port}"
         self.agent_dir = state_dir / "agent"
         (state_dir / "controller.toml").write_text(controller_toml(ControllerConfig(
-            listen=self.controller_address, state_dir=state_dir / "controller", vm_name_prefix="pool-", tls=tls)))
+            listen=self.controller_address, state_dir=state_dir / "controller", vm_name_prefix="pool-",
+            tls=tls_config(self.pki.controller, self.pki.deny_list))))
         (state_dir / "agent.toml").write_text(agent_toml(AgentConfig(
-            agent_id="node1", listen=f"127.0.0.1:{port + 1}", metrics_listen=f"127.0.0.1:{port + 2}",
+            agent_id=NODE, listen=f"127.0.0.1:{port + 1}", metrics_listen=f"127.0.0.1:{port + 2}",
             state_dir=self.agent_dir, image_dir=image_dir, domain_type=domain_type, grace_seconds=15,
-            controller_address=self.controller_address, controller_report_seconds=1.0, tls=tls)))
-        client = self.pki["client"]
+            controller_address=self.controller_address, controller_report_seconds=1.0,
+            tls=tls_config(self.pki.agent(NODE), self.pki.deny_list))))
+        client = self.pki.admin
         self.gleanctl_config = state_dir / "gleanctl.toml"
         self.gleanctl_config.write_text(f'[gleanctl]\ncontroller = "{self.controller_address}"\n[tls]\n'
                                         f'ca = "{client.ca}"\ncert = "{client.cert}"\nkey = "{client.key}"\n')
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     lab.start("controller", "controller")
     lab.start("nodeagent", "agent")
     try:
-        with client_channel(lab.controller_address, lab.pki["client"]) as channel:
+        with channel_to(Role.CONTROLLER, "", lab.controller_address, lab.pki.admin) as channel:
             if not wait_until_serving(channel, 30, alive=lambda: lab.processes[0].poll() is None):
                 say(f"the controller did not start; see {args.state_dir / 'controller.log'}")
                 return 1

@@ -20,10 +20,13 @@ from typing import Any, Callable
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from nodeagent.client import client_channel
-from nodeagent.config import ConfigError, parse_sections, read_toml
-from nodeagent.pki import TlsFiles
+from gleaner_common.config import ConfigError, parse_sections, read_toml
+from gleaner_common.identity import Role
+from gleaner_common.pki import PkiError, TlsFiles
+from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
+
+from . import pkicmd
 
 DEFAULT_CONFIG = Path("/etc/gleaner/gleanctl.toml")
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INVALID = 1, 2, 3, 4
@@ -53,6 +56,7 @@ def load_target(args: argparse.Namespace) -> Target:
     path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
     if path is not None:
         settings, tls = parse_sections(read_toml(path), _SCHEMA, str(path))
+        tls.pop("deny_list", None)  # a server's setting; a client file may share the [tls] section
         values.update(settings, **tls)
     for key in ("controller", "ca", "cert", "key"):
         if getattr(args, key):
@@ -62,13 +66,14 @@ def load_target(args: argparse.Namespace) -> Target:
     target = Target(**values)
     if not target.insecure and None in (target.ca, target.cert, target.key):
         raise UsageError("mutual TLS needs --ca, --cert and --key (or a config file with [tls] ca, cert, key); "
-                         "--insecure only works against a controller listening without TLS on loopback")
+                         "--insecure only works against a controller listening without TLS on a unix socket")
     return target
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
+    """A stub whose channel reaches only a server with the controller's certificate."""
     tls = None if target.insecure else TlsFiles(target.ca, target.cert, target.key)
-    return controller_pb2_grpc.ControllerStub(client_channel(target.controller, tls))
+    return controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", target.controller, tls))
 
 
 def as_dict(message) -> dict:
@@ -162,7 +167,7 @@ def cmd_backfill(stub, args):
         elif not changes:
             raise UsageError("backfill set needs at least one KEY=VALUE")
         reply = stub.SetBackfill(controller_pb2.SetBackfillRequest(**changes), timeout=args.timeout)
-    data = as_dict(reply)
+    data = {f.name: getattr(reply, f.name) for f in reply.DESCRIPTOR.fields}  # numbers stay numbers
     return data, "\n".join(f"{k} = {json.dumps(v)}" for k, v in data.items()), 0
 
 
@@ -178,8 +183,9 @@ def cmd_reserve(stub, args):
 
 
 def cmd_events(stub, args):
-    reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind),
-                            timeout=args.timeout)
+    # Without --after: the newest events; with it: the events after that sequence number, oldest first.
+    reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind,
+                                                             newest=not args.after), timeout=args.timeout)
     lines = [f"{e.seq:>6} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(e.at))} {e.kind:<20} "
              f"{e.node_id or '-':<12} {e.lease_id or '-':<16} {e.detail_json}" for e in reply.events]
     events = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in reply.events]
@@ -239,10 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     reserve.add_argument("--memory", type=int, default=0, help="MiB")
     reserve.add_argument("--whole-node", action="store_true")
     events = sub.add_parser("events", help="the audit log")
-    events.add_argument("--after", type=int, default=0, help="only events after this sequence number")
-    events.add_argument("--limit", type=int, default=50)
+    events.add_argument("--after", type=int, default=0,
+                        help="the events after this sequence number, oldest first (default: the newest)")
+    events.add_argument("--limit", type=int, default=50, help="at most this many (the controller caps it at 1000)")
     events.add_argument("--kind", default="", help="e.g. vm.preempted, request.rejected, node.down")
     sub.add_parser("status", help="pool utilization: allocated and used, foreground versus backfill")
+    pkicmd.add_parser(sub)
     return parser
 
 
@@ -254,11 +262,15 @@ COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "pki":  # local files only: no controller involved
+            data, text = pkicmd.run(args)
+            print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+            return 0
         if getattr(args, "vcpus", 0) < 0 or getattr(args, "memory", 0) < 0:
             raise UsageError("--vcpus and --memory must not be negative")
         target = load_target(args)
         data, text, code = COMMANDS[args.command](stub_for(target), args)
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, PkiError, OSError, ValueError) as exc:
         print(f"gleanctl: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except grpc.RpcError as exc:

@@ -9,7 +9,6 @@ concurrent requests never double-book a node.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import uuid
@@ -20,14 +19,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nodeagent.logs import log_event
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
+from gleaner_common.logs import log_event
 
+from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig
-from .policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+from .core.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
                      place_on_demand, plan_backfill)
-from .selection import moving_average, potential_productivity, select_volunteers
-from .store import Lease, RequestRecord, Reserve, Store
+from .core.selection import moving_average, potential_productivity, select_volunteers
+from .store import Lease, LeaseConflict, RequestRecord, Reserve, Store
 
 log = logging.getLogger(__name__)
 # Lease states that hold capacity on their node. A "preempting" VM is still shutting down, but
@@ -36,19 +38,7 @@ COUNTED_STATES = ("starting", "running", "stopping")
 STOPPABLE_STATES = COUNTED_STATES + ("preempting",)
 LOST_AFTER_SECONDS = 10.0   # a running lease absent from reports for this long after launch is lost
 TOMBSTONE_SECONDS = 60.0    # reports may still show a VM this long after it ended
-REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-OWNER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
-IMAGE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}){0,3}")
-MAX_VCPUS = 1024
-MAX_MEMORY_MIB = 16 * 2**20
-
-
-class RequestError(ValueError):
-    """A request the controller will not act on; the message names the field and the problem."""
-
-    def __init__(self, field_name: str, problem: str) -> None:
-        super().__init__(f"{field_name}: {problem}")
-        self.field = field_name
+REFUSAL_AUDIT_SECONDS = 60.0  # one report.refused audit event per node this often, however many come
 
 
 class LeaseNotFound(LookupError):
@@ -69,6 +59,8 @@ class NodeState:
     seen_version: int = -1
     check_until: float = 0.0
     agent_version: str = ""
+    images: frozenset[str] = frozenset()   # what the agent can boot
+    min_memory_mib: int = 0                # the smallest VM the agent launches
 
 
 @dataclass(frozen=True)
@@ -85,20 +77,6 @@ class RequestResult:
     preempted: tuple[Preempted, ...] = ()
     total_seconds: float = 0.0
     policy: str = ""
-
-
-def validate_request(vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
-    if not 1 <= vcpus <= MAX_VCPUS:
-        raise RequestError("vcpus", f"must be within 1..{MAX_VCPUS}, not {vcpus}")
-    if not 1 <= memory_mib <= MAX_MEMORY_MIB:
-        raise RequestError("memory_mib", f"must be within 1..{MAX_MEMORY_MIB}, not {memory_mib}")
-    if not IMAGE.fullmatch(image) or ".." in image.split("/"):
-        raise RequestError("image", f"{image!r} must be a relative name in the agents' image directory "
-                                    "(letters, digits, '.', '-', '_', up to 4 levels)")
-    if not OWNER.fullmatch(owner):
-        raise RequestError("owner", f"{owner!r} must be 1-64 letters, digits, '.', '-', '_' or '@'")
-    if not REQUEST_ID.fullmatch(request_id):
-        raise RequestError("request_id", f"{request_id!r} must be 1-64 letters, digits, '.', '-' or '_'")
 
 
 class _VmsByNode(Mapping):
@@ -135,7 +113,8 @@ class PoolManager:
         self.predicted: dict[str, float] = {}
         self.churn = 0
         self._tombstones: dict[str, float] = {}        # vm name -> when its lease ended (monotonic)
-        self._unexpected: set[str] = set()
+        self._unexpected: set[str] = set()    # VMs already reported as unexpected or conflicting
+        self._refused_at: dict[str, float] = {}   # node -> when its last refused report was audited
         self._inflight: dict[str, threading.Event] = {}
         self._fill_lock = threading.Lock()
         self._fill_again = threading.Event()
@@ -238,7 +217,7 @@ class PoolManager:
 
     def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> RequestResult:
         started = time.monotonic()
-        validate_request(vcpus, memory_mib, image, owner, request_id)
+        checks.request(vcpus, memory_mib, image, owner, request_id)
         while True:
             with self.lock:
                 held_since = time.perf_counter()  # decided_ms counts from here: this request holds the lock
@@ -260,7 +239,7 @@ class PoolManager:
 
     def _replay(self, prior: RequestRecord, asked: tuple) -> RequestResult:
         if (prior.vcpus, prior.memory_mib, prior.image, prior.owner) != asked:
-            raise RequestError("request_id", f"{prior.request_id!r} was already used for a request of "
+            raise InvalidField("request_id", f"{prior.request_id!r} was already used for a request of "
                                              f"{prior.vcpus} vCPUs, {prior.memory_mib} MiB, image {prior.image!r}, "
                                              f"owner {prior.owner!r}; use a new request_id")
         lease = self.store.lease(prior.lease_id) if prior.lease_id else None
@@ -284,7 +263,9 @@ class PoolManager:
         t0 = time.perf_counter() if held_since is None else held_since
         policy = self.backfill.termination_policy
         pool = self.snapshot()
-        decision = place_on_demand(pool, Size(vcpus, memory_mib), policy, seed=hash(request_id) & 0xFFFF)
+        decision = self._unbootable(pool, memory_mib, image) or \
+            place_on_demand(self._able(pool, memory_mib, image), Size(vcpus, memory_mib), policy,
+                            seed=hash(request_id) & 0xFFFF)
         record = RequestRecord(request_id, vcpus, memory_mib, image, owner, "pending", None, "", (), "",
                                time.time(), 0.0)
         if isinstance(decision, Reject):
@@ -312,6 +293,24 @@ class PoolManager:
                   victims=",".join(v.lease_id for v in victims) or "none", policy=policy.value,
                   decided_ms=round(decided_ms, 3))
         return {"record": record, "lease": lease, "victims": victims, "policy": policy, "pool_now": pool.now}
+
+    def _able(self, pool: Pool, memory_mib: int, image: str) -> Pool:
+        """The pool less the nodes that cannot boot this VM (image missing, memory below their least)."""
+        able = tuple(n for n in pool.nodes if image in self.nodes[n.node_id].images
+                     and memory_mib >= self.nodes[n.node_id].min_memory_mib)
+        return pool if len(able) == len(pool.nodes) else Pool(able, pool.vms_by_node, pool.now)
+
+    def _unbootable(self, pool: Pool, memory_mib: int, image: str) -> Reject | None:
+        """A rejection when no up node could boot this VM at all, checked before anything is stopped."""
+        up = [self.nodes[n.node_id] for n in pool.nodes if n.up]
+        if not up or any(image in n.images and memory_mib >= n.min_memory_mib for n in up):
+            return None
+        if not any(image in n.images for n in up):
+            offered = sorted(set().union(*(n.images for n in up)))
+            return Reject(f"no up node has image {image!r} (they offer: {', '.join(offered[:10]) or 'none'})")
+        least = min(n.min_memory_mib for n in up if image in n.images)
+        return Reject(f"{memory_mib} MiB is less than the smallest VM the agents with image {image!r} "
+                      f"launch ({least} MiB)")
 
     def _carry_out(self, plan: dict, started: float) -> RequestResult:
         record: RequestRecord = plan["record"]
@@ -361,7 +360,7 @@ class PoolManager:
         address = self._address(lease.node_id)
         if address is None:
             raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
-        self.agents.launch(address, lease.vm_name, VmRole(lease.role), lease.vcpus, lease.memory_mib, lease.image,
+        self.agents.launch(lease.node_id, address, lease.vm_name, VmRole(lease.role), lease.vcpus, lease.memory_mib, lease.image,
                            lease.lease_id)
 
     def _stop(self, lease: Lease, grace: int, force: bool = False) -> Stopped:
@@ -369,7 +368,7 @@ class PoolManager:
         if address is None:
             return Stopped("unreachable", 0.0, f"node {lease.node_id} has no known agent address")
         try:
-            return self.agents.terminate(address, lease.vm_name, grace, force)
+            return self.agents.terminate(lease.node_id, address, lease.vm_name, grace, force)
         except AgentCallFailed as exc:
             log_event(log, "vm.stop_failed", logging.ERROR, lease_id=lease.lease_id, error=str(exc))
             return Stopped("unreachable", 0.0, str(exc))
@@ -382,6 +381,7 @@ class PoolManager:
     # -- release ---------------------------------------------------------------------------------
 
     def release(self, lease_id: str, force: bool = False) -> tuple[Lease, Stopped]:
+        ids.lease_id(lease_id)
         with self.lock:
             lease = self.leases.get(lease_id)
             if lease is None:
@@ -390,7 +390,7 @@ class PoolManager:
                     raise LeaseNotFound(f"no lease {lease_id!r}")
                 return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
             if lease.state in ("stopping", "preempting"):
-                raise RequestError("lease_id", f"{lease_id} is already being stopped")
+                raise InvalidField("lease_id", f"{lease_id} is already being stopped")
             lease = self._save(replace(lease, state="stopping"))
         stopped = self._stop(lease, self.backfill.grace_seconds, force)
         with self.lock:
@@ -423,6 +423,9 @@ class PoolManager:
                 self._touch(node.node_id)
             node.last_report = now
             node.agent_version = report.agent_version
+            if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
+                    or not node.images.issuperset(report.images):
+                node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
             node.foreground_cpu = report.foreground_cpu_cores
             node.fg_samples.append(report.foreground_cpu_cores)
             backfill_cpu, names = 0.0, []
@@ -436,6 +439,18 @@ class PoolManager:
             if signature != node.signature or version != node.seen_version or now < node.check_until:
                 self._match_vms(node, report.vms, now)
                 node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
+
+    def report_refused(self, node_id: str, reason: str) -> None:
+        """A report out of bounds: logged and audited, at most once per node a minute."""
+        now = time.monotonic()
+        with self.lock:
+            if now - self._refused_at.get(node_id, -REFUSAL_AUDIT_SECONDS) < REFUSAL_AUDIT_SECONDS:
+                return
+            if len(self._refused_at) > 4096:  # bounded: forget the oldest
+                self._refused_at.pop(next(iter(self._refused_at)))
+            self._refused_at[node_id] = now
+        self.store.record("report.refused", node_id, reason=reason)
+        log_event(log, "report.refused", logging.WARNING, node=node_id, reason=reason)
 
     def _node_event(self, kind: str, node: NodeState, **detail) -> None:
         self.churn += 1
@@ -478,24 +493,37 @@ class PoolManager:
         node.check_until = now + LOST_AFTER_SECONDS if young else 0.0
 
     def _adopt_or_report(self, node: NodeState, vm) -> None:
+        """A VM the node runs that no lease of this node names: adopt it onto this node, unless it
+        names another node's lease or an ended one (then it is reported, once, and left alone)."""
         stored = self.store.lease(vm.lease_id) if vm.lease_id else None
         if stored is not None and stored.ended_at is not None:
-            if vm.name not in self._unexpected:
-                self._unexpected.add(vm.name)
-                self.store.record("vm.unexpected", node.node_id, vm.lease_id, vm=vm.name,
-                                  reason=f"its lease ended ({stored.end_reason}) but the agent still runs it; "
-                                         "stop it with 'gleanctl release' or by hand")
-                log_event(log, "vm.unexpected", logging.WARNING, vm=vm.name, node=node.node_id)
+            self._report_once(node, vm, "vm.unexpected", f"its lease ended ({stored.end_reason}) but the agent "
+                                                         "still runs it; stop it with 'gleanctl release' or by hand")
+            return
+        if stored is not None:  # a live lease of another node: a node never moves or takes another's lease
+            self._report_once(node, vm, "vm.conflict", f"it names lease {stored.lease_id} of node {stored.node_id}; "
+                                                       "not adopted, and that lease is left as it is")
             return
         role = VmRole.BACKFILL if vm.role == "backfill" else VmRole.ON_DEMAND
-        lease_id = vm.lease_id if vm.lease_id and stored is None and REQUEST_ID.fullmatch(vm.lease_id) \
-            else f"ad-{uuid.uuid4().hex[:12]}"
-        lease = Lease(lease_id, role.value, node.node_id, vm.name, max(vm.vcpus, 1), max(vm.memory_mib, 1),
-                      vm.image or "unknown", "adopted", "running", time.time(), vm.launched_at or time.time())
-        self._save(lease)
-        self.store.record("vm.adopted", node.node_id, lease_id, vm=vm.name, role=role.value,
+        lease = Lease(vm.lease_id or f"ad-{uuid.uuid4().hex[:12]}", role.value, node.node_id, vm.name, vm.vcpus,
+                      vm.memory_mib, vm.image or "unknown", "adopted", "running", time.time(),
+                      vm.launched_at or time.time())
+        try:
+            self.store.insert_lease(lease)   # a plain insert: it never replaces another lease's row
+        except LeaseConflict as exc:
+            self._report_once(node, vm, "vm.conflict", f"not adopted: {exc}")
+            return
+        self._book(lease)
+        self.store.record("vm.adopted", node.node_id, lease.lease_id, vm=vm.name, role=role.value,
                           reason="a Gleaner VM the controller had no lease for")
-        log_event(log, "vm.adopted", vm=vm.name, node=node.node_id, lease_id=lease_id)
+        log_event(log, "vm.adopted", vm=vm.name, node=node.node_id, lease_id=lease.lease_id)
+
+    def _report_once(self, node: NodeState, vm, kind: str, reason: str) -> None:
+        if vm.name in self._unexpected or len(self._unexpected) > 100_000:
+            return
+        self._unexpected.add(vm.name)
+        self.store.record(kind, node.node_id, vm.lease_id, vm=vm.name, reason=reason)
+        log_event(log, kind, logging.WARNING, vm=vm.name, node=node.node_id, reason=reason)
 
     def check_liveness(self) -> None:
         now = time.monotonic()
@@ -585,7 +613,7 @@ class PoolManager:
             return 0
         self.select(evaluation=False)
         with self.lock:
-            pool = self.snapshot()
+            pool = self._able(self.snapshot(), config.memory_mb, config.image)
             cpu_room = dict(self.productivity) if self.config.use_prediction else None
             plan = plan_backfill(pool, config, list(self.selected), cpu_room)
             recycled = [self._save(replace(self.leases[vm_id], state="stopping")) for vm_id in plan.recycles]

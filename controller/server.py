@@ -7,25 +7,22 @@ import time
 
 import grpc
 
-from nodeagent.server import rpc_errors, start_server
+from gleaner_common.authz import DenyList, Limits
+from gleaner_common.ids import InvalidField
+from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
 from protos import controller_pb2, controller_pb2_grpc
 
+from . import checks
 from .config import ControllerConfig
-from .policy import BackfillConfig, Policy
-from .pool import COUNTED_STATES, LeaseNotFound, PoolManager, RequestError, RequestResult, validate_request
-from .store import Lease, Reserve, StoreError
+from .core.policy import BackfillConfig
+from .pool import COUNTED_STATES, LeaseNotFound, PoolManager, RequestResult
+from .store import Lease, StoreError
 
 rpc = rpc_errors([
-    (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidField, grpc.StatusCode.INVALID_ARGUMENT),
     (LeaseNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreError, grpc.StatusCode.INTERNAL),
 ])
-MAX_VM_VCPUS = 64
-NODE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-
-
-def valid_node_id(node_id: str) -> bool:
-    return 0 < len(node_id) <= 63 and set(node_id) <= NODE_ID_CHARS
 
 
 def lease_to_proto(lease: Lease) -> controller_pb2.Lease:
@@ -54,44 +51,20 @@ def backfill_to_proto(config: BackfillConfig) -> controller_pb2.BackfillConfig:
     return controller_pb2.BackfillConfig(**config.as_dict())
 
 
-def updated_backfill(current: BackfillConfig, request: controller_pb2.SetBackfillRequest) -> BackfillConfig:
-    """The current configuration with the request's set fields, each checked."""
-    changes = {f.name: getattr(request, f.name) for f in dataclasses.fields(BackfillConfig)
-               if request.HasField(f.name)}
-    if "termination_policy" in changes:
-        try:
-            changes["termination_policy"] = Policy(changes["termination_policy"])
-        except ValueError:
-            raise RequestError("termination_policy", f"{changes['termination_policy']!r} is not one of "
-                               f"{', '.join(p.value for p in Policy)}") from None
-    config = dataclasses.replace(current, **changes)
-    if not 1 <= config.vcpus <= MAX_VM_VCPUS:
-        raise RequestError("vcpus", f"must be within 1..{MAX_VM_VCPUS}")
-    if config.memory_mb < 96:
-        raise RequestError("memory_mb", "must be at least 96 (the smallest guest that boots)")
-    if config.retry_seconds < 1:
-        raise RequestError("retry_seconds", "must be at least 1")
-    if config.duration_seconds < 60:
-        raise RequestError("duration_seconds", "must be at least 60")
-    if config.grace_seconds > 3600:
-        raise RequestError("grace_seconds", "must be at most 3600")
-    validate_request(1, 1, config.image, "backfill", "check")  # the same image rule as on-demand requests
-    return config
-
-
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def __init__(self, pool: PoolManager, on_backfill_changed) -> None:
         self.pool = pool
         self.on_backfill_changed = on_backfill_changed
 
     def Report(self, request_iterator, context):
-        count, checked = 0, set()
+        """The caller's node only: the authorization interceptor holds every message to it."""
+        count = 0
         for report in request_iterator:
-            if report.node_id not in checked:  # each id is checked once per stream
-                if not valid_node_id(report.node_id):
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"node_id {report.node_id!r} is not a valid "
-                                  "agent id (1-63 letters, digits, '.', '-' or '_')")
-                checked.add(report.node_id)
+            try:
+                checks.report(report)
+            except InvalidField as exc:
+                self.pool.report_refused(report.node_id, str(exc))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"report refused: {exc}")
             self.pool.ingest(report)
             count += 1
         return controller_pb2.ReportAck(reports=count)
@@ -136,17 +109,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     @rpc
     def SetBackfill(self, request, context):
-        config = updated_backfill(self.pool.backfill, request)
+        changes = {f.name: getattr(request, f.name) for f in dataclasses.fields(BackfillConfig)
+                   if request.HasField(f.name)}
+        config = checks.backfill(self.pool.backfill, changes)
         self.pool.set_backfill(config)
         self.on_backfill_changed(config)
         return backfill_to_proto(config)
 
     @rpc
     def SetReserve(self, request, context):
-        node_id = request.node_id
-        if node_id != "*" and not valid_node_id(node_id):
-            raise RequestError("node_id", f"{node_id!r} must be a node id or '*' for every node")
-        self.pool.set_reserve(Reserve(node_id, request.vcpus, request.memory_mib, request.whole_node))
+        self.pool.set_reserve(checks.reserve(request.node_id, request.vcpus, request.memory_mib, request.whole_node))
         return self.ListReserves(None, context)
 
     @rpc
@@ -157,8 +129,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     @rpc
     def ListEvents(self, request, context):
-        events = self.pool.store.events(request.after_seq, request.limit or 100, request.kind)
-        return controller_pb2.ListEventsResponse(events=[
+        after, limit, kind = checks.events_query(request.after_seq, request.limit, request.kind)
+        events = self.pool.store.events(after, limit, kind, newest=request.newest)
+        return controller_pb2.ListEventsResponse(last_seq=events[-1].seq if events else after, events=[
             controller_pb2.AuditEvent(seq=e.seq, at=e.at, kind=e.kind, node_id=e.node_id, lease_id=e.lease_id,
                                       detail_json=json.dumps(e.detail, sort_keys=True)) for e in events])
 
@@ -184,11 +157,13 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         return status
 
 
-def build_server(config: ControllerConfig, pool: PoolManager, on_backfill_changed) -> tuple[grpc.Server, int]:
-    """Each agent's report stream holds a worker thread, so there is one per agent plus room for admins."""
+def build_server(config: ControllerConfig, pool: PoolManager, on_backfill_changed) -> RunningServer:
+    """Each agent's report stream holds a worker thread, so there is one per agent plus room for
+    admins; every call is authorized (gleaner_common.authz.TABLE) and bounded per identity."""
     servicer = ControllerServicer(pool, on_backfill_changed)
-    max_workers = config.max_agents + 32
-    return start_server(config.listen, config.tls,
-                        controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,
-                        lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, server),
-                        max_workers)
+    workers = config.max_agents + 32
+    limits = Limits(calls_per_identity=32, streams_per_identity=2, streams_total=config.max_agents + 8)
+    settings = ServerSettings(config.listen, config.tls.files, DenyList(config.tls.deny_list), limits,
+                              workers=workers, max_concurrent=workers + 64)
+    return start_server(settings, controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,
+                        lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(servicer, server))

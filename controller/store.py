@@ -8,6 +8,7 @@ brought forward on open and a newer one (from a later controller) is refused, no
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .policy import BackfillConfig
+from .core.policy import BackfillConfig
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema
@@ -75,6 +76,10 @@ class StoreError(RuntimeError):
     pass
 
 
+class LeaseConflict(StoreError):
+    """A lease would collide with another lease's id or VM name; nothing was written."""
+
+
 @dataclass(frozen=True)
 class Lease:
     lease_id: str
@@ -128,7 +133,11 @@ class AuditEvent:
 
 class Store:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.chmod(0o700)   # leases, owners and the audit log are for root only
+        if not path.exists():      # SQLite gives its -wal and -shm files the database file's mode
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        path.chmod(0o600)
         self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -178,14 +187,31 @@ class Store:
         self.put_leases([lease])
 
     def put_leases(self, leases: list[Lease]) -> None:
-        """Insert or replace leases in one transaction."""
+        """Insert leases, or update them by lease id, in one transaction. A VM name that another
+        lease holds is a LeaseConflict (never a silent replacement of that lease's row)."""
         names = ", ".join(Lease.__dataclass_fields__)
         marks = ", ".join("?" for _ in Lease.__dataclass_fields__)
+        updates = ", ".join(f"{n} = excluded.{n}" for n in Lease.__dataclass_fields__ if n != "lease_id")
+        self._insert(f"INSERT INTO leases ({names}) VALUES ({marks}) ON CONFLICT (lease_id) DO UPDATE SET {updates}",
+                     leases)
+
+    def insert_lease(self, lease: Lease) -> None:
+        """A new lease; a lease id or VM name already in the store is a LeaseConflict."""
+        names = ", ".join(Lease.__dataclass_fields__)
+        marks = ", ".join("?" for _ in Lease.__dataclass_fields__)
+        self._insert(f"INSERT INTO leases ({names}) VALUES ({marks})", [lease])
+
+    def _insert(self, sql: str, leases: list[Lease]) -> None:
         rows = [tuple(asdict(lease).values()) for lease in leases]
         with self._lock:
-            with self._db:  # one transaction
-                self._db.execute("BEGIN")
-                self._db.executemany(f"INSERT OR REPLACE INTO leases ({names}) VALUES ({marks})", rows)
+            try:
+                with self._db:  # one transaction
+                    self._db.execute("BEGIN")
+                    self._db.executemany(sql, rows)
+            except sqlite3.IntegrityError as exc:
+                if "UNIQUE" in str(exc):
+                    raise LeaseConflict(f"another lease already holds that lease id or VM name ({exc})") from None
+                raise StoreError(f"the store refused a lease: {exc}") from None
 
     def live_leases(self) -> list[Lease]:
         return [Lease(**dict(r)) for r in self._rows("SELECT * FROM leases WHERE ended_at IS NULL")]
@@ -248,9 +274,14 @@ class Store:
     def count_events(self, kind: str) -> int:
         return self._rows("SELECT COUNT(*) AS n FROM events WHERE kind = ?", (kind,))[0]["n"]
 
-    def events(self, after: int = 0, limit: int = 100, kind: str = "") -> list[AuditEvent]:
-        sql = "SELECT * FROM events WHERE seq > ?" + (" AND kind = ?" if kind else "") + " ORDER BY seq DESC LIMIT ?"
+    def events(self, after: int = 0, limit: int = 100, kind: str = "", newest: bool = False) -> list[AuditEvent]:
+        """Events with seq > after, oldest first: the first `limit` of them (page on with the last
+        seq), or with `newest` the last `limit` of them."""
+        sql = "SELECT * FROM events WHERE seq > ?" + (" AND kind = ?" if kind else "") + \
+              f" ORDER BY seq {'DESC' if newest else 'ASC'} LIMIT ?"
         args = (after, kind, limit) if kind else (after, limit)
         rows = self._rows(sql, args)
+        if newest:
+            rows.reverse()
         return [AuditEvent(r["seq"], r["at"], r["kind"], r["node_id"], r["lease_id"], json.loads(r["detail"]))
-                for r in reversed(rows)]
+                for r in rows]

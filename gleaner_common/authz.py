@@ -48,11 +48,39 @@ class Rule:
     node_field: str = ""      # each request message's field must equal an agent caller's node id
 
 
-def common_rules() -> dict[str, Rule]:
-    """Health for every identity (liveness checks), reflection for people and the controller."""
-    rules = {f"{HEALTH}Check": Rule(EVERYONE), f"{HEALTH}Watch": Rule(EVERYONE)}
-    rules.update({method: Rule(READERS) for method in REFLECTION})
-    return rules
+CONTROLLER_ONLY = frozenset({Role.CONTROLLER})
+ADMINS = frozenset({Role.ADMIN})
+PEOPLE = frozenset({Role.ADMIN, Role.VIEWER})
+AGENT_API = "/gleaner.agent.v1.NodeAgent/"
+CONTROLLER_API = "/gleaner.controller.v1.Controller/"
+
+# Who may call what, for both servers (the README shows the same table). Anything not here is denied.
+TABLE: dict[str, Rule] = {
+    # the node agent: only the controller changes domains; people and the controller read
+    f"{AGENT_API}LaunchDomain": Rule(CONTROLLER_ONLY),
+    f"{AGENT_API}TerminateDomain": Rule(CONTROLLER_ONLY),
+    f"{AGENT_API}SetDomainClass": Rule(CONTROLLER_ONLY),
+    f"{AGENT_API}DescribeHost": Rule(READERS),
+    f"{AGENT_API}ListDomains": Rule(READERS),
+    f"{AGENT_API}GetMetrics": Rule(READERS),
+    f"{AGENT_API}WatchEvents": Rule(READERS),
+    # the controller: agents report for their own node only; admins change the pool; people read
+    f"{CONTROLLER_API}Report": Rule(frozenset({Role.AGENT}), node_field="node_id"),
+    f"{CONTROLLER_API}RequestVm": Rule(ADMINS),
+    f"{CONTROLLER_API}Release": Rule(ADMINS),
+    f"{CONTROLLER_API}SetBackfill": Rule(ADMINS),
+    f"{CONTROLLER_API}SetReserve": Rule(ADMINS),
+    f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),
+    f"{CONTROLLER_API}ListVms": Rule(PEOPLE),
+    f"{CONTROLLER_API}GetBackfill": Rule(PEOPLE),
+    f"{CONTROLLER_API}ListReserves": Rule(PEOPLE),
+    f"{CONTROLLER_API}ListEvents": Rule(PEOPLE),
+    f"{CONTROLLER_API}Status": Rule(PEOPLE),
+    # on both: health for every identity (liveness checks), reflection for people and the controller
+    f"{HEALTH}Check": Rule(EVERYONE),
+    f"{HEALTH}Watch": Rule(EVERYONE),
+    **{method: Rule(READERS) for method in REFLECTION},
+}
 
 
 @dataclass
@@ -147,12 +175,12 @@ class _Holds:
 
 
 class Authorizer(grpc.ServerInterceptor):
-    """The interceptor: `rules` maps full method names to the roles allowed; anything not in
-    the table is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
+    """The interceptor: `rules` (TABLE unless given) maps full method names to the roles allowed;
+    anything not in it is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
 
-    def __init__(self, rules: dict[str, Rule], deny_list: DenyList | None = None, limits: Limits | None = None,
-                 insecure: bool = False) -> None:
-        self.rules = {**common_rules(), **rules}
+    def __init__(self, rules: dict[str, Rule] | None = None, deny_list: DenyList | None = None,
+                 limits: Limits | None = None, insecure: bool = False) -> None:
+        self.rules = TABLE if rules is None else rules
         self.deny_list = deny_list or DenyList(None)
         self.limits = limits or Limits()
         self.insecure = insecure

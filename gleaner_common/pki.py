@@ -246,7 +246,20 @@ def expires_within(cert_path: Path, days: float) -> bool:
 
 
 def identity_in(files: TlsFiles) -> Identity:
-    return identity_of_certificate(x509.load_pem_x509_certificate(files.cert.read_bytes()))
+    try:
+        return identity_of_certificate(x509.load_pem_x509_certificate(files.cert.read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise PkiError(f"{files.cert}: {exc}") from None
+
+
+def check_identity(files: TlsFiles, role: Role, name: str | None = None) -> Identity:
+    """The identity in a process's own certificate, which must be of `role` (and `name`)."""
+    identity = identity_in(files)
+    if identity.role is not role or (name is not None and identity.name != name):
+        want = f"{role.value}/{name}" if name is not None else f"a {role.value} identity"
+        raise PkiError(f"{files.cert} names {identity}, but this process is {want}; issue one with "
+                       f"'gleanctl pki issue DIR {role.value} {name or 'NAME'}'")
+    return identity
 
 
 LAB_PEOPLE = {Role.ADMIN: "lab-admin", Role.VIEWER: "lab-viewer"}
@@ -260,12 +273,19 @@ class LabPki:
     admin: TlsFiles
     viewer: TlsFiles
     agents: dict[str, TlsFiles]
+    hosts: tuple[str, ...] = ()
 
     @property
     def deny_list(self) -> Path:
         return self.directory / DENY_LIST
 
     def agent(self, node: str) -> TlsFiles:
+        """The agent certificate of `node`, issued now if the lab has none yet."""
+        if node not in self.agents:
+            files = files_for(self.directory, Role.AGENT, node)
+            if not files.cert.exists():
+                files = issue(self.directory, Role.AGENT, node, self.hosts)
+            self.agents[node] = files
         return self.agents[node]
 
 
@@ -289,4 +309,4 @@ def ensure_lab_pki(directory: Path, nodes: tuple[str, ...] = (), hosts: tuple[st
         made[(role, name)] = files
     return LabPki(directory, made[(Role.CONTROLLER, LAB_CONTROLLER)], made[(Role.ADMIN, LAB_PEOPLE[Role.ADMIN])],
                   made[(Role.VIEWER, LAB_PEOPLE[Role.VIEWER])],
-                  {name: made[(Role.AGENT, name)] for role, name in wanted if role is Role.AGENT})
+                  {name: made[(Role.AGENT, name)] for role, name in wanted if role is Role.AGENT}, hosts)

@@ -99,9 +99,9 @@ def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
 
 
 def start_server(settings: ServerSettings, service_name: str, add_servicer: Callable[[grpc.Server], None],
-                 rules: dict[str, Rule]) -> RunningServer:
+                 rules: dict[str, Rule] | None = None) -> RunningServer:
     """A started gRPC server for one Gleaner service plus health and reflection, every call
-    authorized by `rules`."""
+    authorized by `rules` (authz.TABLE unless given)."""
     authorizer = Authorizer(rules, settings.deny_list, settings.limits, insecure=settings.tls is None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="rpc"),
                          interceptors=[authorizer], options=SERVER_OPTIONS,
@@ -110,12 +110,16 @@ def start_server(settings: ServerSettings, service_name: str, add_servicer: Call
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([service_name, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    if settings.tls is None:
-        port = server.add_insecure_port(settings.listen)
-    else:
-        port = server.add_secure_port(settings.listen, server_credentials(settings.tls))
+    try:
+        if settings.tls is None:
+            port = server.add_insecure_port(settings.listen)
+        else:
+            port = server.add_secure_port(settings.listen, server_credentials(settings.tls))
+    except RuntimeError:  # gRPC's way of saying the bind failed
+        port = 0
     if port == 0 and not settings.listen.startswith("unix:"):
-        raise OSError(f"cannot listen on {settings.listen} (in use, or not an address of this host)")
+        raise OSError(f"cannot listen on {settings.listen}: another process holds it (is a second controller or "
+                      "agent running?), or it is not an address of this host")
     server.start()
     for name in ("", service_name):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

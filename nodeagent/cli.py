@@ -14,11 +14,14 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, start_http_server
 
-from . import __version__
+from gleaner_common import __version__
+from gleaner_common.identity import Role
+from gleaner_common.logs import log_event, setup_logging
+from gleaner_common.pki import PkiError, check_identity
+
 from .config import AgentConfig, ConfigError, load_config, with_overrides
 from .hypervisor import Hypervisor, HypervisorError
 from .lifecycle import DomainManager
-from .logs import log_event, setup_logging
 from .metrics import PrometheusCollector, Sampler
 from .reporter import Reporter
 from .server import build_server
@@ -68,7 +71,7 @@ def run(config: AgentConfig) -> int:
     except HypervisorError as exc:  # keep serving: calls answer UNAVAILABLE until libvirtd is back
         log_event(log, "agent.libvirt_unreachable", logging.ERROR, error=str(exc))
     sampler = Sampler(manager.domain_info, lambda: manager.host_facts().cpus, manager.counters)
-    server, port = build_server(config, manager, sampler)
+    server = build_server(config, manager, sampler)
     if config.metrics_listen:
         serve_prometheus(config.metrics_listen, sampler)
     scheduler = BackgroundScheduler(daemon=True)
@@ -88,16 +91,17 @@ def run(config: AgentConfig) -> int:
     if config.controller_address:
         reporter = Reporter(config, manager, sampler)
         threading.Thread(target=reporter.run, args=(stop,), name="reporter", daemon=True).start()
-    log_event(log, "agent.serving", listen=config.listen, port=port, version=__version__,
+    log_event(log, "agent.serving", listen=config.listen, port=server.port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",
               state_dir=str(config.state_dir), image_dir=str(config.image_dir))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
+    signal.signal(signal.SIGHUP, lambda signum, _frame: server.authorizer.deny_list.reload())
     stop.wait()
     log_event(log, "agent.stopping", note="domains keep running; a restarted agent finds them")
     scheduler.shutdown(wait=False)
-    server.stop(grace=5).wait()
+    server.stop(grace=5)
     hypervisor.close()
     return 0
 
@@ -112,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gleaner-agent: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
+    try:
+        if config.tls.files is not None:  # a certificate for another node or role would be refused by everyone
+            check_identity(config.tls.files, Role.AGENT, config.agent_id)
+    except PkiError as exc:
+        print(f"gleaner-agent: {exc}", file=sys.stderr)
+        return 2
     try:
         return run(config)
     except (OSError, RuntimeError) as exc:

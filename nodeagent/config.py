@@ -4,32 +4,21 @@ Unknown sections and keys are errors, so a typo never silently leaves a default 
 """
 from __future__ import annotations
 
-import ipaddress
-import socket
 import re
-import json
-import tomllib
-from dataclasses import dataclass, field, fields, replace
+import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gleaner_common import ids
+from gleaner_common.config import (HOST_PORT, ConfigError, TlsConfig, check_listen, check_tls, parse_sections,
+                                   read_toml, sections_to_toml)
+from gleaner_common.config import with_overrides as _with_overrides
 
 from .guard import GuardConfig
 from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
-HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}")
-
-
-class ConfigError(ValueError):
-    """The configuration is unusable; the message names the file, key and problem."""
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    ca: Path | None = None
-    cert: Path | None = None
-    key: Path | None = None
-    insecure: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,88 +122,12 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "controller": {"address": ("controller_address", str), "report_seconds": ("controller_report_seconds", float),
                    "advertise": ("advertise_address", str)},
 }
-_TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}
-
-
-def _coerce(where: str, value: Any, kind: type) -> Any:
-    if kind is Path:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where}: expected a path string, got {value!r}")
-        return Path(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
-    return value
-
-
-def parse_sections(data: dict[str, Any], schema: dict[str, dict[str, tuple[str, type]]],
-                   source: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Check a TOML document against {section: {key: (attribute, type)}} plus [tls];
-    returns (attributes, tls fields). Unknown sections, keys and wrong types are errors."""
-    values: dict[str, Any] = {}
-    tls: dict[str, Any] = {}
-    for section, body in data.items():
-        if not isinstance(body, dict):
-            raise ConfigError(f"{source}: [{section}] must be a table")
-        if section == "tls":
-            keys = {k: (k, t) for k, t in _TLS_KEYS.items()}
-            target = tls
-        elif section in schema:
-            keys, target = schema[section], values
-        else:
-            raise ConfigError(f"{source}: unknown section [{section}]; known: "
-                              f"{', '.join(sorted([*schema, 'tls']))}")
-        for key, value in body.items():
-            if key not in keys:
-                raise ConfigError(f"{source}: unknown key {section}.{key}; known: {', '.join(sorted(keys))}")
-            attr, kind = keys[key]
-            target[attr] = _coerce(f"{source}: {section}.{key}", value, kind)
-    return values, tls
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
     """Types and names are checked here; consistency by check_config, after overrides."""
     values, tls = parse_sections(data, _SCHEMA, source)
     return AgentConfig(**values, tls=TlsConfig(**tls))
-
-
-def sections_to_toml(config: Any, schema: dict[str, dict[str, tuple[str, type]]], tls: TlsConfig) -> str:
-    """A configuration as TOML that parse_sections reads back to the same values."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return json.dumps(str(v)) if isinstance(v, (str, Path)) else str(v)
-
-    lines = []
-    for section, keys in schema.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {value(getattr(config, attr))}" for key, (attr, _) in keys.items()]
-    lines.append("[tls]")
-    lines += [f"{key} = {value(getattr(tls, key))}" for key in _TLS_KEYS if getattr(tls, key) is not None]
-    return "\n".join(lines) + "\n"
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-
-
-def check_tls(tls: TlsConfig, listen: str, source: str) -> None:
-    """Mutual TLS unless insecure, and insecure only where nobody else can connect."""
-    if tls.insecure:
-        if not is_local_address(listen):
-            raise ConfigError(f"{source}: insecure mode is only allowed on loopback or a unix socket, "
-                              f"not on {listen!r}; configure [tls] ca, cert and key instead")
-    else:
-        missing = [k for k in ("ca", "cert", "key") if getattr(tls, k) is None]
-        if missing:
-            raise ConfigError(f"{source}: mutual TLS needs [tls] {', '.join(missing)} "
-                              "(or --insecure on loopback for local use)")
 
 
 def to_toml(config: AgentConfig) -> str:
@@ -224,31 +137,6 @@ def to_toml(config: AgentConfig) -> str:
 
 def load_config(path: Path) -> AgentConfig:
     return parse_config(read_toml(path), str(path))
-
-
-def with_overrides(config: Any, listen: str | None = None, insecure: bool = False, source: str = "configuration",
-                   check: Any = None) -> Any:
-    """Apply --listen / --insecure from the command line to an agent's or the controller's
-    configuration, then check the whole (with `check`, the agent's check_config by default)."""
-    if listen:
-        config = replace(config, listen=listen)
-    if insecure:
-        config = replace(config, tls=replace(config.tls, insecure=True))
-    (check or check_config)(config, source)
-    return config
-
-
-def is_local_address(listen: str) -> bool:
-    """True for a Unix socket or a loopback host: the only places an insecure server may listen."""
-    if listen.startswith("unix:"):
-        return True
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_config(config: AgentConfig, source: str) -> None:
@@ -281,10 +169,11 @@ def check_config(config: AgentConfig, source: str) -> None:
     for key in ("volunteer_bytes_per_second", "volunteer_iops"):
         if getattr(config, f"disk_{key}") < 0:
             raise ConfigError(f"{source}: disk.{key} must be 0 (no cap) or more")
-    if not config.listen.startswith("unix:") and ":" not in config.listen:
-        raise ConfigError(f"{source}: agent.listen {config.listen!r} must be HOST:PORT or unix:PATH")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", config.agent_id):
-        raise ConfigError(f"{source}: agent.id {config.agent_id!r} must be 1-63 letters, digits, '.', '-' or '_'")
+    check_listen(config.listen, "agent.listen", source)
+    try:
+        ids.node_id(config.agent_id, "agent.id")
+    except ids.InvalidField as exc:
+        raise ConfigError(f"{source}: {exc} (it is this node's id, named in its certificate)") from None
     if not re.fullmatch(r"none|ethernet|(bridge|network):[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", config.network_attach):
         raise ConfigError(f"{source}: network.attach {config.network_attach!r} must be none, ethernet, "
                           "bridge:NAME or network:NAME")
@@ -303,3 +192,9 @@ def check_config(config: AgentConfig, source: str) -> None:
         raise ConfigError(f"{source}: an agent on a unix socket needs controller.advertise, the HOST:PORT "
                           "the controller can reach it at")
     check_tls(config.tls, config.listen, source)
+
+
+def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,
+                   source: str = "configuration") -> AgentConfig:
+    """--listen / --insecure from the command line, then the whole configuration checked."""
+    return _with_overrides(config, check_config, listen, insecure, source)

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import grpc
 
+from gleaner_common.identity import Role
+from gleaner_common.pki import ensure_lab_pki
+from gleaner_common.rpc import channel_to, wait_until_serving
 from protos import agent_pb2, agent_pb2_grpc
 
-from .client import client_channel, wait_until_serving
 from .config import AgentConfig, TlsConfig, to_toml
-from .pki import ensure_lab_pki
 
 DEMO_VMS = (  # name, role, kernel command line
     ("demo-foreground", agent_pb2.ROLE_FOREGROUND, "gleaner.workload=probe"),
@@ -44,10 +45,13 @@ def running_nested() -> bool:
         return False
 
 
+DEMO_NODE = "demo"
+
+
 def write_config(state_dir: Path, port: int, domain_type: str, image_dir: Path) -> Path:
-    tls = ensure_lab_pki(state_dir / "pki")["server"]
+    tls = ensure_lab_pki(state_dir / "pki", (DEMO_NODE,)).agent(DEMO_NODE)
     path = state_dir / "agent.toml"
-    path.write_text(to_toml(AgentConfig(agent_id="demo", listen=f"127.0.0.1:{port}",
+    path.write_text(to_toml(AgentConfig(agent_id=DEMO_NODE, listen=f"127.0.0.1:{port}",
                                         metrics_listen=f"127.0.0.1:{port + 1}", state_dir=state_dir / "agent",
                                         image_dir=image_dir, domain_type=domain_type,
                                         tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))))
@@ -121,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         agent = subprocess.Popen([sys.executable, "-m", "nodeagent", "--config", str(config)],
                                  stdout=log, stderr=subprocess.STDOUT)
     try:
-        with client_channel(f"127.0.0.1:{args.port}", ensure_lab_pki(args.state_dir / "pki")["client"]) as channel:
+        # The demo drives the agent as the controller would, with the controller's certificate.
+        controller_tls = ensure_lab_pki(args.state_dir / "pki", (DEMO_NODE,)).controller
+        with channel_to(Role.AGENT, DEMO_NODE, f"127.0.0.1:{args.port}", controller_tls) as channel:
             if not wait_until_serving(channel, 30, alive=lambda: agent.poll() is None):
                 say(f"the agent did not start; see {log_path}")
                 return 1

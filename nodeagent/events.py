@@ -7,7 +7,8 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from .logs import log_event
+from gleaner_common.logs import log_event
+
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from typing import Callable, TypeVar
 
 import libvirt
 
-from .logs import log_event
+from gleaner_common.logs import log_event
+
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

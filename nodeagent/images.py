@@ -17,7 +17,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .validation import ValidationError, validate_image_ref
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
+
 
 KERNEL_FILE = "vmlinuz"
 INITRD_FILE = "initrd.img"
@@ -45,7 +47,7 @@ class BootImage:
 def _inside(root: Path, path: Path, image: str) -> Path:
     resolved = path.resolve()
     if not resolved.is_relative_to(root):
-        raise ValidationError("image", f"{image!r} resolves outside the image directory")
+        raise InvalidField("image", f"{image!r} resolves outside the image directory")
     return resolved
 
 
@@ -60,12 +62,12 @@ def _check_backing_chain(root: Path, disk: Path, image: str) -> None:
     for layer in json.loads(info):
         backing = layer.get("full-backing-filename") or layer.get("backing-filename")
         if backing and not Path(backing).resolve().is_relative_to(root):
-            raise ValidationError("image", f"{image!r} has a backing file outside the image directory")
+            raise InvalidField("image", f"{image!r} has a backing file outside the image directory")
 
 
 def resolve_image(image_dir: Path, image: str) -> BootImage:
-    """Find the image named `image`, confined to image_dir, or raise ValidationError."""
-    validate_image_ref(image)
+    """Find the image named `image`, confined to image_dir, or raise InvalidField."""
+    ids.image(image)
     root = image_dir.resolve()
     path = _inside(root, root / image, image)
     if path.is_dir():
@@ -73,7 +75,7 @@ def resolve_image(image_dir: Path, image: str) -> BootImage:
         initrd = _inside(root, path / INITRD_FILE, image)
         for part in (kernel, initrd):
             if not part.is_file():
-                raise ValidationError("image", f"{image!r} is a directory without {part.name}")
+                raise InvalidField("image", f"{image!r} is a directory without {part.name}")
         disk = path / BASE_DISK_FILE
         if disk.exists() or disk.is_symlink():
             disk = _inside(root, disk, image)
@@ -85,7 +87,7 @@ def resolve_image(image_dir: Path, image: str) -> BootImage:
         if fmt == "qcow2":
             _check_backing_chain(root, path, image)
         return BootImage(image, None, None, path, fmt)
-    raise ValidationError("image", f"no image {image!r} in the image directory")
+    raise InvalidField("image", f"no image {image!r} in the image directory")
 
 
 def _qemu_img(args: list[str]) -> str:
@@ -126,3 +128,39 @@ def list_overlays(overlay_dir: Path) -> dict[str, Path]:
     if not overlay_dir.is_dir():
         return {}
     return {p.stem: p for p in overlay_dir.glob("*.qcow2")}
+
+
+MAX_LISTED_IMAGES = 256
+
+
+def list_images(image_dir: Path) -> list[str]:
+    """The names of the bootable images in image_dir (kernel bundles and disk files, up to
+    ids.IMAGE_DEPTH levels deep), at most MAX_LISTED_IMAGES, for the controller's catalogue."""
+    root = image_dir.resolve()
+    found: list[str] = []
+
+    def visit(directory: Path, depth: int) -> None:
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError:
+            return
+        for entry in entries:
+            if len(found) >= MAX_LISTED_IMAGES:
+                return
+            name = entry.relative_to(root).as_posix()
+            try:
+                ids.image(name)
+            except InvalidField:
+                continue
+            if entry.is_symlink() and not entry.resolve().is_relative_to(root):
+                continue
+            if entry.is_dir():
+                if (entry / KERNEL_FILE).is_file() and (entry / INITRD_FILE).is_file():
+                    found.append(name)
+                elif depth < ids.IMAGE_DEPTH:
+                    visit(entry, depth + 1)
+            elif entry.is_file() and entry.suffix in (".qcow2", ".img", ".raw"):
+                found.append(name)
+    if root.is_dir():
+        visit(root, 1)
+    return found

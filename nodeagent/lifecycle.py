@@ -20,7 +20,11 @@ from typing import Iterator
 import psutil
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import __version__, blockdev, cgroups, netshape
+from gleaner_common import __version__
+from gleaner_common.ids import InvalidField
+from gleaner_common.logs import log_event
+
+from . import blockdev, cgroups, netshape
 from .config import AgentConfig
 from .domainxml import (DISK_TARGET, NAMESPACE, PREFIX, DomainShape, GleanerMetadata, build_domain_xml,
                         metadata_xml, read_metadata, read_shape)
@@ -28,11 +32,10 @@ from .events import Event, EventBus
 from .hypervisor import DomainRecord, HostFacts, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .images import (OverlayError, create_overlay, delete_overlay, list_overlays, overlay_path,
                      resolve_image)
-from .logs import log_event
 from .metrics import DomainCounters, DomainInfo
 from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares, net_cap
 from .priorityctl import PriorityController
-from .validation import HostLimits, LaunchSpec, Role, ValidationError, validate_grace
+from .validation import HostLimits, LaunchSpec, Role, validate_grace
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
@@ -160,7 +163,8 @@ class DomainManager:
         self._reap_hint = True   # libvirt reported something since the reaper last listed
         self._reap_passes = 0
         hypervisor.watch(self.note_change)
-        for directory, mode in ((config.state_dir, 0o755), (config.overlay_dir, 0o711),
+        # 0711: QEMU (libvirt-qemu) must traverse to its overlay; nothing here can be listed by others.
+        for directory, mode in ((config.state_dir, 0o711), (config.overlay_dir, 0o711),
                                 (config.console_dir, 0o700)):
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(mode)
@@ -250,7 +254,7 @@ class DomainManager:
                 return self._existing(existing, spec), False
             image = resolve_image(self.config.image_dir, spec.image)
             if spec.kernel_cmdline and not image.boots_kernel:
-                raise ValidationError("kernel_cmdline", f"image {spec.image!r} boots from its own disk; "
+                raise InvalidField("kernel_cmdline", f"image {spec.image!r} boots from its own disk; "
                                                         "a kernel command line needs a kernel image")
             started = time.monotonic()
             self._create(spec, image)

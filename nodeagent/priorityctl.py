@@ -12,10 +12,11 @@ import time
 from collections import deque
 from pathlib import Path
 
+from gleaner_common.logs import log_event
+
 from . import cgroups
 from .events import Event, EventBus
 from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, trim
-from .logs import log_event
 from .priority import CpuWeights, cpu_setting
 from .validation import Role
 

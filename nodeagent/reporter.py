@@ -14,26 +14,22 @@ from collections.abc import Iterator
 
 import grpc
 
+from gleaner_common import __version__, identity
+from gleaner_common.logs import log_event
+from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
 
-from . import __version__
-from .client import client_channel
 from .config import AgentConfig
-from .logs import log_event
+from .images import list_images
 from .metrics import Sampler
-from .pki import TlsFiles
-from .validation import Role
+from .validation import MIN_MEMORY_MIB, Role
 
 log = logging.getLogger(__name__)
 CONTROLLER_ROLES = {Role.FOREGROUND: "on_demand", Role.VOLUNTEER: "backfill"}
 MAX_RETRY_SECONDS = 30.0
-
-
-def tls_files(config: AgentConfig) -> TlsFiles | None:
-    tls = config.tls
-    if tls.insecure or tls.ca is None or tls.cert is None or tls.key is None:
-        return None
-    return TlsFiles(tls.ca, tls.cert, tls.key)
+# Every outbound call has a deadline: a report stream ends after this long and is opened anew.
+STREAM_SECONDS = 3600.0
+IMAGES_EVERY = 30     # reports between two looks at the image directory
 
 
 class Reporter:
@@ -42,15 +38,19 @@ class Reporter:
         self.manager = manager
         self.sampler = sampler
         self._seq = 0
+        self._images: list[str] = []
 
     def build(self) -> controller_pb2.NodeReport:
         facts = self.manager.host_facts()
         snap = self.sampler.latest()
         cpu = {d.name: d.cpu_cores for d in snap.domains} if snap else {}
         self._seq += 1
+        if self._seq % IMAGES_EVERY == 1:
+            self._images = list_images(self.config.image_dir)
         report = controller_pb2.NodeReport(
             node_id=self.config.agent_id, agent_address=self.config.reachable_address, cpus=facts.cpus,
-            memory_mib=facts.memory_mib, seq=self._seq, sent_at=time.time(), agent_version=__version__)
+            memory_mib=facts.memory_mib, seq=self._seq, sent_at=time.time(), agent_version=__version__,
+            images=self._images, min_memory_mib=MIN_MEMORY_MIB)
         if snap is not None:
             report.cpu_busy_cores = snap.host.get("cpu_busy_cores", 0.0)
             report.foreground_cpu_cores = snap.residual.foreground_cpu_demand_cores
@@ -74,15 +74,19 @@ class Reporter:
         pause = 1.0
         while not stop.is_set():
             started = time.monotonic()
-            with client_channel(self.config.controller_address, tls_files(self.config)) as channel:
+            # The controller's certificate must name it as the controller: an agent reports nowhere else.
+            with channel_to(identity.Role.CONTROLLER, "", self.config.controller_address, self.config.tls.files) as channel:
                 stub = controller_pb2_grpc.ControllerStub(channel)
                 log_event(log, "controller.connecting", address=self.config.controller_address,
                           advertise=self.config.reachable_address)
                 try:
-                    stub.Report(self._stream(stop), wait_for_ready=False)
+                    stub.Report(self._stream(stop), wait_for_ready=False, timeout=STREAM_SECONDS)
                 except grpc.RpcError as exc:
                     if stop.is_set():
                         return
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        log_event(log, "controller.stream_renewed", after_s=round(time.monotonic() - started))
+                        continue
                     log_event(log, "controller.unreachable", logging.WARNING, address=self.config.controller_address,
                               code=exc.code().name, error=exc.details(), retry_in_s=pause)
             if time.monotonic() - started > 60:

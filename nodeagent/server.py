@@ -1,28 +1,25 @@
 """The agent's gRPC server: a thin layer that converts messages and maps errors to status codes."""
 from __future__ import annotations
 
-import functools
 import logging
 import queue
-from concurrent import futures
-from typing import Any, Callable
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from gleaner_common.authz import DenyList, Limits
+from gleaner_common.ids import InvalidField
+from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
 from protos import agent_pb2, agent_pb2_grpc
 
-from .config import AgentConfig, TlsConfig
+from .config import AgentConfig
 from .events import Event
 from .hypervisor import HypervisorError, HypervisorUnavailable
 from .images import OverlayError
 from .lifecycle import (DomainConflict, DomainManager, DomainNotFound, LaunchFailed, ManagedDomain,
                         NotManaged, TerminationOutcome)
-from .logs import log_event
 from .metrics import Sampler, Snapshot
-from .validation import Role, ValidationError, validate_launch, validate_name
+from .validation import Role, validate_launch, validate_name
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +43,7 @@ class MetricsNotReady(RuntimeError):
 
 # Most specific first: HypervisorUnavailable is a HypervisorError.
 ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
-    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidField, grpc.StatusCode.INVALID_ARGUMENT),
     (DomainNotFound, grpc.StatusCode.NOT_FOUND),
     (DomainConflict, grpc.StatusCode.ALREADY_EXISTS),
     (NotManaged, grpc.StatusCode.FAILED_PRECONDITION),
@@ -56,11 +53,6 @@ ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (OverlayError, grpc.StatusCode.INTERNAL),
     (MetricsNotReady, grpc.StatusCode.UNAVAILABLE),
 ]
-# The caller's mistake, not the host's trouble: logged as warnings.
-CLIENT_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                 grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION}
-
-
 def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
     launched = Timestamp()
     launched.FromDatetime(domain.launched_at)
@@ -78,23 +70,6 @@ def event_to_proto(event: Event) -> agent_pb2.Event:
     when.FromDatetime(event.time)
     return agent_pb2.Event(time=when, kind=event.kind, domain=event.domain, detail=event.detail,
                            fields=event.fields)
-
-
-def rpc_errors(error_codes: list[tuple[type[BaseException], grpc.StatusCode]]) -> Callable:
-    """A decorator turning these exceptions into gRPC status codes with a message an admin can act on."""
-    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                return method(self, request, context)
-            except tuple(cls for cls, _ in error_codes) as exc:
-                code = next(code for cls, code in error_codes if isinstance(exc, cls))
-                level = logging.WARNING if code in CLIENT_ERRORS else logging.ERROR
-                log_event(log, "rpc.failed", level, method=method.__name__, code=code.name, error=str(exc),
-                          peer=context.peer())
-                context.abort(code, str(exc))
-        return wrapper
-    return decorate
 
 
 rpc = rpc_errors(ERROR_CODES)
@@ -163,7 +138,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         name = validate_name(request.name)
         cls = ROLE_FROM_PROTO.get(request.priority_class)
         if cls is None:
-            raise ValidationError("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
+            raise InvalidField("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
         return domain_to_proto(self.manager.set_class(name, cls))
 
     @rpc
@@ -185,35 +160,16 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             self.manager.events.unsubscribe(subscription)
 
 
-def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
-    """Mutual TLS: our certificate for clients, and only clients signed by our CA get in."""
-    assert tls.ca and tls.cert and tls.key
-    return grpc.ssl_server_credentials([(tls.key.read_bytes(), tls.cert.read_bytes())],
-                                       root_certificates=tls.ca.read_bytes(), require_client_auth=True)
-
-
-def start_server(listen: str, tls: TlsConfig, service_name: str, add_servicer: Callable[[grpc.Server], None],
-                 max_workers: int = 16) -> tuple[grpc.Server, int]:
-    """A started gRPC server for one Gleaner service plus health and reflection; (server, bound port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"))
-    add_servicer(server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([service_name, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(listen) if tls.insecure else server.add_secure_port(listen,
-                                                                                        server_credentials(tls))
-    if port == 0 and not listen.startswith("unix:"):
-        raise OSError(f"cannot listen on {listen}")
-    server.start()
-    for name in ("", service_name):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port
+# One agent serves one controller and a few people: these bound what any caller can hold. The
+# controller may stop many VMs at once (each call waits out a grace period), so calls get room.
+AGENT_LIMITS = Limits(calls_per_identity=48, streams_per_identity=4, streams_total=16)
 
 
 def build_server(config: AgentConfig, manager: DomainManager, sampler: Sampler,
-                 max_workers: int = 16) -> tuple[grpc.Server, int]:
-    """The agent's started server; (server, bound port)."""
+                 workers: int = 64) -> RunningServer:
+    """The agent's started server: mutual TLS, every call authorized (gleaner_common.authz.TABLE)."""
     servicer = NodeAgentServicer(manager, sampler)
-    return start_server(config.listen, config.tls, agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
-                        lambda server: agent_pb2_grpc.add_NodeAgentServicer_to_server(servicer, server),
-                        max_workers)
+    settings = ServerSettings(config.listen, config.tls.files, DenyList(config.tls.deny_list), AGENT_LIMITS,
+                              workers=workers, max_concurrent=workers * 2)
+    return start_server(settings, agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
+                        lambda server: agent_pb2_grpc.add_NodeAgentServicer_to_server(servicer, server))

@@ -1,17 +1,13 @@
-"""Validation of every field a client sends. Pure: plain values in, plain values or errors out."""
+"""Validation of every field a client sends to the agent. Pure: plain values in, plain values or
+errors out. The id and name rules shared with the controller and gleanctl are gleaner_common.ids."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from enum import Enum
 
-
-class ValidationError(ValueError):
-    """A request field is invalid; `field` names it so the client knows what to fix."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
 
 
 class Role(str, Enum):
@@ -19,8 +15,6 @@ class Role(str, Enum):
     VOLUNTEER = "volunteer"
 
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
-LEASE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 # Kernel options are words of safe characters: no quotes, no shell or XML metacharacters.
 CMDLINE_RE = re.compile(r"[A-Za-z0-9 ._,=:/+-]*")
 CMDLINE_MAX = 512
@@ -49,61 +43,40 @@ class LaunchSpec:
 
 
 def validate_name(name: str, field: str = "name") -> str:
-    if not NAME_RE.fullmatch(name or ""):
-        raise ValidationError(field, f"{name!r} is not a valid domain name: use 1-63 letters, digits, "
-                                     "'-' or '_', starting with a letter or digit")
-    return name
+    return ids.vm_name(name, field)
 
 
 def validate_role(role: str | Role | None) -> Role:
     try:
         return Role(role)
     except ValueError:
-        raise ValidationError("role", f"must be 'foreground' or 'volunteer', not {role!r}") from None
+        raise InvalidField("role", f"must be 'foreground' or 'volunteer', not {role!r}") from None
 
 
 def validate_vcpus(vcpus: int, limits: HostLimits) -> int:
     if not 1 <= vcpus <= limits.cpus:
-        raise ValidationError("vcpus", f"{vcpus} is outside 1..{limits.cpus} (this host's CPUs)")
+        raise InvalidField("vcpus", f"{vcpus} is outside 1..{limits.cpus} (this host's CPUs)")
     return vcpus
 
 
 def validate_memory(memory_mib: int, limits: HostLimits) -> int:
     if not MIN_MEMORY_MIB <= memory_mib <= limits.memory_mib:
-        raise ValidationError("memory_mib", f"{memory_mib} MiB is outside {MIN_MEMORY_MIB}.."
+        raise InvalidField("memory_mib", f"{memory_mib} MiB is outside {MIN_MEMORY_MIB}.."
                                             f"{limits.memory_mib} MiB (this host's memory)")
     return memory_mib
 
 
-def validate_image_ref(image: str) -> str:
-    """An image is named relative to the image directory, one or more plain path parts."""
-    if not image:
-        raise ValidationError("image", "is required")
-    if image.startswith("/"):
-        raise ValidationError("image", f"{image!r} is absolute; name an image inside the image directory")
-    for part in image.split("/"):
-        if part in ("", ".", ".."):
-            raise ValidationError("image", f"{image!r} has an empty, '.' or '..' path part")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", part):
-            raise ValidationError("image", f"{image!r}: path part {part!r} has characters outside "
-                                           "letters, digits, '.', '-' and '_'")
-    return image
-
-
 def validate_cmdline(cmdline: str) -> str:
     if len(cmdline) > CMDLINE_MAX:
-        raise ValidationError("kernel_cmdline", f"is {len(cmdline)} characters; at most {CMDLINE_MAX}")
+        raise InvalidField("kernel_cmdline", f"is {len(cmdline)} characters; at most {CMDLINE_MAX}")
     if not CMDLINE_RE.fullmatch(cmdline):
         bad = sorted({c for c in cmdline if not CMDLINE_RE.fullmatch(c)})
-        raise ValidationError("kernel_cmdline", f"has characters outside the allowed set: {''.join(bad)!r}")
+        raise InvalidField("kernel_cmdline", f"has characters outside the allowed set: {''.join(bad)!r}")
     return " ".join(cmdline.split())
 
 
 def validate_lease_id(lease_id: str) -> str:
-    if lease_id and not LEASE_RE.fullmatch(lease_id):
-        raise ValidationError("lease_id", f"{lease_id!r} is not a valid lease id: 1-128 letters, digits, "
-                                          "'.', ':', '-' or '_'")
-    return lease_id
+    return ids.lease_id(lease_id) if lease_id else lease_id
 
 
 CPUSET_RE = re.compile(r"\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?)*")
@@ -122,32 +95,32 @@ def validate_cpuset(cpuset: str, limits: HostLimits) -> str:
     if not cpuset:
         return ""
     if not CPUSET_RE.fullmatch(cpuset):
-        raise ValidationError("cpuset", f"{cpuset!r} is not a CPU list such as '1' or '0-1,3'")
+        raise InvalidField("cpuset", f"{cpuset!r} is not a CPU list such as '1' or '0-1,3'")
     cpus = cpuset_cpus(cpuset)
     for part in cpuset.split(","):
         low, _, high = part.partition("-")
         if high and int(high) < int(low):
-            raise ValidationError("cpuset", f"range {part!r} runs backwards")
+            raise InvalidField("cpuset", f"range {part!r} runs backwards")
     if max(cpus) >= limits.cpus:
-        raise ValidationError("cpuset", f"CPU {max(cpus)} does not exist; this host has CPUs 0-{limits.cpus - 1}")
+        raise InvalidField("cpuset", f"CPU {max(cpus)} does not exist; this host has CPUs 0-{limits.cpus - 1}")
     return cpuset
 
 
 def validate_grace(grace_seconds: int) -> int:
     if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
-        raise ValidationError("grace_seconds", f"{grace_seconds} is outside 0..{MAX_GRACE_SECONDS}")
+        raise InvalidField("grace_seconds", f"{grace_seconds} is outside 0..{MAX_GRACE_SECONDS}")
     return grace_seconds
 
 
 def validate_launch(name: str, role: str | Role | None, vcpus: int, memory_mib: int, image: str,
                     kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "") -> LaunchSpec:
-    """Check every field of a launch request; the first bad one raises ValidationError."""
+    """Check every field of a launch request; the first bad one raises InvalidField."""
     return LaunchSpec(
         name=validate_name(name),
         role=validate_role(role),
         vcpus=validate_vcpus(vcpus, limits),
         memory_mib=validate_memory(memory_mib, limits),
-        image=validate_image_ref(image),
+        image=ids.image(image),
         kernel_cmdline=validate_cmdline(kernel_cmdline),
         lease_id=validate_lease_id(lease_id),
         cpuset=validate_cpuset(cpuset, limits),

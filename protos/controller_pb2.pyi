@@ -29,7 +29,7 @@ class ReportedVm(_message.Message):
     def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ...) -> None: ...
 
 class NodeReport(_message.Message):
-    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version")
+    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,8 @@ class NodeReport(_message.Message):
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    MIN_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     agent_address: str
     cpus: int
@@ -54,7 +56,9 @@ class NodeReport(_message.Message):
     seq: int
     sent_at: float
     agent_version: str
-    def __init__(self, node_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., foreground_cpu_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., residual_memory_mib: _Optional[int] = ..., vms: _Optional[_Iterable[_Union[ReportedVm, _Mapping]]] = ..., seq: _Optional[int] = ..., sent_at: _Optional[float] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    images: _containers.RepeatedScalarFieldContainer[str]
+    min_memory_mib: int
+    def __init__(self, node_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., foreground_cpu_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., residual_memory_mib: _Optional[int] = ..., vms: _Optional[_Iterable[_Union[ReportedVm, _Mapping]]] = ..., seq: _Optional[int] = ..., sent_at: _Optional[float] = ..., agent_version: _Optional[str] = ..., images: _Optional[_Iterable[str]] = ..., min_memory_mib: _Optional[int] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("reports",)
@@ -285,14 +289,16 @@ class ListReservesResponse(_message.Message):
     def __init__(self, reserves: _Optional[_Iterable[_Union[Reserve, _Mapping]]] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
-    __slots__ = ("after_seq", "limit", "kind")
+    __slots__ = ("after_seq", "limit", "kind", "newest")
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIELD_NUMBER: _ClassVar[int]
     after_seq: int
     limit: int
     kind: str
-    def __init__(self, after_seq: _Optional[int] = ..., limit: _Optional[int] = ..., kind: _Optional[str] = ...) -> None: ...
+    newest: bool
+    def __init__(self, after_seq: _Optional[int] = ..., limit: _Optional[int] = ..., kind: _Optional[str] = ..., newest: _Optional[bool] = ...) -> None: ...
 
 class AuditEvent(_message.Message):
     __slots__ = ("seq", "at", "kind", "node_id", "lease_id", "detail_json")
@@ -311,10 +317,12 @@ class AuditEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., node_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., detail_json: _Optional[str] = ...) -> None: ...
 
 class ListEventsResponse(_message.Message):
-    __slots__ = ("events",)
+    __slots__ = ("events", "last_seq")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
-    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...
+    last_seq: int
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -20,9 +20,11 @@ from pathlib import Path
 import grpc
 import libvirt
 
-from nodeagent.client import client_channel, is_serving
-from nodeagent.config import AgentConfig, TlsConfig, to_toml
-from nodeagent.pki import TlsFiles, ensure_lab_pki
+from gleaner_common.config import TlsConfig
+from gleaner_common.identity import Role
+from gleaner_common.pki import LabPki, TlsFiles, ensure_lab_pki
+from gleaner_common.rpc import channel_to, is_serving
+from nodeagent.config import AgentConfig, to_toml
 from protos import agent_pb2, agent_pb2_grpc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +78,11 @@ class LabEnv:
 
     root: Path
     image_dir: Path
-    pki: dict[str, TlsFiles]
+    pki: LabPki
+
+    def tls(self, files: TlsFiles) -> TlsConfig:
+        """A server's [tls] settings: its certificate, the lab CA and the lab's deny list."""
+        return TlsConfig(ca=files.ca, cert=files.cert, key=files.key, deny_list=self.pki.deny_list)
 
     @classmethod
     def create(cls) -> "LabEnv":
@@ -108,8 +114,8 @@ def link_image(source: Path, target: Path) -> None:
 class ServiceProcess:
     """Start, health-wait and stop for a Gleaner server subprocess (agent or controller).
 
-    Subclasses give `module`, `address`, `config_path`, `log_path`, `env`, `process` and
-    write_config()."""
+    Subclasses give `module`, `address`, `config_path`, `log_path`, `env`, `process`,
+    `identity` (the (role, name) its certificate names) and write_config()."""
 
     module = ""
 
@@ -129,8 +135,12 @@ class ServiceProcess:
     def _serving(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
             raise RuntimeError(f"{self.module} exited with {self.process.returncode}:\n{self.log_text()}")
-        with client_channel(self.address, self.env.pki["client"]) as channel:
+        with self.channel(self.env.pki.viewer) as channel:
             return is_serving(channel)
+
+    def channel(self, tls: TlsFiles) -> grpc.Channel:
+        """A channel with `tls` that reaches only this server's identity."""
+        return channel_to(*self.identity, self.address, tls)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -177,22 +187,22 @@ class AgentProcess(ServiceProcess):
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def identity(self) -> tuple[Role, str]:
+        return Role.AGENT, self.name
+
     def write_config(self) -> None:
-        tls = self.env.pki["server"]
         self.state_dir.mkdir(exist_ok=True)
         values = dict(agent_id=self.name, listen=self.address, state_dir=self.state_dir,
                       image_dir=self.env.image_dir, log_level="debug", libvirt_uri=LIBVIRT_URI, domain_type="qemu",
                       grace_seconds=self.grace_seconds, reap_interval_seconds=self.reap_interval,
                       reconcile_interval_seconds=1.0, metrics_listen=f"127.0.0.1:{self.metrics_port}",
-                      tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))
+                      tls=self.env.tls(self.env.pki.agent(self.name)))
         self.config_path.write_text(to_toml(AgentConfig(**{**values, **self.settings})))
 
-    def channel(self, tls: TlsFiles | None | str = "client") -> grpc.Channel:
-        files = self.env.pki["client"] if tls == "client" else tls
-        return client_channel(self.address, files)  # type: ignore[arg-type]
-
-    def stub(self) -> agent_pb2_grpc.NodeAgentStub:
-        return agent_pb2_grpc.NodeAgentStub(self.channel())
+    def stub(self, tls: TlsFiles | None = None) -> agent_pb2_grpc.NodeAgentStub:
+        """A stub with the controller's identity (the only one that may change domains) unless `tls`."""
+        return agent_pb2_grpc.NodeAgentStub(self.channel(tls or self.env.pki.controller))
 
 
 def launch_request(name: str, role: int = agent_pb2.ROLE_VOLUNTEER, vcpus: int = 1, memory_mib: int = 128,

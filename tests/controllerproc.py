@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 
 from controller.config import ControllerConfig, to_toml
-from nodeagent.client import client_channel
-from nodeagent.config import TlsConfig
+from gleaner_common.identity import Role
+from gleaner_common.pki import TlsFiles
 from protos import controller_pb2, controller_pb2_grpc
 from tests.agentproc import TEST_PREFIX, LabEnv, ServiceProcess, free_port
 
@@ -37,22 +37,26 @@ class ControllerProcess(ServiceProcess):
         return self.state_dir / "controller.log"
 
     @property
+    def identity(self) -> tuple[Role, str]:
+        return Role.CONTROLLER, ""
+
+    @property
     def config_path(self) -> Path:
         return self.state_dir / "controller.toml"
 
     def write_config(self) -> None:
         self.state_dir.mkdir(exist_ok=True)
-        tls = self.env.pki["server"]
         values = dict(listen=self.address, state_dir=self.state_dir, log_level="debug",
                       vm_name_prefix=f"{TEST_PREFIX}{self.name}-", suspect_after_seconds=2.0, down_after_seconds=5.0,
-                      liveness_check_seconds=0.5, tls=TlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key))
+                      liveness_check_seconds=0.5, tls=self.env.tls(self.env.pki.controller))
         self.config_path.write_text(to_toml(ControllerConfig(**{**values, **self.settings})))
 
-    def stub(self) -> controller_pb2_grpc.ControllerStub:
-        return controller_pb2_grpc.ControllerStub(client_channel(self.address, self.env.pki["client"]))
+    def stub(self, tls: TlsFiles | None = None) -> controller_pb2_grpc.ControllerStub:
+        """A stub with the lab admin's identity unless `tls`."""
+        return controller_pb2_grpc.ControllerStub(self.channel(tls or self.env.pki.admin))
 
-    def gleanctl_args(self) -> list[str]:
-        tls = self.env.pki["client"]
+    def gleanctl_args(self, tls: TlsFiles | None = None) -> list[str]:
+        tls = tls or self.env.pki.admin
         return ["--controller", self.address, "--ca", str(tls.ca), "--cert", str(tls.cert), "--key", str(tls.key)]
 
     def leases(self, role: str | None = None, state: str | None = None) -> list[controller_pb2.Lease]:

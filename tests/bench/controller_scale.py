@@ -2,15 +2,23 @@
 
     python -m tests.bench.controller_scale [--nodes 10000] [--vms-per-node 10] [--requests 200]
                                            [--report-seconds 10] [--report-rounds 3] [--change-share 0.1]
-                                           [--report-processes 1] [--streams-per-process 8]
+                                           [--report-nodes 64] [--report-processes 1]
 
 This process runs the controller exactly as gleaner-controller does (start_controller: the
-SQLite store, the pool, the gRPC server with mutual TLS, the periodic jobs). The store is
-seeded with 100,000 leases; every node is full (14 vCPUs: 4 on-demand VMs of 2, 6 backfill VMs of 1),
-so each on-demand request must choose a node and victims. The nodes' agent address points
-at a stand-in NodeAgent in this process that answers launches and terminations at once: it
-stands for 10,000 hypervisors, the controller is what is measured. The controller's log
-(warning level, as configured) goes to controller.log in the run's temporary directory.
+SQLite store, the pool, the gRPC server with mutual TLS and the authorization interceptor, the
+periodic jobs), with the identities of a lab PKI (gleaner_common.pki.ensure_lab_pki in the
+run's temporary directory): the controller serves with the controller certificate and its
+deny list, RequestVm is sent with the admin certificate to the server named controller.gleaner,
+and reports with agent certificates (below). The store is seeded with 100,000 leases (image
+"tiny"); every node is full (14 vCPUs: 4 on-demand VMs of 2, 6 backfill VMs of 1), so each
+on-demand request must choose a node and victims. Every report names the image "tiny" and
+min_memory_mib 32, so every node can take the requests. The nodes' agent address points at a
+stand-in NodeAgent in this process that answers launches and terminations at once: it stands
+for 10,000 agents, each on its own hypervisor. It serves one agent certificate whose DNS names
+include *.agent.gleaner, so the controller's check that the agent it dials is that node's
+(the server certificate must name NODE.agent.gleaner) passes for every node id; a real pool has
+one certificate per agent. The controller is what is measured. The controller's log (warning
+level, as configured) goes to controller.log in the run's temporary directory.
 
 What each figure times, and what it leaves out:
 
@@ -20,8 +28,9 @@ What each figure times, and what it leaves out:
   replay lookup in the store), through the snapshot, the placement, booking the new lease and
   its victims (their store writes) and writing the pending request record, to just before the
   lock is released. Left out: waiting for the lock (no reports flow during the requests), the
-  log line, and everything outside the lock (gRPC, the stand-in agent's calls, the final record).
-  A rejected request's record write would also be left out; none is rejected here.
+  log line, and everything outside the lock (gRPC and its authorization, the stand-in agent's
+  calls, the final record). A rejected request's record write would also be left out; none is
+  rejected here.
 - placement_p50_ms / placement_p99_ms: the snapshot plus placement alone, timed in this process
   right before each request by calling pool.snapshot() and policy.place_on_demand (the pure
   function, with the seed the controller uses for that request) outside gRPC and the store.
@@ -29,13 +38,18 @@ What each figure times, and what it leaves out:
   request's own snapshot finds nothing to refresh (a few nodes: microseconds).
 - selection_ms: one full volunteer-selection pass over every node (median of 5; the first pass,
   which also builds every node's view, is selection_first_ms).
-- reports_per_s: agent reports ingested per second with unchanged VM lists, the median of
-  --report-rounds windows (reports_per_s_rounds; this shared 2-core host is noisy). Reports carry
-  the fields nodeagent.reporter fills in, and each differs from the node's previous one: the
-  node's load (foreground_cpu_cores, cpu_busy_cores, the residual CPU and memory) and each VM's
-  cpu_cores cycle through REPORT_VARIANTS variants, and seq and sent_at are fresh in each report.
-  The VM lists match the controller's books, so ingest takes its unchanged-list path and
-  _match_vms does not run (matched_reports_rounds, reports that went through it, checks that).
+- reports_per_s: agent reports the controller took in per second with unchanged VM lists, the
+  median of --report-rounds windows (reports_per_s_rounds; this shared 2-core host is noisy).
+  Each report goes through everything the controller does with a real agent's: the TLS
+  connection, the authorization interceptor on every message (the caller's certificate is an
+  agent's, not revoked, and the report's node_id is that certificate's node), the bounds checks
+  (controller/checks.py report: every number within the node's, every name by the shared rules)
+  and pool.ingest. Reports carry the fields nodeagent.reporter fills in (images ["tiny"],
+  min_memory_mib 32 included), and each differs from the node's previous one: the node's load
+  (foreground_cpu_cores, cpu_busy_cores, the residual CPU and memory) and each VM's cpu_cores
+  cycle through REPORT_VARIANTS variants, and seq and sent_at are fresh in each report. The VM
+  lists match the controller's books, so ingest takes its unchanged-list path and _match_vms
+  does not run (matched_reports_rounds, reports that went through it, checks that).
 - reports_per_s_mixed: the same, except that a share --change-share of reports (change_share;
   the share actually sent is change_share_sent) changes the node's VM list: a node's list
   either omits one of its backfill VMs (a stop, as the controller sees it) or shows it again
@@ -48,17 +62,30 @@ What each figure times, and what it leaves out:
   seen missing by a second match and ended (vm.gone); the run stays the same over rounds.
   After each mixed round every node reports its full list once more in this process (not
   timed), so every round starts from the same books (lost_after_settle should be 0).
-  Both rates: reports sent over real gRPC on loopback (mutual TLS) by --report-processes client
-  processes with --streams-per-process report streams each, every node on one stream, in turn.
-  The clients stand in for agents on other machines, but share the 2 cores with the controller,
-  so they are kept cheap: each report is put together from pre-serialized parts (the node's
-  header and each VM, per variant) plus the encoded seq, sent_at and agent_version: the same
-  bytes protobuf would write for the whole message. A window runs from when
-  every client process is ready (reports built, channels connected) until every stream's
-  acknowledgement is back (the controller has ingested every report sent); client start-up is
-  left out. Unchanged and mixed rounds alternate, so the host's noise falls on both alike.
-  Before the first round every node reports its current VMs (the books after the requests) once
-  in this process, so the controller has seen each list.
+  Both rates: a report stream may speak only for the node of its certificate, so the reports
+  come from --report-nodes nodes (report_nodes, spread evenly over the node range), each with
+  its own agent certificate (issued before the first round), its own channel (one TLS
+  connection per node identity, as a real agent has) and one report stream, on which it sends
+  its own reports back to back for the whole window; the streams are spread over
+  --report-processes client processes. The clients stand in for agents on other machines, but
+  share the 2 cores with the controller, so they are kept cheap: each report is put together
+  from pre-serialized parts (the node's header and each VM, per variant) plus the encoded seq,
+  sent_at, agent_version, images and min_memory_mib: the same bytes protobuf would write for
+  the whole message. A window runs from when every client process is ready (reports built,
+  every node's channel connected) until every stream's acknowledgement is back (the controller
+  has ingested every report sent); client start-up is left out. Unchanged and mixed rounds
+  alternate, so the host's noise falls on both alike. Before the first round every node reports
+  its current VMs (the books after the requests) once in this process, so the controller has
+  seen each list. The in-process reports (registration before the requests, the settling ones)
+  call pool.ingest directly: no gRPC, authorization or checks. agent_certs_s is the time taken
+  to issue the reporting nodes' certificates (in no figure).
+  What differs from 10,000 real agents: there, each agent holds one stream and sends a report
+  every few seconds; here report_nodes nodes send theirs as fast as the controller takes them,
+  so the rate is the controller's capacity per report, with report_nodes streams and TLS
+  connections open, not with 10,000. The controller serves each report stream on its own
+  thread, so concurrent agents are capped at controller.max_agents (max_agents, set here to
+  the larger of 64 and --report-nodes); a pool of 10,000 agents needs that many threads and
+  connections, which this run does not open.
 Prints one JSON object.
 """
 from __future__ import annotations
@@ -81,20 +108,22 @@ import grpc
 
 from controller.cli import start_controller
 from controller.config import ControllerConfig
-from controller.policy import Size, place_on_demand
+from controller.core.policy import Size, place_on_demand
 from controller.store import Lease, Store
-from nodeagent import __version__
-from nodeagent.client import client_channel
-from nodeagent.config import TlsConfig
-from nodeagent.logs import setup_logging
-from nodeagent.pki import TlsFiles, ensure_lab_pki
-from nodeagent.server import server_credentials
+from gleaner_common import __version__
+from gleaner_common.config import TlsConfig
+from gleaner_common.identity import Role
+from gleaner_common.logs import setup_logging
+from gleaner_common.pki import TlsFiles, ensure_lab_pki, issue
+from gleaner_common.rpc import channel_to, server_credentials
 from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 from tests.agentproc import free_port
 
 NODE_CPUS, NODE_MEMORY = 14, 65536  # exactly what the VMs below take: every node is full
 ON_DEMAND_PER_NODE = 4  # 2 vCPUs each; the backfill VMs have 1 vCPU each
 REPORT_VARIANTS = 4     # load figures per node, cycled, so a node's consecutive reports differ
+IMAGES, MIN_MEMORY_MIB = ("tiny",), 32  # what every node's agent reports it can boot, and its smallest VM
+STAND_IN = "stand-in"   # the stand-in agent's identity (agent/stand-in), serving *.agent.gleaner
 MIXED_EVENTS = ("vm.lost", "vm.recovered", "vm.gone", "vm.adopted", "vm.unexpected")
 VmRow = tuple  # (name, lease_id, role, vcpus, memory_mib, launched_at): a VM as its agent reports it
 
@@ -143,8 +172,9 @@ def booked_rows(pool, nodes: int) -> list[list[VmRow]]:
 
 class NodeParts:
     """One node's reports, pre-serialized per load variant: a header (fields 1-8) and each VM
-    (field 9, one element each). A report is header + VMs + tail (seq, sent_at, agent_version: 10-12),
-    the same bytes protobuf would write for the whole message, since it writes fields in order."""
+    (field 9, one element each). A report is header + VMs + tail (seq, sent_at, agent_version,
+    images, min_memory_mib: 10-14), the same bytes protobuf would write for the whole message,
+    since it writes fields in order."""
     __slots__ = ("headers", "vms", "full", "backfill")
 
     def __init__(self, n: int, rows: list[VmRow], agent_address: str, variants: int = REPORT_VARIANTS) -> None:
@@ -155,7 +185,7 @@ class NodeParts:
             rng = random.Random(n * REPORT_VARIANTS + variant)
             used = [round(rng.uniform(0.05, row[3]), 3) for row in rows]
             foreground = round(rng.uniform(0.0, 4.0), 3)
-            busy = foreground + sum(used)
+            busy = min(foreground + sum(used), NODE_CPUS)  # the controller refuses more than the node has
             self.headers.append(controller_pb2.NodeReport(
                 node_id=node_id(n), agent_address=agent_address, cpus=NODE_CPUS, memory_mib=NODE_MEMORY,
                 cpu_busy_cores=round(busy, 3), foreground_cpu_cores=foreground,
@@ -175,11 +205,13 @@ class NodeParts:
 
 
 _DOUBLE = struct.Struct("<d")
-_VERSION = controller_pb2.NodeReport(agent_version=__version__).SerializeToString()
+_FIXED = controller_pb2.NodeReport(agent_version=__version__, images=IMAGES,
+                                   min_memory_mib=MIN_MEMORY_MIB).SerializeToString()
 
 
 def tail(seq: int, sent_at: float) -> bytes:
-    """NodeReport fields 10 (seq, varint), 11 (sent_at, double) and 12 (agent_version), encoded."""
+    """NodeReport fields 10 (seq, varint), 11 (sent_at, double), then 12-14 (agent_version,
+    images, min_memory_mib, the same in every report), encoded."""
     out = bytearray(b"\x50")
     while seq > 0x7F:
         out.append((seq & 0x7F) | 0x80)
@@ -187,47 +219,46 @@ def tail(seq: int, sent_at: float) -> bytes:
     out.append(seq)
     out += b"\x59"
     out += _DOUBLE.pack(sent_at)
-    out += _VERSION
+    out += _FIXED
     return bytes(out)
 
 
-def send_reports(address: str, tls: TlsFiles, nodes: list[int], rows: list[list[VmRow]], agent_address: str,
-                 seconds: float, streams: int, change_share: float, seq_base: int, go, results) -> None:
-    """A client process: `streams` report streams, in turn over their nodes, for `seconds` after `go`.
+def send_reports(address: str, nodes: list[tuple[int, TlsFiles, list[VmRow]]], agent_address: str,
+                 seconds: float, change_share: float, seq_base: int, go, results) -> None:
+    """A client process: one report stream per node, each on that node's own channel with that
+    node's agent certificate, sending the node's reports back to back for `seconds` after `go`.
 
     With change_share > 0 each report, with that chance, changes its node's VM list: it omits
     one of the node's backfill VMs (a different one each time) or, when one is omitted, shows
-    it again. Puts ("ready",) once built and connected, then ("done", acknowledged, changes)."""
-    parts = [NodeParts(n, node_rows, agent_address) for n, node_rows in zip(nodes, rows)]
-    channels = [client_channel(address, tls) for _ in range(streams)]
-    for channel in channels:
-        grpc.channel_ready_future(channel).result(timeout=60)
+    it again. Puts ("ready",) once built and connected, then ("done", acknowledged, changes);
+    ("failed", why) instead when a channel or a stream fails."""
+    try:
+        parts = [NodeParts(n, node_rows, agent_address) for n, _, node_rows in nodes]
+        channels = [channel_to(Role.CONTROLLER, "", address, tls) for _, tls, _ in nodes]
+        for channel in channels:
+            grpc.channel_ready_future(channel).result(timeout=60)
+    except Exception as exc:  # noqa: BLE001 - said to the parent, which stops the run
+        results.put(("failed", f"client set-up: {type(exc).__name__}: {exc}"))
+        return
 
     def one_stream(k: int) -> tuple[int, int]:
-        mine = parts[k::streams]
-        if not mine:
-            return 0, 0
-        count = len(mine)
-        omitted = [-1] * count
-        turn = [0] * count
-        rng = random.Random(seq_base + k)
-        changes = 0
+        node = parts[k]
+        omitted, turn, changes = -1, 0, 0
+        rng = random.Random(seq_base + nodes[k][0])
 
         def produce():
-            nonlocal changes
+            nonlocal omitted, turn, changes
             i = 0
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                j = i % count
-                node = mine[j]
                 if change_share and node.backfill and rng.random() < change_share:
-                    if omitted[j] < 0:
-                        omitted[j] = node.backfill[turn[j] % len(node.backfill)]
-                        turn[j] += 1
+                    if omitted < 0:
+                        omitted = node.backfill[turn % len(node.backfill)]
+                        turn += 1
                     else:
-                        omitted[j] = -1
+                        omitted = -1
                     changes += 1
-                yield node.report((i // count) % REPORT_VARIANTS, omitted[j], seq_base + i, time.time())
+                yield node.report(i % REPORT_VARIANTS, omitted, seq_base + i, time.time())
                 i += 1
         report = channels[k].stream_unary("/gleaner.controller.v1.Controller/Report", request_serializer=bytes,
                                           response_deserializer=controller_pb2.ReportAck.FromString)
@@ -235,35 +266,51 @@ def send_reports(address: str, tls: TlsFiles, nodes: list[int], rows: list[list[
         acked = report(produce(), timeout=seconds + 120).reports
         return acked, changes
     results.put(("ready",))
-    with futures.ThreadPoolExecutor(streams) as pool:
-        done = list(pool.map(one_stream, range(streams)))
-    for channel in channels:
-        channel.close()
+    try:
+        with futures.ThreadPoolExecutor(len(nodes)) as pool:
+            done = list(pool.map(one_stream, range(len(nodes))))
+    except grpc.RpcError as exc:
+        results.put(("failed", f"report stream: {exc.code().name}: {exc.details()}"))
+        return
+    finally:
+        for channel in channels:
+            channel.close()
     results.put(("done", sum(a for a, _ in done), sum(c for _, c in done)))
 
 
-def report_round(address: str, tls: TlsFiles, args: argparse.Namespace, agent_address: str,
+def report_round(address: str, certs: dict[int, TlsFiles], args: argparse.Namespace, agent_address: str,
                  rows: list[list[VmRow]], change_share: float, seq_base: int) -> tuple[int, float, int]:
-    """One window of report streams from client processes: (reports acknowledged, seconds, list changes)."""
+    """One window of report streams (one per reporting node) from client processes:
+    (reports acknowledged, seconds, list changes)."""
     context = multiprocessing.get_context("spawn")
     results, go = context.Queue(), context.Event()
     procs = []
+    reporting = sorted(certs)
     for k in range(args.report_processes):
-        share = list(range(args.nodes))[k::args.report_processes]
+        share = reporting[k::args.report_processes]
         procs.append(context.Process(target=send_reports, args=(
-            address, tls, share, [rows[n] for n in share], agent_address, args.report_seconds,
-            args.streams_per_process, change_share, seq_base, go, results)))
+            address, [(n, certs[n], rows[n]) for n in share], agent_address, args.report_seconds,
+            change_share, seq_base, go, results)))
     for p in procs:
         p.start()
-    for _ in procs:
-        if results.get(timeout=600)[0] != "ready":
-            raise RuntimeError("a report client process finished before it was ready")
-    started = time.perf_counter()
-    go.set()
-    done = [results.get(timeout=args.report_seconds + 300) for _ in procs]
-    elapsed = time.perf_counter() - started
-    for p in procs:
-        p.join()
+    try:
+        for _ in procs:
+            message = results.get(timeout=600)
+            if message[0] != "ready":
+                raise RuntimeError(f"a report client process failed before the window: {message[-1]}")
+        started = time.perf_counter()
+        go.set()
+        done = [results.get(timeout=args.report_seconds + 300) for _ in procs]
+        elapsed = time.perf_counter() - started
+        failed = [d[1] for d in done if d[0] != "done"]
+        if failed:
+            raise RuntimeError(f"a report client process failed: {failed[0]}")
+    finally:
+        go.set()
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
     return sum(d[1] for d in done), elapsed, sum(d[2] for d in done)
 
 
@@ -296,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vms-per-node", type=int, default=10)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--report-seconds", type=float, default=10.0)
-    parser.add_argument("--report-processes", type=int, default=1)
-    parser.add_argument("--streams-per-process", type=int, default=8)
+    parser.add_argument("--report-nodes", type=int, default=64,
+                        help="nodes that report over gRPC in the rounds, each with its own certificate, "
+                             "channel and stream")
+    parser.add_argument("--report-processes", type=int, default=1,
+                        help="client processes the reporting nodes' streams are spread over")
     parser.add_argument("--report-rounds", type=int, default=3,
                         help="windows of --report-seconds in each mode (unchanged, mixed); the median counts")
     parser.add_argument("--change-share", type=float, default=0.1,
@@ -305,22 +355,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 < args.change_share <= 1.0:
         parser.error("--change-share must be within (0, 1]")
+    if not 1 <= args.report_nodes <= args.nodes:
+        parser.error("--report-nodes must be within 1..--nodes")
+    if not 1 <= args.report_processes <= args.report_nodes:
+        parser.error("--report-processes must be within 1..--report-nodes")
     if args.vms_per_node <= ON_DEMAND_PER_NODE:
         parser.error(f"--vms-per-node must be more than {ON_DEMAND_PER_NODE}: the backfill VMs are preempted")
     work = Path(tempfile.mkdtemp(prefix="gleaner-scale-"))
-    pki = ensure_lab_pki(work / "pki")
-    server_tls = pki["server"]
-    tls = TlsConfig(ca=server_tls.ca, cert=server_tls.cert, key=server_tls.key)
+    lab = ensure_lab_pki(work / "pki")
+    tls = TlsConfig(ca=lab.controller.ca, cert=lab.controller.cert, key=lab.controller.key, deny_list=lab.deny_list)
+    # One certificate for the stand-in of every agent: *.agent.gleaner matches each NODE.agent.gleaner.
+    stand_in_tls = issue(lab.directory, Role.AGENT, STAND_IN, hosts=("*.agent.gleaner", "127.0.0.1"))
 
     stand_in = grpc.server(futures.ThreadPoolExecutor(8))
     agent_pb2_grpc.add_NodeAgentServicer_to_server(StandInAgent(), stand_in)
-    agent_port = stand_in.add_secure_port("127.0.0.1:0", server_credentials(tls))
+    agent_port = stand_in.add_secure_port("127.0.0.1:0", server_credentials(stand_in_tls))
     stand_in.start()
     agent_address = f"127.0.0.1:{agent_port}"
 
     config = ControllerConfig(listen=f"127.0.0.1:{free_port()}", state_dir=work / "controller", log_level="warning",
                               tls=tls, suspect_after_seconds=600, down_after_seconds=1200,
-                              selection_interval_seconds=3600, max_agents=64)
+                              selection_interval_seconds=3600, max_agents=max(64, args.report_nodes))
     now = time.time()
     started = time.perf_counter()
     store = Store(config.store_path)
@@ -346,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             pool.select(evaluation=True)
             selection.append((time.perf_counter() - t0) * 1000)
             gc.freeze()  # as the controller's evaluation job does after each pass
-        stub = controller_pb2_grpc.ControllerStub(client_channel(config.listen, pki["client"]))
+        admin = channel_to(Role.CONTROLLER, "", config.listen, lab.admin)
+        stub = controller_pb2_grpc.ControllerStub(admin)
         decisions, placements = [], []
         for i in range(args.requests):
             request_id = f"scale-{i}"
@@ -360,8 +416,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"request {i}: {reply.outcome} {reply.reason} (preempted {len(reply.preempted)})")
             decisions.append(reply.decision_ms)
 
+        admin.close()
         rows = booked_rows(pool, args.nodes)  # the agents now report the VMs the requests launched and stopped
         settle(pool, rows, agent_address, 2)
+        reporting = [k * args.nodes // args.report_nodes for k in range(args.report_nodes)]
+        started = time.perf_counter()
+        certs = {n: lab.agent(node_id(n)) for n in reporting}  # one agent identity per reporting node
+        certs_s = time.perf_counter() - started
         matched = count_match_calls(pool)
         unchanged, mixed, matched_unchanged, matched_mixed, lost_after_settle = [], [], [], [], []
         events = {mode: dict.fromkeys(MIXED_EVENTS, 0) for mode in ("unchanged", "mixed")}
@@ -369,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         def measured(mode: str, share: float, seq_base: int) -> tuple[tuple[int, float, int], int]:
             counts = {kind: pool.store.count_events(kind) for kind in MIXED_EVENTS}
             matched[0] = 0
-            result = report_round(config.listen, pki["client"], args, agent_address, rows, share, seq_base)
+            result = report_round(config.listen, certs, args, agent_address, rows, share, seq_base)
             calls = matched[0]
             for kind in MIXED_EVENTS:
                 events[mode][kind] += pool.store.count_events(kind) - counts[kind]
@@ -410,8 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         "reports_mixed_rounds": [sent for sent, _, _ in mixed],
         "mixed_events": events["mixed"], "unchanged_events": events["unchanged"],
         "lost_after_settle": lost_after_settle,
-        "report_streams": args.report_processes * args.streams_per_process,
-        "seed_s": round(seeded_s, 1), "first_reports_s": round(registered_s, 1)}))
+        "report_nodes": args.report_nodes, "report_streams": args.report_nodes,
+        "report_processes": args.report_processes, "max_agents": config.max_agents,
+        "seed_s": round(seeded_s, 1), "first_reports_s": round(registered_s, 1),
+        "agent_certs_s": round(certs_s, 2)}))
     return 0
 
 

@@ -42,13 +42,13 @@ def assert_nothing_left(agent, name: str) -> None:
 
 
 BAD_LAUNCHES = [  # (field, request fields, what the message must say)
-    ("name", dict(name="../etc/passwd"), "not a valid domain name"),
-    ("name", dict(name="x<y>"), "not a valid domain name"),
-    ("name", dict(name="has space"), "not a valid domain name"),
-    ("name", dict(name=""), "not a valid domain name"),
-    ("name", dict(name="-leading-dash"), "not a valid domain name"),
-    ("name", dict(name="a" * 64), "not a valid domain name"),
-    ("name", dict(name="quote'name"), "not a valid domain name"),
+    ("name", dict(name="../etc/passwd"), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name="x<y>"), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name="has space"), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name=""), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name="-leading-dash"), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name="a" * 64), "is not valid: 1-63 letters, digits"),
+    ("name", dict(name="quote'name"), "is not valid: 1-63 letters, digits"),
     ("role", dict(role=agent_pb2.ROLE_UNSPECIFIED), "must be 'foreground' or 'volunteer'"),
     ("vcpus", dict(vcpus=0), "this host's CPUs"),
     ("vcpus", dict(vcpus=4096), "this host's CPUs"),
@@ -68,8 +68,8 @@ BAD_LAUNCHES = [  # (field, request fields, what the message must say)
     ("kernel_cmdline", dict(kernel_cmdline="</cmdline><kernel>/etc/shadow</kernel>"), "outside the allowed set"),
     ("kernel_cmdline", dict(kernel_cmdline="a" * 513), "at most 512"),
     ("kernel_cmdline", dict(kernel_cmdline="line\nbreak"), "outside the allowed set"),
-    ("lease_id", dict(lease_id="lease with spaces"), "not a valid lease id"),
-    ("lease_id", dict(lease_id="<lease/>"), "not a valid lease id"),
+    ("lease_id", dict(lease_id="lease with spaces"), "is not valid: 1-64 letters"),
+    ("lease_id", dict(lease_id="<lease/>"), "is not valid: 1-64 letters"),
 ]
 
 

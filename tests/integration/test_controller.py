@@ -191,7 +191,7 @@ def test_clients_without_a_certificate_are_refused(pool):
     # the handshake fails, so nothing it asks for, reading or changing, is done.
     backfill_before = controller.stub().GetBackfill(controller_pb2.GetBackfillRequest(), timeout=10)
     reserves_before = controller.stub().ListReserves(controller_pb2.ListReservesRequest(), timeout=10)
-    no_cert = grpc.ssl_channel_credentials(root_certificates=controller.env.pki["client"].ca.read_bytes())
+    no_cert = grpc.ssl_channel_credentials(root_certificates=controller.env.pki.admin.ca.read_bytes())
     with grpc.secure_channel(controller.address, no_cert) as channel:
         certless = controller_pb2_grpc.ControllerStub(channel)
         for call in (lambda: certless.Status(controller_pb2.StatusRequest(), timeout=5),

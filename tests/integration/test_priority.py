@@ -35,7 +35,7 @@ class EventWatcher:
     def __init__(self, agent: AgentProcess) -> None:
         self.events: queue.Queue = queue.Queue()
         self.seen: list[agent_pb2.Event] = []
-        self.channel = agent.channel()
+        self.channel = agent.channel(agent.env.pki.viewer)
         self.stream = agent_pb2_grpc.NodeAgentStub(self.channel).WatchEvents(agent_pb2.WatchEventsRequest())
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -186,7 +186,7 @@ def test_starvation_guard_gives_a_starved_volunteer_its_slice(test_env):
     period, slice_ms = 4.0, 400.0
     results = {}
     for guard in (True, False):
-        agent = AgentProcess(test_env, name=f"guard-{guard}",
+        agent = AgentProcess(test_env, name=f"guard-{str(guard).lower()}",
                              settings=dict(guard_enabled=guard, guard_period_seconds=period,
                                            guard_slice_ms=slice_ms, guard_tick_seconds=0.1)).start()
         try:

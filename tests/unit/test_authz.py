@@ -24,7 +24,7 @@ def lab(tmp_path_factory):
 def serve(lab, rules=None, limits=None):
     deny = DenyList(lab.deny_list)
     settings = ServerSettings("127.0.0.1:0", lab.agent("node1"), deny, limits or Limits(), workers=8)
-    running = start_server(settings, "gleaner.test", lambda server: None, rules or {})
+    running = start_server(settings, "gleaner.test", lambda server: None, rules)
     return running, f"127.0.0.1:{running.port}"
 
 

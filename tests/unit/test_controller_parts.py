@@ -7,12 +7,13 @@ import sys
 
 import pytest
 
+from controller import checks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
 from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main, parse_backfill_setting, UsageError
-from controller.policy import BackfillConfig, Policy
-from controller.pool import RequestError, validate_request
-from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, Reserve, Store, StoreError
-from nodeagent.config import ConfigError, TlsConfig
+from controller.core.policy import BackfillConfig, Policy
+from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, LeaseConflict, Reserve, Store, StoreError
+from gleaner_common.config import ConfigError, TlsConfig
+from gleaner_common.ids import InvalidField
 from tests.agentproc import REPO, free_port
 
 
@@ -64,26 +65,32 @@ def test_store_migrates_an_empty_database_step_by_step(tmp_path):
 
 def test_store_rejects_impossible_rows(tmp_path):
     store = Store(tmp_path / "c.sqlite3")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(StoreError, match="CHECK constraint failed"):
         store.put_lease(Lease("x", "weird", "n1", "vm-x", 1, 1, "tiny", "me", "running", 1.0))
     assert store.live_leases() == []  # the failed transaction left nothing
+    store.put_lease(Lease("a", "backfill", "n1", "vm-a", 1, 1, "tiny", "me", "running", 1.0))
+    with pytest.raises(LeaseConflict):  # another lease's VM name: refused, never a replacement of its row
+        store.put_lease(Lease("b", "backfill", "n2", "vm-a", 1, 1, "tiny", "me", "running", 1.0))
+    with pytest.raises(LeaseConflict):
+        store.insert_lease(Lease("a", "backfill", "n2", "vm-other", 1, 1, "tiny", "me", "running", 1.0))
+    assert [(l.lease_id, l.node_id, l.vm_name) for l in store.live_leases()] == [("a", "n1", "vm-a")]
 
 
 def test_controller_config_round_trips_and_is_strict():
-    config = ControllerConfig(listen="127.0.0.1:7450", tls=TlsConfig(insecure=True), churn_burst=5)
+    config = ControllerConfig(listen="unix:/run/gleaner/c.sock", tls=TlsConfig(insecure=True), churn_burst=5)
     import tomllib
     assert parse_config(tomllib.loads(to_toml(config))) == config
     with pytest.raises(ConfigError, match="unknown key selection.treshold"):
         parse_config({"selection": {"treshold": 1}})
     with pytest.raises(ConfigError, match="down_after_seconds must be longer"):
-        check_config(ControllerConfig(tls=TlsConfig(insecure=True), listen="127.0.0.1:1", suspect_after_seconds=30,
+        check_config(ControllerConfig(tls=TlsConfig(insecure=True), listen="unix:/c.sock", suspect_after_seconds=30,
                                       down_after_seconds=10), "test")
-    with pytest.raises(ConfigError, match="insecure mode is only allowed on loopback"):
+    with pytest.raises(ConfigError, match="insecure mode \\(no TLS\\) is only allowed on a unix socket"):
         check_config(ControllerConfig(tls=TlsConfig(insecure=True)), "test")
     with pytest.raises(ConfigError, match="mutual TLS needs"):
         check_config(ControllerConfig(), "test")
     with pytest.raises(ConfigError, match="vm_name_prefix"):
-        check_config(ControllerConfig(listen="127.0.0.1:1", tls=TlsConfig(insecure=True), vm_name_prefix="a/b"), "t")
+        check_config(ControllerConfig(listen="unix:/c.sock", tls=TlsConfig(insecure=True), vm_name_prefix="a/b"), "t")
 
 
 @pytest.mark.parametrize("args, field", [
@@ -96,10 +103,10 @@ def test_controller_config_round_trips_and_is_strict():
     ((1, 128, "tiny", "me", "x" * 65), "request_id"),
 ])
 def test_requests_are_checked_field_by_field(args, field):
-    with pytest.raises(RequestError) as caught:
-        validate_request(*args)
+    with pytest.raises(InvalidField) as caught:
+        checks.request(*args)
     assert caught.value.field == field and field in str(caught.value)
-    validate_request(1, 128, "tiny", "me", "r1")  # and a good one passes
+    checks.request(1, 128, "tiny", "me", "r1")  # and a good one passes
 
 
 def test_gleanctl_backfill_settings_are_checked_before_sending():
@@ -129,10 +136,10 @@ class SlowAgents:
         self.launched: list[str] = []
         self.terminated: list[str] = []
 
-    def launch(self, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
         self.launched.append(name)
 
-    def terminate(self, address, name, grace_seconds, force=False):
+    def terminate(self, node_id, address, name, grace_seconds, force=False):
         import time
         from controller.agents import Stopped
         time.sleep(0.3)
@@ -149,7 +156,8 @@ def test_concurrent_requests_never_double_book_a_node(tmp_path):
     store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
     agents = SlowAgents()
     pool = PoolManager(config, store, agents)
-    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=32)
     for i in range(2):
         report.vms.add(name=f"vm-bf{i}", lease_id=f"bf{i}", role="backfill", vcpus=1, memory_mib=128)
     pool.ingest(report)
@@ -176,7 +184,7 @@ def test_agent_controller_settings_are_checked():
     from nodeagent.config import check_config as check_agent
     tls = TlsConfig(insecure=True)
     with pytest.raises(ConfigError, match="controller.address"):
-        check_agent(AgentConfig(listen="127.0.0.1:1", tls=tls, controller_address="nowhere"), "t")
+        check_agent(AgentConfig(listen="unix:/run/a.sock", tls=tls, controller_address="nowhere"), "t")
     with pytest.raises(ConfigError, match="needs controller.advertise"):
         check_agent(AgentConfig(listen="unix:/run/a.sock", tls=tls, controller_address="ctl:7450"), "t")
     assert AgentConfig(listen="127.0.0.1:7443").reachable_address == "127.0.0.1:7443"
@@ -197,7 +205,7 @@ def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_
     for _ in range(5):  # "busy" runs 1.6 of its 2 cores in the foreground, "idle" almost nothing
         for node_id, fg in (("busy", 1.6), ("idle", 0.1), ("kept", 0.0)):
             pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
-                                                  memory_mib=4096, foreground_cpu_cores=fg))
+                                                  memory_mib=4096, foreground_cpu_cores=fg, images=["tiny"]))
     pool.set_reserve(Reserve("kept", whole_node=True))
     assert pool.fill() == 2
     assert {l.node_id for l in pool.live_leases()} == {"idle"}   # P(busy) = 0.4 < half a core; "kept" is reserved
@@ -217,7 +225,8 @@ def test_backfill_vms_past_their_duration_are_recycled(tmp_path):
     store.put_leases([lease("old", launched_at=time.time() - 61), lease("new", launched_at=time.time() - 5)])
     agents = SlowAgents()
     pool = PoolManager(config, store, agents)
-    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=32)
     for name in ("old", "new"):
         report.vms.add(name=f"vm-{name}", lease_id=name, role="backfill", vcpus=1, memory_mib=128)
     pool.ingest(report)

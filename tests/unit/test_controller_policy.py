@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from controller.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+from controller.core.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
                                _victim_cost, allocated, backfill_room, is_victim, choose_victims, place_on_demand, plan_backfill)
-from controller.selection import moving_average, potential_productivity, select_volunteers
+from controller.core.selection import moving_average, potential_productivity, select_volunteers
 
 NOW = 1_000_000.0
 

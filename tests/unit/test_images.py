@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from nodeagent.images import create_overlay, delete_overlay, list_overlays, resolve_image
-from nodeagent.validation import ValidationError
+from gleaner_common.ids import InvalidField
 
 
 def qcow2(path, backing=None):
@@ -52,7 +52,7 @@ def test_symlinks_inside_the_directory_are_followed(image_dir):
     (lambda d, o: qcow2(d / "evil.qcow2", backing=qcow2(o / "secret.qcow2")), "evil.qcow2", "backing file outside"),
     (lambda d, o: None, "../outside", "'..' path part"),
     (lambda d, o: None, "/etc/passwd", "is absolute"),
-    (lambda d, o: None, ".hidden", "characters outside"),
+    (lambda d, o: None, ".hidden", "starting with a letter or digit"),
     (lambda d, o: None, "missing", "no image"),
 ])
 def test_anything_leading_outside_is_refused(image_dir, tmp_path, make, ref, says):
@@ -60,7 +60,7 @@ def test_anything_leading_outside_is_refused(image_dir, tmp_path, make, ref, say
     outside.mkdir()
     (outside / "k").write_bytes(b"k")
     make(image_dir, outside)
-    with pytest.raises(ValidationError) as err:
+    with pytest.raises(InvalidField) as err:
         resolve_image(image_dir, ref)
     assert err.value.field == "image" and says in str(err.value)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent import cgroups
-from nodeagent.logs import LogfmtFormatter, log_event
+from gleaner_common.logs import LogfmtFormatter, log_event
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("image_build", REPO / "images" / "build.py")

@@ -7,8 +7,9 @@ import string
 import pytest
 from hypothesis import given, strategies as st
 
-from nodeagent.validation import (HostLimits, Role, ValidationError, validate_cmdline, validate_image_ref,
-                                  validate_launch, validate_lease_id, validate_name)
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
+from nodeagent.validation import HostLimits, Role, validate_cmdline, validate_launch, validate_lease_id, validate_name
 
 LIMITS = HostLimits(cpus=4, memory_mib=8192)
 XML_AND_PATH_CHARS = set("<>&'\"/\\\n\r\t;$`|*?")
@@ -18,7 +19,7 @@ XML_AND_PATH_CHARS = set("<>&'\"/\\\n\r\t;$`|*?")
 def test_accepted_names_are_plain_words(text):
     try:
         name = validate_name(text)
-    except ValidationError as exc:
+    except InvalidField as exc:
         assert exc.field == "name"
         return
     assert 1 <= len(name) <= 63 and name[0].isalnum()
@@ -29,7 +30,7 @@ def test_accepted_names_are_plain_words(text):
 def test_accepted_cmdlines_cannot_break_out_of_xml_or_a_shell(text):
     try:
         cmdline = validate_cmdline(text)
-    except ValidationError as exc:
+    except InvalidField as exc:
         assert exc.field == "kernel_cmdline"
         return
     assert len(cmdline) <= 512
@@ -39,8 +40,8 @@ def test_accepted_cmdlines_cannot_break_out_of_xml_or_a_shell(text):
 @given(st.text(alphabet=string.ascii_letters + "./-_" + "\\<", max_size=40))
 def test_accepted_image_refs_stay_relative_and_never_climb(text):
     try:
-        ref = validate_image_ref(text)
-    except ValidationError as exc:
+        ref = ids.image(text)
+    except InvalidField as exc:
         assert exc.field == "image"
         return
     assert not ref.startswith("/")
@@ -54,7 +55,7 @@ def test_launch_validation_reports_the_first_bad_field():
     assert spec.role is Role.VOLUNTEER and spec.kernel_cmdline == "gleaner.workload=hog quiet"
     for field, value in [("vcpus", 5), ("memory_mib", 8193), ("role", None), ("role", "batch"),
                          ("image", "a//b"), ("lease_id", "x" * 200)]:
-        with pytest.raises(ValidationError) as err:
+        with pytest.raises(InvalidField) as err:
             validate_launch(**{**good, field: value}, limits=LIMITS)
         assert err.value.field == field
         assert str(err.value).startswith(f"{field}: ")
@@ -66,5 +67,5 @@ def test_good_lease_ids(lease):
 
 
 def test_error_messages_name_the_limit():
-    with pytest.raises(ValidationError, match=re.escape("outside 1..4 (this host's CPUs)")):
+    with pytest.raises(InvalidField, match=re.escape("outside 1..4 (this host's CPUs)")):
         validate_launch("vm", "foreground", 9, 64, "tiny", "", "", LIMITS)

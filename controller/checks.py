@@ -1,0 +1,121 @@
+"""Bounds on everything that reaches the controller: admins' requests and settings, and agents'
+reports. Pure: a message or values in, checked values out, or InvalidField naming the field.
+Nothing unchecked reaches the books or SQLite (whose integers stop at 2**63 - 1)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+
+from gleaner_common import ids
+from gleaner_common.config import HOST_PORT
+from gleaner_common.ids import InvalidField, bounded
+
+from .core.policy import BackfillConfig, Policy
+from .store import Reserve
+
+MAX_VCPUS = 1024                      # one VM; no host we know of has more
+MAX_MEMORY_MIB = 16 * 2**20           # 16 TiB
+MAX_NODE_CPUS = 4096
+MAX_NODE_MEMORY_MIB = 64 * 2**20      # 64 TiB
+MAX_REPORTED_VMS = 4096
+MAX_REPORTED_IMAGES = 256
+MAX_BACKFILL_INSTANCES = 1_000_000
+MAX_DURATION_SECONDS = 10 * 365 * 86400
+MAX_RETRY_SECONDS = 86400
+MAX_GRACE_SECONDS = 3600
+MAX_EVENTS = 1000
+MAX_SEQ = 2**63 - 1
+REPORT_ROLES = ("on_demand", "backfill")
+CLOCK_SKEW_SECONDS = 86400            # a VM's launch time may be this far in the agent's future
+
+
+def request(vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
+    bounded(vcpus, 1, MAX_VCPUS, "vcpus")
+    bounded(memory_mib, 1, MAX_MEMORY_MIB, "memory_mib", "MiB")
+    ids.image(image)
+    ids.person(owner, "owner")
+    ids.request_id(request_id)
+
+
+def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
+    """The current configuration with `changes` (set fields of SetBackfillRequest), each checked."""
+    changes = dict(changes)
+    if "termination_policy" in changes:
+        try:
+            changes["termination_policy"] = Policy(changes["termination_policy"])
+        except ValueError:
+            raise InvalidField("termination_policy", f"{str(changes['termination_policy'])[:40]!r} is not one of "
+                               f"{', '.join(p.value for p in Policy)}") from None
+    config = dataclasses.replace(current, **changes)
+    bounded(config.max_instances, 0, MAX_BACKFILL_INSTANCES, "max_instances")
+    bounded(config.vcpus, 1, 64, "vcpus")
+    bounded(config.memory_mb, 96, MAX_MEMORY_MIB, "memory_mb", "MiB")   # 96: the smallest guest that boots
+    bounded(config.duration_seconds, 60, MAX_DURATION_SECONDS, "duration_seconds", "s")
+    bounded(config.retry_seconds, 1, MAX_RETRY_SECONDS, "retry_seconds", "s")
+    bounded(config.grace_seconds, 0, MAX_GRACE_SECONDS, "grace_seconds", "s")
+    ids.image(config.image)
+    return config
+
+
+def reserve(node_id: str, vcpus: int, memory_mib: int, whole_node: bool) -> Reserve:
+    if node_id != "*":
+        ids.node_id(node_id)
+    bounded(vcpus, 0, MAX_NODE_CPUS, "vcpus")
+    bounded(memory_mib, 0, MAX_NODE_MEMORY_MIB, "memory_mib", "MiB")
+    return Reserve(node_id, vcpus, memory_mib, whole_node)
+
+
+def events_query(after_seq: int, limit: int, kind: str) -> tuple[int, int, str]:
+    bounded(after_seq, 0, MAX_SEQ, "after_seq")
+    if kind and (len(kind) > 64 or not all(c.isalnum() or c in "._-" for c in kind)):
+        raise InvalidField("kind", f"{kind[:64]!r} is not an event kind such as vm.preempted")
+    return after_seq, min(limit, MAX_EVENTS) if limit else 100, kind
+
+
+def _finite(value: float, low: float, high: float, field: str) -> float:
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidField(field, f"{value} is outside {low}..{high}")
+    return value
+
+
+def report(message) -> None:
+    """An agent's report: every number within what the node itself describes (its CPUs and
+    memory), every name by the shared rules. The node id was already bound to the caller."""
+    ids.node_id(message.node_id, "node_id")
+    if not HOST_PORT.fullmatch(message.agent_address):
+        raise InvalidField("agent_address", f"{message.agent_address[:80]!r} must be HOST:PORT")
+    cpus = bounded(message.cpus, 1, MAX_NODE_CPUS, "cpus")
+    memory = bounded(message.memory_mib, 1, MAX_NODE_MEMORY_MIB, "memory_mib", "MiB")
+    for name in ("cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores"):
+        _finite(getattr(message, name), 0.0, float(cpus), name)
+    bounded(message.residual_memory_mib, 0, memory, "residual_memory_mib", "MiB")
+    bounded(message.min_memory_mib, 0, memory, "min_memory_mib", "MiB")
+    if len(message.agent_version) > 64:
+        raise InvalidField("agent_version", "is longer than 64 characters")
+    if len(message.images) > MAX_REPORTED_IMAGES:
+        raise InvalidField("images", f"{len(message.images)} images; at most {MAX_REPORTED_IMAGES}")
+    for image in message.images:
+        ids.image(image, "images")
+    if len(message.vms) > MAX_REPORTED_VMS:
+        raise InvalidField("vms", f"{len(message.vms)} VMs; at most {MAX_REPORTED_VMS}")
+    latest = time.time() + CLOCK_SKEW_SECONDS
+    names = set()
+    for vm in message.vms:
+        ids.vm_name(vm.name, "vms.name")
+        if vm.name in names:
+            raise InvalidField("vms.name", f"{vm.name!r} is reported twice")
+        names.add(vm.name)
+        if vm.lease_id:
+            ids.lease_id(vm.lease_id, "vms.lease_id")
+        if vm.role not in REPORT_ROLES:
+            raise InvalidField("vms.role", f"{vm.role[:20]!r} is not one of {', '.join(REPORT_ROLES)}")
+        bounded(vm.vcpus, 1, cpus, "vms.vcpus")
+        bounded(vm.memory_mib, 1, memory, "vms.memory_mib", "MiB")
+        _finite(vm.launched_at, 0.0, latest, "vms.launched_at")
+        _finite(vm.cpu_cores, 0.0, float(cpus), "vms.cpu_cores")
+        if vm.image:
+            ids.image(vm.image, "vms.image")
+        if len(vm.state) > 32:
+            raise InvalidField("vms.state", "is longer than 32 characters")

@@ -1,0 +1,92 @@
+"""`gleanctl pki`: the CA and per-identity certificates, on the admin's machine.
+
+    gleanctl pki init DIR                                   a new CA (ca.pem, ca.key) in DIR
+    gleanctl pki issue DIR ROLE NAME [--host H ...] [--days N] [--out OUTDIR]
+    gleanctl pki request OUTDIR ROLE NAME                   on a node: a key and a signing request
+    gleanctl pki sign DIR CSR ROLE NAME [--host H ...]      on the CA's machine: sign that request
+    gleanctl pki renew DIR CERT [--days N]                  reissue: same identity, new key and validity
+    gleanctl pki revoke DIR CERT|SERIAL [--reason TEXT]     add to DIR/revoked.txt; servers reload on SIGHUP
+    gleanctl pki show CERT                                  identity, serial, validity, names
+
+ROLE is controller, agent (NAME = the node id), admin or viewer (NAME = the person).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gleaner_common import pki
+from gleaner_common.identity import Role
+
+ROLES = [r.value for r in Role]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("pki", help="create a CA and certificates per identity (controller, agent, admin, viewer)",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="pki_action", required=True)
+    init = actions.add_parser("init", help="a new CA")
+    init.add_argument("dir", type=Path)
+    init.add_argument("--days", type=int, default=pki.CA_DAYS)
+    for name, text in (("issue", "a key and certificate for one identity"),
+                       ("sign", "sign a request made on a node with 'pki request'")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("dir", type=Path, help="the CA's directory")
+        if name == "sign":
+            action.add_argument("csr", type=Path)
+        action.add_argument("role", choices=ROLES)
+        action.add_argument("name", help="node id for an agent; the person for admin and viewer")
+        action.add_argument("--host", action="append", default=[],
+                            help="a DNS name or IP address the server is reached at (controller, agent)")
+        action.add_argument("--days", type=int, help="validity (default: 90 for services, 30 for people)")
+        if name == "issue":
+            action.add_argument("--out", type=Path, help="write the files here (with ca.pem) instead of DIR")
+    request = actions.add_parser("request", help="a key and a signing request, made where the key will live")
+    request.add_argument("out", type=Path)
+    request.add_argument("role", choices=ROLES)
+    request.add_argument("name")
+    renew = actions.add_parser("renew", help="reissue a certificate with a new key and validity")
+    renew.add_argument("dir", type=Path)
+    renew.add_argument("cert", type=Path)
+    renew.add_argument("--days", type=int)
+    revoke = actions.add_parser("revoke", help="put a certificate on the deny list")
+    revoke.add_argument("dir", type=Path)
+    revoke.add_argument("target", help="a certificate file or its serial number in hex")
+    revoke.add_argument("--reason", default="")
+    show = actions.add_parser("show", help="what a certificate says")
+    show.add_argument("cert", type=Path)
+
+
+def run(args: argparse.Namespace) -> tuple[dict, str]:
+    """Carry out one pki action: (data for --json, text for people)."""
+    action = args.pki_action
+    if action == "init":
+        path = pki.init_ca(args.dir, args.days)
+        return {"ca": str(path)}, f"made a CA in {args.dir}; keep {args.dir / 'ca.key'} off the nodes"
+    if action == "issue":
+        files = pki.issue(args.dir, Role(args.role), args.name, tuple(args.host), args.days, args.out)
+        return _files(files), f"issued {pki.describe(files.cert)['identity']}: {files.cert} and {files.key}"
+    if action == "request":
+        csr = pki.request(args.out, Role(args.role), args.name)
+        return {"csr": str(csr)}, (f"key and request in {args.out}; sign {csr.name} on the CA's machine with "
+                                   f"'gleanctl pki sign DIR {csr.name} {args.role} {args.name}'")
+    if action == "sign":
+        cert = pki.sign_request(args.dir, args.csr, Role(args.role), args.name, tuple(args.host), args.days)
+        return {"cert": str(cert)}, f"signed {pki.describe(cert)['identity']}: {cert}"
+    if action == "renew":
+        files = pki.renew(args.dir, args.cert, args.days)
+        info = pki.describe(files.cert)
+        return _files(files), f"renewed {info['identity']} until {info['not_after']}: {files.cert}"
+    if action == "revoke":
+        serial = pki.revoke(args.dir, args.target, args.reason)
+        return {"serial": f"{serial:x}", "deny_list": str(args.dir / pki.DENY_LIST)}, (
+            f"revoked serial {serial:x} in {args.dir / pki.DENY_LIST}; copy it to the servers' [tls] deny_list "
+            "and send them SIGHUP")
+    info = pki.describe(args.cert)
+    return info, "\n".join(f"{key:<10} {json.dumps(value) if isinstance(value, list) else value}"
+                           for key, value in info.items())
+
+
+def _files(files: pki.TlsFiles) -> dict:
+    return {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)}

@@ -1,0 +1,292 @@
+"""Attacks on the controller and the agent, each a test that fails if it succeeds and checks that
+no state changed: wrong roles on every mutating call, node spoofing, several nodes on one
+stream, lease hijacking through reports and adoption, out-of-range values, revoked and expired
+certificates, and a node sending the controller to another node's agent.
+
+The controller runs as a real process; agents are real processes on libvirt's test:/// driver
+(the RPC and authorization layers are the same as on a real host, and no VM starts)."""
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from controller.agents import AgentCallFailed, AgentLinks
+from controller.core.policy import VmRole
+from gleaner_common import pki
+from gleaner_common.identity import Role, spiffe_uri
+from gleaner_common.pki import TlsFiles
+from gleaner_common.rpc import channel_to
+from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+from tests.agentproc import REPO, AgentProcess, launch_request, wait_for
+from tests.controllerproc import ControllerProcess, agent_settings, rpc_code
+
+DENIED = grpc.StatusCode.PERMISSION_DENIED
+U64 = 2**64 - 1
+U32 = 2**32 - 1
+
+
+@pytest.fixture(scope="module")
+def controller(test_env):
+    proc = ControllerProcess(test_env, name="sec").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def test_agent(test_env, controller):
+    """An agent on the test:/// driver that reports to the controller as node 'sec-a'."""
+    proc = AgentProcess(test_env, name="sec-a", settings=agent_settings(
+        controller, libvirt_uri="test:///default", metrics_listen="")).start()
+    wait_for(lambda: controller.node_state("sec-a") == "up", 20, "sec-a to report")
+    yield proc
+    proc.stop()
+
+
+def controller_state(controller: ControllerProcess) -> tuple:
+    stub = controller.stub()
+    return (stub.GetBackfill(controller_pb2.GetBackfillRequest(), timeout=10),
+            stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=10),
+            sorted((l.lease_id, l.node_id, l.state) for l in controller.leases()),
+            sorted(n.node_id for n in stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes))
+
+
+def report(node_id: str, address: str = "127.0.0.1:1", **fields) -> controller_pb2.NodeReport:
+    values = dict(node_id=node_id, agent_address=address, cpus=4, memory_mib=8192, images=["tiny"],
+                  min_memory_mib=32)
+    values.update(fields)
+    return controller_pb2.NodeReport(**values)
+
+
+def send_reports(controller: ControllerProcess, tls: TlsFiles, reports: list) -> grpc.StatusCode | None:
+    with controller.channel(tls) as channel:
+        stub = controller_pb2_grpc.ControllerStub(channel)
+        return rpc_code(lambda: stub.Report(iter(reports), timeout=10))
+
+
+def denial_detail(call) -> str:
+    with pytest.raises(grpc.RpcError) as err:
+        call()
+    assert err.value.code() == DENIED, err.value.details()
+    return err.value.details()
+
+
+def test_every_mutating_controller_call_needs_an_admin(controller, test_env):
+    before = controller_state(controller)
+    calls = {
+        "RequestVm": lambda s: s.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
+                                                                    owner="eve", request_id="sec-req"), timeout=10),
+        "Release": lambda s: s.Release(controller_pb2.ReleaseRequest(lease_id="od-anything"), timeout=10),
+        "SetBackfill": lambda s: s.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, max_instances=9),
+                                               timeout=10),
+        "SetReserve": lambda s: s.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=3), timeout=10),
+    }
+    intruders = {"viewer": test_env.pki.viewer, "agent": test_env.pki.agent("sec-a"),
+                 "controller": test_env.pki.controller}
+    for who, tls in intruders.items():
+        stub = controller.stub(tls)
+        for method, call in calls.items():
+            detail = denial_detail(lambda: call(stub))
+            assert f"may not call /gleaner.controller.v1.Controller/{method}" in detail and who in detail
+    assert controller_state(controller) == before
+    # and an admin may: the table is not simply closed
+    assert controller.stub().SetReserve(controller_pb2.Reserve(node_id="sec-x", vcpus=1), timeout=10).reserves
+    controller.stub().SetReserve(controller_pb2.Reserve(node_id="sec-x"), timeout=10)
+
+
+def test_only_agents_report_and_only_for_their_own_node(controller, test_env):
+    before = controller_state(controller)
+    for tls in (test_env.pki.admin, test_env.pki.viewer, test_env.pki.controller):
+        assert send_reports(controller, tls, [report("sec-b")]) == DENIED
+    # node sec-b's agent speaking for sec-c: refused, and sec-c never appears
+    assert send_reports(controller, test_env.pki.agent("sec-b"), [report("sec-c")]) == DENIED
+    assert controller_state(controller) == before
+    # one stream, two nodes: the first report is its own, the second is refused and ends the stream
+    assert send_reports(controller, test_env.pki.agent("sec-b"), [report("sec-b"), report("sec-c")]) == DENIED
+    nodes = controller_state(controller)[3]
+    assert "sec-b" in nodes and "sec-c" not in nodes
+
+
+def test_a_node_cannot_touch_another_nodes_leases(controller, test_env, test_agent):
+    """Empty reports and adoption tricks from node sec-d leave node sec-a's VM and lease alone."""
+    agent_stub = test_agent.stub()
+    name = "gtest-sec-owned"
+    agent_stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_FOREGROUND, lease_id="sec-lease-1"), timeout=30)
+    try:
+        lease = wait_for(lambda: [l for l in controller.leases() if l.vm_name == name], 20, "the VM to be adopted")[0]
+        assert lease.node_id == "sec-a" and lease.state == "running"
+        attacker = test_env.pki.agent("sec-d")
+        hijack = [report("sec-d"), report("sec-d"),   # empty reports: nothing of sec-a's may change
+                  report("sec-d", vms=[controller_pb2.ReportedVm(name=name, role="on_demand", vcpus=1, memory_mib=128,
+                                                                 state="running")]),
+                  report("sec-d", vms=[controller_pb2.ReportedVm(name="gtest-sec-other", lease_id=lease.lease_id,
+                                                                 role="on_demand", vcpus=1, memory_mib=128,
+                                                                 state="running")])]
+        assert send_reports(controller, attacker, hijack) is None
+        time.sleep(1)
+        after = [l for l in controller.leases() if l.lease_id == lease.lease_id]
+        assert [(l.node_id, l.vm_name, l.state) for l in after] == [("sec-a", name, "running")]
+        assert not [l for l in controller.leases() if l.node_id == "sec-d"]  # nothing adopted onto sec-d
+        conflicts = controller.events("vm.conflict")
+        assert {json.loads(e.detail_json)["vm"] for e in conflicts} >= {name, "gtest-sec-other"}
+    finally:
+        agent_stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True), timeout=30)
+
+
+def test_out_of_range_values_are_refused_and_change_nothing(controller, test_env):
+    before = controller_state(controller)
+    stub = controller.stub()
+    bad = [
+        lambda: stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=U64, image="tiny", owner="a",
+                                                        request_id="sec-big1"), timeout=10),
+        lambda: stub.RequestVm(controller_pb2.VmRequest(vcpus=U32, memory_mib=128, image="tiny", owner="a",
+                                                        request_id="sec-big2"), timeout=10),
+        lambda: stub.SetBackfill(controller_pb2.SetBackfillRequest(duration_seconds=U64), timeout=10),
+        lambda: stub.SetBackfill(controller_pb2.SetBackfillRequest(max_instances=U32), timeout=10),
+        lambda: stub.SetBackfill(controller_pb2.SetBackfillRequest(memory_mb=U32), timeout=10),
+        lambda: stub.SetReserve(controller_pb2.Reserve(node_id="*", memory_mib=U64), timeout=10),
+        lambda: stub.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=U32), timeout=10),
+        lambda: stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=U64), timeout=10),
+        lambda: stub.ListEvents(controller_pb2.ListEventsRequest(kind="x" * 1000), timeout=10),
+    ]
+    for call in bad:
+        assert rpc_code(call) == grpc.StatusCode.INVALID_ARGUMENT
+    events = stub.ListEvents(controller_pb2.ListEventsRequest(limit=U32), timeout=10).events
+    assert len(events) <= 1000
+    agent = test_env.pki.agent("sec-e")
+    for fields in ({"cpus": 10**6}, {"memory_mib": U64}, {"foreground_cpu_cores": float("nan")},
+                   {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=64, memory_mib=128)]},
+                   {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=1, memory_mib=U64)]},
+                   {"vms": [controller_pb2.ReportedVm(name="../v", role="backfill", vcpus=1, memory_mib=1)]}):
+        assert send_reports(controller, agent, [report("sec-e", **fields)]) == grpc.StatusCode.INVALID_ARGUMENT
+    assert controller_state(controller) == before
+    assert controller.events("report.refused")  # audited (at most once a minute per node)
+
+
+def expired_certificate(lab: pki.LabPki, tmp_path) -> TlsFiles:
+    """An admin certificate from the lab CA whose validity ended yesterday."""
+    ca_key = serialization.load_pem_private_key((lab.directory / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((lab.directory / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=10)).not_valid_after(now - datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
+                spiffe_uri(Role.ADMIN, "expired"))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = TlsFiles(lab.directory / "ca.pem", tmp_path / "expired.pem", tmp_path / "expired.key")
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+    return files
+
+
+def test_revoked_and_expired_certificates_are_refused(controller, test_env, test_agent, tmp_path):
+    lab = test_env.pki
+    mallory = pki.issue(lab.directory, Role.ADMIN, "mallory")
+    rogue = pki.issue(lab.directory, Role.CONTROLLER, "rogue")
+    status = lambda tls: controller.stub(tls).Status(controller_pb2.StatusRequest(), timeout=10)  # noqa: E731
+    listing = lambda tls: test_agent.stub(tls).ListDomains(agent_pb2.ListDomainsRequest(), timeout=10)  # noqa: E731
+    assert rpc_code(lambda: status(mallory)) is None and rpc_code(lambda: listing(rogue)) is None
+    pki.revoke(lab.directory, str(mallory.cert), "test: a stolen laptop")
+    pki.revoke(lab.directory, str(rogue.cert), "test: a decommissioned controller")
+    assert rpc_code(lambda: status(mallory)) is None  # not yet: the servers read the list on SIGHUP
+    controller.process.send_signal(signal.SIGHUP)
+    test_agent.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: rpc_code(lambda: status(mallory)) == DENIED, 10, "the controller to reload its deny list")
+    wait_for(lambda: rpc_code(lambda: listing(rogue)) == DENIED, 10, "the agent to reload its deny list")
+    assert "revoked" in denial_detail(lambda: status(mallory))
+    assert rpc_code(lambda: status(test_env.pki.admin)) is None  # others are still served
+    expired = expired_certificate(lab, tmp_path)
+    assert rpc_code(lambda: status(expired)) == grpc.StatusCode.UNAVAILABLE  # the TLS handshake refuses it
+    assert rpc_code(lambda: listing(expired)) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_controller_reaches_a_node_only_through_that_nodes_certificate(test_env, test_agent):
+    """A node reporting another agent's address cannot make the controller act there."""
+    links = AgentLinks(test_env.pki.controller, timeout_seconds=10)
+    try:
+        before = [d.name for d in test_agent.stub().ListDomains(agent_pb2.ListDomainsRequest(), timeout=10).domains]
+        with pytest.raises(AgentCallFailed, match="UNAVAILABLE"):
+            links.launch("sec-z", test_agent.address, "gtest-sec-hijack", VmRole.ON_DEMAND, 1, 128, "tiny", "x")
+        after = [d.name for d in test_agent.stub().ListDomains(agent_pb2.ListDomainsRequest(), timeout=10).domains]
+        assert after == before
+        links.launch("sec-a", test_agent.address, "gtest-sec-right", VmRole.ON_DEMAND, 1, 128, "tiny", "x")
+        test_agent.stub().TerminateDomain(agent_pb2.TerminateDomainRequest(name="gtest-sec-right", force=True),
+                                          timeout=30)
+    finally:
+        links.close()
+
+
+def test_every_mutating_agent_call_needs_the_controller(test_env, test_agent):
+    stub_for = lambda tls: agent_pb2_grpc.NodeAgentStub(test_agent.channel(tls))  # noqa: E731
+    listing = lambda: [d.name for d in test_agent.stub().ListDomains(agent_pb2.ListDomainsRequest(),  # noqa: E731
+                                                                     timeout=10).domains]
+    before = listing()
+    calls = {
+        "LaunchDomain": lambda s: s.LaunchDomain(launch_request("gtest-sec-nope"), timeout=10),
+        "TerminateDomain": lambda s: s.TerminateDomain(agent_pb2.TerminateDomainRequest(name="x", force=True),
+                                                       timeout=10),
+        "SetDomainClass": lambda s: s.SetDomainClass(agent_pb2.SetDomainClassRequest(
+            name="x", priority_class=agent_pb2.ROLE_FOREGROUND), timeout=10),
+    }
+    for who, tls in (("admin", test_env.pki.admin), ("viewer", test_env.pki.viewer),
+                     ("agent", test_env.pki.agent("sec-b"))):
+        stub = stub_for(tls)
+        for method, call in calls.items():
+            detail = denial_detail(lambda: call(stub))
+            assert f"may not call /gleaner.agent.v1.NodeAgent/{method}" in detail and who in detail
+    # another node's agent may not even read
+    denial_detail(lambda: stub_for(test_env.pki.agent("sec-b")).ListDomains(agent_pb2.ListDomainsRequest(),
+                                                                            timeout=10))
+    assert rpc_code(lambda: stub_for(test_env.pki.viewer).ListDomains(agent_pb2.ListDomainsRequest(),
+                                                                      timeout=10)) is None
+    assert listing() == before
+
+
+def test_denials_reach_the_audit_log_in_bounded_rows(test_env):
+    """A flood of denials costs one audit row per (identity, method, reason) per interval."""
+    proc = ControllerProcess(test_env, name="sec-audit").start()
+    try:
+        stub = proc.stub(test_env.pki.viewer)
+        for _ in range(200):
+            rpc_code(lambda: stub.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True), timeout=10))
+    finally:
+        proc.stop()  # stopping flushes the denial counts into the audit log
+    proc.start()
+    try:
+        rows = proc.events("rpc.denied")
+        assert len(rows) == 1
+        detail = json.loads(rows[0].detail_json)
+        assert detail["count"] == 200 and detail["identity"] == "viewer/lab-viewer"
+        assert detail["method"].endswith("/SetBackfill")
+        assert proc.log_text().count("event=rpc.denied") == 1  # logged once, counted 200 times
+    finally:
+        proc.stop()
+
+
+def test_oversized_messages_are_refused_and_the_server_stays_up(controller, test_env):
+    huge = controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="a" * (5 * 2**20),
+                                    request_id="sec-huge")
+    assert rpc_code(lambda: controller.stub().RequestVm(huge, timeout=10)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert rpc_code(lambda: controller.stub().Status(controller_pb2.StatusRequest(), timeout=10)) is None
+
+
+def test_a_second_server_cannot_share_a_port(controller, test_env):
+    """No SO_REUSEPORT: a second controller on the same port fails to start instead of serving beside it."""
+    twin = ControllerProcess(test_env, name="sec-twin", port=controller.port)
+    twin.write_config()
+    done = subprocess.run([sys.executable, "-m", "controller", "--config", str(twin.config_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "cannot listen on" in done.stderr, done.stderr
+    assert rpc_code(lambda: controller.stub().Status(controller_pb2.StatusRequest(), timeout=10)) is None

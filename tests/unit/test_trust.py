@@ -1,0 +1,116 @@
+"""Trust without servers: the authorization table, the PKI command, private files, log escaping,
+and the controller and gleanctl staying clear of the agent's package."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from controller.gleanctl import main as gleanctl
+from controller.store import Store
+from gleaner_common import pki
+from gleaner_common.authz import TABLE
+from gleaner_common.identity import Role, parse_uri
+from gleaner_common.logs import LogfmtFormatter, log_event
+from protos import agent_pb2, controller_pb2
+from tests.agentproc import REPO
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_controller_and_gleanctl_load_neither_the_agent_nor_libvirt():
+    code = ("import sys, controller.cli, controller.server, controller.pool, controller.gleanctl, controller.agents;"
+            "print(' '.join(m for m in ('nodeagent', 'libvirt', 'pyroute2') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_table_covers_every_method_of_both_services_and_the_readme_shows_it():
+    methods = {f"/{service.full_name}/{m.name}" for descriptor in (agent_pb2.DESCRIPTOR, controller_pb2.DESCRIPTOR)
+               for service in descriptor.services_by_name.values() for m in service.methods}
+    assert methods <= set(TABLE), methods - set(TABLE)
+    readme = (REPO / "README.md").read_text().split("## Trust", 1)[1].split("\n## ", 1)[0]
+    for method in methods:
+        roles = sorted(r.value for r in TABLE[method].roles)
+        name = method.rsplit("/", 1)[1]
+        row = re.search(rf"^\| `{name}` \|([^\n]*)$", readme, re.M)
+        assert row, f"the README's authorization table has no row for {name}"
+        cells = [c.strip() for c in row.group(1).split("|")]
+        shown = sorted(role for role, cell in zip(("controller", "agent", "admin", "viewer"), cells) if cell)
+        assert shown == roles, (name, shown, roles)
+
+
+def run_pki(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "controller.gleanctl", "--json", "pki", *args], capture_output=True,
+                         text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_the_pki_command_keeps_the_ca_key_off_the_node(tmp_path):
+    ca_dir, node_dir = tmp_path / "ca", tmp_path / "node"
+    run_pki("init", str(ca_dir))
+    assert mode(ca_dir) == 0o700 and mode(ca_dir / "ca.key") == 0o600
+    issued = run_pki("issue", str(ca_dir), "admin", "alice", "--days", "7")
+    assert mode(ca_dir / "admin-alice.key") == 0o600
+    alice = run_pki("show", issued["cert"])
+    assert alice["identity"] == "spiffe://gleaner/admin/alice" and alice["dns"] == []
+    # on the node: a key and a request; on the CA's machine: the signature
+    csr = run_pki("request", str(node_dir), "agent", "node7")["csr"]
+    cert = run_pki("sign", str(ca_dir), csr, "agent", "node7", "--host", "10.0.0.7")["cert"]
+    node7 = run_pki("show", cert)
+    assert node7["identity"] == "spiffe://gleaner/agent/node7"
+    assert "node7.agent.gleaner" in node7["dns"] and node7["ip"] == ["10.0.0.7"]
+    assert sorted(p.name for p in node_dir.iterdir()) == ["agent-node7.csr", "agent-node7.key", "agent-node7.pem"]
+    assert not list(ca_dir.glob("agent-node7*"))
+    renewed = run_pki("renew", str(ca_dir), issued["cert"])
+    assert run_pki("show", renewed["cert"])["serial"] != alice["serial"]
+    revoked = run_pki("revoke", str(ca_dir), renewed["cert"], "--reason", "left")
+    assert int(revoked["serial"], 16) in pki.load_deny_list(ca_dir / "revoked.txt")
+    # a CA is never silently replaced, and bad names are refused
+    again = subprocess.run([sys.executable, "-m", "controller.gleanctl", "pki", "init", str(ca_dir)],
+                           capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 2 and "already holds a CA" in again.stderr
+    bad = subprocess.run([sys.executable, "-m", "controller.gleanctl", "pki", "issue", str(ca_dir), "agent", "Node_7"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "a DNS label" in bad.stderr
+
+
+def test_identities_parse_strictly():
+    assert parse_uri("spiffe://gleaner/agent/n1") == (Role.AGENT, "n1")
+    for uri in ("spiffe://other/agent/n1", "spiffe://gleaner/root/x", "spiffe://gleaner/agent/N1",
+                "spiffe://gleaner/admin/", "spiffe://gleaner/agent/n1/extra"):
+        with pytest.raises(ValueError):
+            parse_uri(uri)
+
+
+def test_the_store_and_its_directory_are_private(tmp_path):
+    store = Store(tmp_path / "state" / "controller.sqlite3")
+    store.record("x.y")
+    assert mode(tmp_path / "state") == 0o700
+    for path in (tmp_path / "state").iterdir():  # the database and its -wal and -shm files
+        assert mode(path) == 0o600, path
+    store.close()
+
+
+def test_log_lines_escape_control_characters_in_every_field(caplog):
+    logger = logging.getLogger("test.trust")
+    with caplog.at_level(logging.INFO, logger="test.trust"):
+        log_event(logger, "vm.adopted", vm="evil\nts=forged level=error event=pwned", owner="\x1b[31mred\x1b[0m",
+                  note="nul\x00 and\u2028separator")
+    line = LogfmtFormatter().format(caplog.records[-1])
+    assert "\n" not in line and "\x1b" not in line and "\x00" not in line and "\u2028" not in line
+    assert 'vm="evil\\nts=forged level=error event=pwned"' in line
+    assert 'owner="\\x1b[31mred\\x1b[0m"' in line and "\\u2028" in line
+
+
+def test_gleanctl_pki_errors_are_usage_errors(tmp_path, capsys):
+    assert gleanctl(["pki", "issue", str(tmp_path / "nothing"), "admin", "bob"]) == 2
+    assert "no CA in" in capsys.readouterr().err
