@@ -1,0 +1,1 @@
+"""Trace-driven simulation of the controller: trace adapters and, later, the simulator."""
