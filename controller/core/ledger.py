@@ -1,0 +1,863 @@
+"""The pool's books as a pure state machine: leases, requests, nodes.
+
+Every input is a call with the time passed in (an agent's report, an on-demand request, a
+release, an agent's answer to a launch or stop, a tick); every output is a list of effects as
+data. A Write (rows to insert or update and audit events, one transaction) always comes before
+the calls it authorises (Launch, Stop). The controller's service applies the effects to SQLite
+and the agents; the simulator applies them to simulated agents. Nothing here reads a clock,
+opens a socket or a file.
+
+Lease states, what each holds on its node, and how it ends (every waiting state has a deadline):
+
+    state        meaning                                          holds          deadline -> then
+    waiting      on-demand, waits for its victims' memory         vCPUs, memory  victims' + margin -> failed
+    starting     the agent was asked to launch it                 vCPUs, memory  launch timeout -> stopped, failed
+    running      the agent runs it                                vCPUs, memory  -
+    cancelling   released while starting: stopped once launched   vCPUs, memory  launch + stop -> failed
+    stopping     released, recycled or abandoned: stop asked      vCPUs, memory  grace + stop -> failed
+    on_notice    a victim beside the VM that took its vCPUs       memory         notice + stop -> failed
+    preempting   a victim whose room a waiting lease holds        nothing        grace + stop -> failed
+    lost         its node is down or stopped reporting it         vCPUs, memory  a day -> ended (or running, ended)
+    ended/failed terminal                                         nothing
+
+A victim on notice keeps its memory but not its vCPUs: it runs at the volunteer class (cpu.idle),
+so a foreground vCPU gets a CPU the moment it wants one. A lost VM keeps its room: it may come back. So when the node's memory, less a headroom,
+holds the new VM beside its victims, the new VM starts at once and the victims get a notice
+period to shut down cleanly ("instant" path); otherwise it waits for their memory ("after
+victims" path). A stop counts as done when the agent confirms it or the node's report no
+longer shows the VM; a failed stop is retried until its deadline, never taken as done. A VM a
+node reports that no live lease explains (one that ended, or clashes with another lease) still
+counts against its node, so the books never promise what the node does not have.
+
+Request outcomes: pending -> placed | rejected | failed.
+"""
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from .policy import (BackfillConfig, NodeView, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+                     place_on_demand, plan_backfill)
+from .selection import moving_average, potential_productivity, select_volunteers
+
+HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
+HOLDS_MEMORY = frozenset({"on_notice"})
+VICTIM = frozenset({"preempting", "on_notice"})
+STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
+TERMINAL = frozenset({"ended", "failed"})
+LIVE = HOLDS_ALL | HOLDS_MEMORY
+ZERO = Size(0, 0)
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lease:
+    lease_id: str
+    role: str                  # on_demand | backfill
+    node_id: str
+    vm_name: str
+    vcpus: int
+    memory_mib: int
+    image: str
+    owner: str
+    state: str
+    created_at: float
+    launched_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str = ""
+    deadline: float | None = None   # when the state it is in gives up
+    request_id: str = ""            # on-demand: its request; a victim: the request it makes way for
+    ending: str = "ended"           # the terminal state a stop leads to (failed for an abandoned launch)
+
+    @property
+    def size(self) -> Size:
+        return Size(self.vcpus, self.memory_mib)
+
+    @property
+    def held(self) -> Size:
+        """What the lease holds on its node now."""
+        if self.state in HOLDS_ALL:
+            return self.size
+        if self.state in HOLDS_MEMORY:
+            return Size(0, self.memory_mib)
+        return ZERO
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    request_id: str
+    vcpus: int
+    memory_mib: int
+    image: str
+    owner: str
+    outcome: str                 # pending | placed | rejected | failed
+    lease_id: str | None
+    node_id: str
+    victims: tuple[str, ...]
+    reason: str
+    created_at: float
+    decided_ms: float
+    path: str = ""               # free | instant | after_victims ("" when rejected)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    node_id: str                 # '*' for every node
+    vcpus: int = 0
+    memory_mib: int = 0
+    whole_node: bool = False
+
+
+@dataclass(frozen=True)
+class Audit:
+    kind: str
+    node_id: str = ""
+    lease_id: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- effects ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Write:
+    """One transaction, applied before any effect that follows it."""
+    created: tuple[Lease, ...] = ()    # new leases: a plain insert (a clash is refused, never a replacement)
+    updated: tuple[Lease, ...] = ()
+    requests: tuple[RequestRecord, ...] = ()
+    events: tuple[Audit, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.created or self.updated or self.requests or self.events)
+
+
+@dataclass(frozen=True)
+class Launch:
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class Stop:
+    lease: Lease
+    grace_seconds: int
+    force: bool = False
+
+
+Effect = Write | Launch | Stop
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+
+class ReportedVmLike(Protocol):
+    name: str
+    lease_id: str
+    role: str
+    vcpus: int
+    memory_mib: int
+    launched_at: float
+    cpu_cores: float
+    image: str
+
+
+class ReportLike(Protocol):
+    """An agent's report (the protobuf NodeReport has these attributes)."""
+    node_id: str
+    agent_address: str
+    cpus: int
+    memory_mib: int
+    foreground_cpu_cores: float
+    images: Sequence[str]
+    min_memory_mib: int
+    agent_version: str
+    vms: Sequence[ReportedVmLike]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """An on-demand request, already checked field by field."""
+    vcpus: int
+    memory_mib: int
+    image: str
+    owner: str
+    request_id: str
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    vm_name_prefix: str = "gleaner-"
+    suspect_after: float = 6.0       # seconds without a report: suspect (nothing new placed there)
+    down_after: float = 20.0         # ... down: its running VMs are lost
+    lost_after: float = 10.0         # a running VM absent from its node's reports this long after launch is lost
+    lost_expiry: float = 86400.0     # a lost VM never seen again ends after this long
+    retire_seconds: float = 60.0     # reports may still show a VM this long after its lease ended
+    launch_timeout: float = 60.0     # from the launch call to the agent's answer
+    stop_timeout: float = 60.0       # beyond the grace or notice period
+    retry_seconds: float = 5.0       # between tries of a stop that failed
+    notice_seconds: int = 30         # a victim's notice period on the instant path
+    headroom_mib: int = 256          # node memory the instant path leaves free
+    prediction_window: int = 30
+    swap_threshold_cores: float = 0.5
+    churn_burst: int = 3
+    use_prediction: bool = True
+
+
+@dataclass
+class NodeState:
+    node_id: str
+    address: str
+    capacity: Size
+    state: str = "up"                  # up | suspect | down
+    last_report: float = 0.0
+    fg_samples: deque = field(default_factory=deque)
+    foreground_cpu: float = 0.0
+    backfill_cpu: float = 0.0
+    signature: tuple = ()
+    seen_version: int = -1
+    check_until: float = 0.0
+    agent_version: str = ""
+    images: frozenset[str] = frozenset()
+    min_memory_mib: int = 0
+    unexplained: Size = ZERO           # VMs the node runs that no live lease explains
+    redrive: bool = False              # unfinished leases here wait for this node's next report
+
+
+def stable_seed(text: str) -> int:
+    """A seed that is the same in every process (str hash() is not)."""
+    return zlib.crc32(text.encode()) & 0xFFFF
+
+
+class _VmsByNode(Mapping):
+    """The pool's VMs per node, as the policies read them, without copying them per decision."""
+
+    def __init__(self, views: dict[str, list[VmView]]) -> None:
+        self._views = views
+
+    def __getitem__(self, node_id: str) -> Sequence[VmView]:
+        return self._views[node_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._views)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
+class LeaseError(ValueError):
+    """A call the books refuse: the lease is unknown, or in a state that forbids it."""
+
+    def __init__(self, field: str, message: str, not_found: bool = False) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.not_found = not_found
+
+
+# -- the ledger ------------------------------------------------------------------------------------
+
+class Ledger:
+    def __init__(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Reserve],
+                 new_id: Callable[[str], str], leases: Iterable[Lease] = (),
+                 requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = ()) -> None:
+        """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
+        Live leases and pending requests from the store are unfinished business: each lease's node
+        re-drives it (launch or stop again) when it next reports. `ended` are the most recently
+        ended leases: a VM a node still runs under one of them is stopped, not adopted."""
+        self.settings = settings
+        self.backfill = backfill
+        self.reserves: dict[str, Reserve] = dict(reserves)
+        self.new_id = new_id
+        self.nodes: dict[str, NodeState] = {}
+        self.leases: dict[str, Lease] = {}
+        self.by_node: dict[str, dict[str, Lease]] = {}
+        self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
+        # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
+        # still takes room on its node.
+        self.retired: OrderedDict[str, tuple[Lease, float]] = OrderedDict()   # vm name -> (its ended lease, when)
+        self.retired_ids: OrderedDict[str, str] = OrderedDict()             # lease id -> its node
+        self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
+        self.unconfirmed: set[str] = set()     # victims whose stop was never confirmed
+        self.retry_at: dict[str, float] = {}   # lease -> when to try its failed stop again
+        self.started_at: float | None = None
+        self.lease_version: dict[str, int] = {}
+        self._node_views: dict[str, NodeView] = {}
+        self._vm_views: dict[str, list[VmView]] = {}
+        self._dirty: set[str] = set()
+        self.selected: tuple[str, ...] = ()
+        self.productivity: dict[str, float] = {}
+        self.predicted: dict[str, float] = {}
+        self.churn = 0
+        for lease in ended:
+            self._retire(lease, lease.ended_at or 0.0)
+        for lease in leases:
+            self._book(lease, now=0.0)
+        for record in requests:
+            if record.outcome == "pending":
+                self.requests[record.request_id] = record
+        self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting"}}
+
+    # -- the books --------------------------------------------------------------------------------
+
+    def _book(self, lease: Lease, now: float) -> Lease:
+        old = self.leases.pop(lease.lease_id, None)
+        if old is not None:
+            self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
+            self._touch(old.node_id)
+        if lease.state in TERMINAL:
+            self._retire(lease, now)
+            self.retry_at.pop(lease.lease_id, None)
+        else:
+            self.leases[lease.lease_id] = lease
+            self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+        self._touch(lease.node_id)
+        return lease
+
+    def _retire(self, lease: Lease, now: float) -> None:
+        self.retired[lease.vm_name] = (lease, now)
+        self.retired_ids[lease.lease_id] = lease.node_id
+        for table in (self.retired, self.retired_ids):
+            while len(table) > 100_000:
+                table.popitem(last=False)
+
+    def _say_once(self, key: str) -> bool:
+        """True the first time `key` comes (bounded memory): for audit events that could repeat per report."""
+        if key in self.said:
+            return False
+        self.said[key] = None
+        while len(self.said) > 100_000:
+            self.said.popitem(last=False)
+        return True
+
+    def _touch(self, node_id: str) -> None:
+        self._dirty.add(node_id)
+        self.lease_version[node_id] = self.lease_version.get(node_id, 0) + 1
+
+    def reserve_for(self, node_id: str) -> Reserve:
+        return self.reserves.get(node_id) or self.reserves.get("*") or Reserve(node_id)
+
+    def set_reserves(self, reserves: Mapping[str, Reserve]) -> None:
+        self.reserves = dict(reserves)
+        self._dirty.update(self.nodes)
+
+    def _refresh_views(self) -> None:
+        for node_id in self._dirty:
+            node = self.nodes.get(node_id)
+            if node is None:
+                self._node_views.pop(node_id, None)
+                self._vm_views.pop(node_id, None)
+                continue
+            vms, total, pinned, newest = [], node.unexplained, node.unexplained, None
+            for l in self.by_node.get(node_id, {}).values():
+                held = l.held
+                if held == ZERO:
+                    continue
+                preemptible = l.role == "backfill" and l.state == "running"
+                vm = VmView(l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at, preemptible)
+                vms.append(vm)
+                total += held
+                if not preemptible:
+                    pinned += held
+                elif newest is None or vm.launched_at > newest:
+                    newest = vm.launched_at
+            reserve = self.reserve_for(node_id)
+            self._vm_views[node_id] = vms
+            self._node_views[node_id] = NodeView(node_id, node.capacity, node.state == "up",
+                                                 Size(reserve.vcpus, reserve.memory_mib), reserve.whole_node,
+                                                 total, pinned, newest)
+        self._dirty.clear()
+
+    def snapshot(self, now: float) -> Pool:
+        self._refresh_views()
+        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now)
+
+    def view(self, node_id: str) -> NodeView:
+        self._refresh_views()
+        return self._node_views[node_id]
+
+    def live_leases(self) -> list[Lease]:
+        return sorted(self.leases.values(), key=lambda l: (l.created_at, l.lease_id))
+
+    def _new_lease(self, role: VmRole, node_id: str, size: Size, image: str, owner: str, state: str,
+                   now: float, deadline: float | None, request_id: str = "") -> Lease:
+        lease_id = self.new_id("od" if role is VmRole.ON_DEMAND else "bf")
+        return Lease(lease_id, role.value, node_id, f"{self.settings.vm_name_prefix}{lease_id}", size.vcpus,
+                     size.memory_mib, image, owner, state, now, deadline=deadline, request_id=request_id)
+
+    # -- on-demand requests ---------------------------------------------------------------------
+
+    def able(self, pool: Pool, memory_mib: int, image: str) -> Pool:
+        """The pool less the nodes that cannot boot this VM (image missing, memory below their least)."""
+        nodes = self.nodes
+        able = tuple(n for n in pool.nodes if image in nodes[n.node_id].images
+                     and memory_mib >= nodes[n.node_id].min_memory_mib)
+        return pool if len(able) == len(pool.nodes) else Pool(able, pool.vms_by_node, pool.now)
+
+    def unbootable(self, pool: Pool, memory_mib: int, image: str) -> Reject | None:
+        """A rejection when no up node could boot this VM at all: checked before anything is stopped."""
+        up = [self.nodes[n.node_id] for n in pool.nodes if n.up]
+        if not up or any(image in n.images and memory_mib >= n.min_memory_mib for n in up):
+            return None
+        if not any(image in n.images for n in up):
+            offered = sorted(set().union(*(n.images for n in up)))
+            return Reject(f"no up node has image {image!r} (they offer: {', '.join(offered[:10]) or 'none'})")
+        least = min(n.min_memory_mib for n in up if image in n.images)
+        return Reject(f"{memory_mib} MiB is less than the smallest VM the agents with image {image!r} "
+                      f"launch ({least} MiB)")
+
+    def pending(self, request_id: str) -> RequestRecord | None:
+        return self.requests.get(request_id)
+
+    def request(self, ask: Ask, now: float, timer: Callable[[], float] = lambda: 0.0) -> list[Effect]:
+        """Decide an on-demand request and book it: the new lease and its victims, before any call."""
+        started = timer()
+        policy = self.backfill.termination_policy
+        pool = self.snapshot(now)
+        want = Size(ask.vcpus, ask.memory_mib)
+        decision = self.unbootable(pool, ask.memory_mib, ask.image) or \
+            place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, policy, seed=stable_seed(ask.request_id))
+        if isinstance(decision, Reject):
+            record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
+                                   "", (), decision.reason, now, (timer() - started) * 1000)
+            self._remember(record)
+            return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
+                request_id=ask.request_id, reason=decision.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+                decided_ms=round(record.decided_ms, 3))),))]
+        node = decision.node_id
+        victims = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
+        path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
+        s = self.settings
+        stop_grace = s.notice_seconds if path == "instant" else self.backfill.grace_seconds
+        victim_deadline = now + stop_grace + s.stop_timeout
+        state, deadline = ("waiting", victim_deadline + s.launch_timeout) if path == "after_victims" else \
+            ("starting", now + s.launch_timeout)
+        lease = self._new_lease(VmRole.ON_DEMAND, node, want, ask.image, ask.owner, state, now, deadline,
+                                ask.request_id)
+        cause = f"on-demand request {ask.request_id} ({ask.vcpus} vCPUs, {ask.memory_mib} MiB)"
+        stopped = [replace(v, state="on_notice" if path == "instant" else "preempting", deadline=victim_deadline,
+                           request_id=ask.request_id, end_reason=f"preempted: {cause}") for v in victims]
+        self._book(lease, now)
+        for v in stopped:
+            self._book(v, now)
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending",
+                               lease.lease_id, node, tuple(v.lease_id for v in victims), "", now,
+                               (timer() - started) * 1000, path)
+        self._remember(record)
+        events = [Audit("request.placed", node, lease.lease_id, dict(
+            request_id=ask.request_id, path=path, policy=policy.value, victims=[v.lease_id for v in victims],
+            decided_ms=round(record.decided_ms, 3)))]
+        events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
+                                                                  path=path, notice_s=stop_grace,
+                                                                  work_lost_vcpu_seconds=round(work(v, now), 1)))
+                   for v in victims]
+        effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped), requests=(record,),
+                                       events=tuple(events))]
+        if state == "starting":
+            effects.append(Launch(lease))
+        effects += [Stop(v, stop_grace) for v in stopped]
+        return effects
+
+    def _fits_beside(self, node_id: str, want: Size) -> bool:
+        """Whether the node's memory, less the headroom, holds the new VM beside everything it runs now."""
+        view = self.view(node_id)
+        return view.allocated.memory_mib + want.memory_mib <= view.capacity.memory_mib - self.settings.headroom_mib
+
+    def _remember(self, record: RequestRecord) -> None:
+        self.requests[record.request_id] = record
+        if len(self.requests) > 10_000:  # bounded: the resolved ones go first (the store keeps every one)
+            for request_id in [r for r, rec in self.requests.items() if rec.outcome != "pending"][:1000]:
+                del self.requests[request_id]
+
+    def _resolve(self, request_id: str, outcome: str, reason: str = "") -> tuple[RequestRecord, ...]:
+        record = self.requests.get(request_id)
+        if record is None or record.outcome != "pending":
+            return ()
+        record = replace(record, outcome=outcome, reason=reason or record.reason)
+        self.requests[request_id] = record
+        return (record,)
+
+    # -- agents' answers ---------------------------------------------------------------------------
+
+    def launch_done(self, lease_id: str, ok: bool, detail: str, now: float) -> list[Effect]:
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state not in ("starting", "cancelling"):
+            return []   # the report already settled it, or it ended meanwhile
+        if lease.state == "cancelling":
+            if not ok:
+                return [self._end(lease, "ended", f"released before it started; the launch failed: {detail}", now)]
+            return self._stop(lease, self.backfill.grace_seconds, now, "released while starting", launched=now)
+        if not ok:
+            ended = self._end(lease, "failed", detail, now, kind="vm.launch_failed")
+            return [replace(ended, requests=self._resolve(lease.request_id, "failed", detail))]
+        return [self._running(lease, now, launched_at=now)]
+
+    def _running(self, lease: Lease, now: float, launched_at: float | None) -> Write:
+        running = self._book(replace(lease, state="running", deadline=None,
+                                     launched_at=lease.launched_at or launched_at or now), now)
+        detail = dict(role=lease.role, vm=lease.vm_name, vcpus=lease.vcpus, memory_mib=lease.memory_mib)
+        if lease.request_id and lease.role == "on_demand":
+            detail.update(request_id=lease.request_id, seconds=round(now - lease.created_at, 3))
+        return Write(updated=(running,), requests=self._resolve(lease.request_id, "placed") if lease.role ==
+                     "on_demand" else (), events=(Audit("vm.launched", lease.node_id, lease.lease_id, detail),))
+
+    def stop_done(self, lease_id: str, outcome: str, ok: bool, seconds: float, detail: str,
+                  now: float) -> list[Effect]:
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state not in STOPS:
+            return []   # a report already showed it gone
+        if not ok:
+            self.retry_at[lease_id] = now + self.settings.retry_seconds
+            return [Write(events=(Audit("vm.stop_failed", lease.node_id, lease_id, dict(
+                vm=lease.vm_name, error=detail, retry_in_s=self.settings.retry_seconds,
+                gives_up_in_s=round((lease.deadline or now) - now, 1))),))]
+        return self._stopped(lease, now, dict(stopped=outcome, seconds=round(seconds, 3), detail=detail))
+
+    def _stopped(self, lease: Lease, now: float, how: dict) -> list[Effect]:
+        """A stop confirmed (by the agent, or by the node's report no longer showing the VM)."""
+        kind = "vm.preempted" if lease.state in VICTIM else "vm.stopped"
+        detail = dict(vm=lease.vm_name, **how)
+        if lease.state in VICTIM:
+            record = self.requests.get(lease.request_id)
+            detail.update(cause=lease.end_reason.removeprefix("preempted: "), path=record.path if record else "",
+                          policy=self.backfill.termination_policy.value,
+                          work_lost_vcpu_seconds=round(work(lease, now), 1))
+        write = self._end(lease, lease.ending, lease.end_reason or "stopped", now, kind=kind, detail=detail)
+        return [write] + self._start_waiting(lease.node_id, now)
+
+    def _end(self, lease: Lease, state: str, reason: str, now: float, kind: str = "", detail: dict | None = None
+             ) -> Write:
+        ended = self._book(replace(lease, state=state, ended_at=now, end_reason=reason, deadline=None), now)
+        events = (Audit(kind, lease.node_id, lease.lease_id, detail or dict(vm=lease.vm_name, reason=reason)),) \
+            if kind else ()
+        return Write(updated=(ended,), events=events)
+
+    def _stop(self, lease: Lease, grace: int, now: float, reason: str, state: str = "stopping",
+              ending: str = "ended", force: bool = False, launched: float | None = None) -> list[Effect]:
+        stopping = self._book(replace(lease, state=state, end_reason=reason, ending=ending,
+                                      deadline=now + grace + self.settings.stop_timeout,
+                                      launched_at=lease.launched_at or launched), now)
+        return [Write(updated=(stopping,), events=(Audit("vm.stopping", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, reason=reason, grace_s=grace, force=force)),)), Stop(stopping, grace, force)]
+
+    def _start_waiting(self, node_id: str, now: float) -> list[Effect]:
+        """Waiting on-demand leases of this node whose victims are all gone start now."""
+        effects: list[Effect] = []
+        for lease in [l for l in self.by_node.get(node_id, {}).values() if l.state == "waiting"]:
+            record = self.requests.get(lease.request_id)
+            victims = record.victims if record else ()
+            if any(v in self.unconfirmed or (v in self.leases and self.leases[v].state in STOPS) for v in victims):
+                continue   # a victim still runs, or may: the lease's deadline decides
+            starting = self._book(replace(lease, state="starting", deadline=now + self.settings.launch_timeout), now)
+            effects += [Write(updated=(starting,), events=(Audit("request.victims_gone", node_id, lease.lease_id, dict(
+                request_id=lease.request_id, waited_s=round(now - lease.created_at, 3))),)), Launch(starting)]
+        return effects
+
+    # -- release ---------------------------------------------------------------------------------
+
+    def release(self, lease_id: str, force: bool, now: float) -> tuple[Lease, list[Effect]]:
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            raise LeaseError("lease_id", f"no live lease {lease_id!r}", not_found=True)
+        grace = 0 if force else self.backfill.grace_seconds
+        if lease.state in STOPS:
+            raise LeaseError("lease_id", f"{lease_id} is already being stopped ({lease.state})")
+        if lease.state == "waiting":
+            write = self._end(lease, "ended", "released before it started", now, kind="vm.released")
+            return lease, [replace(write, requests=self._resolve(lease.request_id, "failed", "released"))]
+        if lease.state == "lost":
+            return lease, [self._end(lease, "ended", "released while its node did not report it", now,
+                                     kind="vm.released")]
+        if lease.state == "starting":  # the launch may land any moment: stop it once it has
+            cancelling = self._book(replace(lease, state="cancelling", end_reason="released while starting",
+                                            deadline=now + self.settings.launch_timeout + grace +
+                                            self.settings.stop_timeout), now)
+            return cancelling, [Write(updated=(cancelling,), requests=self._resolve(lease.request_id, "failed",
+                                                                                     "released while starting"),
+                                      events=(Audit("vm.cancelling", lease.node_id, lease_id,
+                                                    dict(vm=lease.vm_name)),))]
+        effects = self._stop(lease, grace, now, "released", force=force)
+        return self.leases[lease_id], effects
+
+    # -- reports ---------------------------------------------------------------------------------
+
+    def report(self, report: ReportLike, now: float) -> list[Effect]:
+        """One agent report: node liveness and load, and its VMs against the books."""
+        effects: list[Effect] = []
+        node = self.nodes.get(report.node_id)
+        capacity = Size(report.cpus, report.memory_mib)
+        if node is None:
+            node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address, capacity,
+                                                          fg_samples=deque(maxlen=self.settings.prediction_window))
+            node.redrive = node.node_id in self._redrive_nodes
+            effects.append(self._node_event("node.joined", node, address=report.agent_address, cpus=report.cpus,
+                                            memory_mib=report.memory_mib))
+        elif node.state != "up":
+            effects.append(self._node_event("node.rejoined" if node.state == "down" else "node.up", node,
+                                            silent_s=round(now - node.last_report, 1)))
+            node.redrive = node.state == "down"   # what was asked of it while it was down is asked again
+            node.state = "up"
+        if node.address != report.agent_address or node.capacity != capacity:
+            node.address, node.capacity = report.agent_address, capacity
+            self._touch(node.node_id)
+        node.last_report = now
+        node.agent_version = report.agent_version
+        node.foreground_cpu = report.foreground_cpu_cores
+        node.fg_samples.append(report.foreground_cpu_cores)
+        if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
+                or not node.images.issuperset(report.images):
+            node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
+        backfill_cpu, names = 0.0, []
+        for vm in report.vms:  # one pass: this runs for every report of every node
+            names.append(vm.name)
+            if vm.role == "backfill":
+                backfill_cpu += vm.cpu_cores
+        node.backfill_cpu = backfill_cpu
+        signature = tuple(names)
+        version = self.lease_version.get(node.node_id, 0)
+        if signature != node.signature or version != node.seen_version or now < node.check_until \
+                or node.unexplained != ZERO:   # VMs no live lease explains are matched until they are gone
+            effects += self._match_vms(node, report.vms, now)
+            node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
+        if node.redrive:
+            node.redrive = False
+            effects += self._redrive(node.node_id, now)
+        return [e for e in effects if not isinstance(e, Write) or e]
+
+    def _node_event(self, kind: str, node: NodeState, **detail) -> Write:
+        self.churn += 1
+        self._touch(node.node_id)
+        return Write(events=(Audit(kind, node.node_id, detail=detail),))
+
+    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
+        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
+        effects: list[Effect] = []
+        mine = {l.vm_name: l for l in self.by_node.get(node.node_id, {}).values()}
+        seen, unexplained = set(), ZERO
+        for vm in reported:
+            seen.add(vm.name)
+            lease = mine.get(vm.name)
+            if lease is not None:
+                if lease.state == "lost":
+                    recovered = self._book(replace(lease, state="running", deadline=None), now)
+                    effects.append(Write(updated=(recovered,), events=(Audit(
+                        "vm.recovered", node.node_id, lease.lease_id, dict(vm=vm.name)),)))
+                elif lease.state == "starting":  # the answer to the launch call was lost (a crash, say)
+                    effects.append(self._running(lease, now, vm.launched_at or now))
+                elif lease.state == "cancelling":
+                    effects += self._stop(lease, self.backfill.grace_seconds, now, "released while starting",
+                                          launched=vm.launched_at or now)
+                continue
+            size = Size(vm.vcpus, vm.memory_mib)
+            if vm.name in self.retired:
+                unexplained += size   # it ended in our books but still runs: it still takes room
+                effects += self._clean_up(node, vm, now)
+                continue
+            write, adopted = self._adopt_or_refuse(node, vm, now)
+            effects.append(write)
+            if not adopted:
+                unexplained += size
+        young = False
+        for lease in mine.values():
+            if lease.vm_name in seen:
+                continue
+            age = now - (lease.launched_at or lease.created_at)
+            if lease.state == "running" and age < self.settings.lost_after:
+                young = True
+            elif lease.state == "running":
+                lost = self._book(replace(lease, state="lost", deadline=now + self.settings.lost_expiry), now)
+                effects.append(Write(updated=(lost,), events=(Audit("vm.lost", node.node_id, lease.lease_id, dict(
+                    vm=lease.vm_name, reason="its agent no longer reports it")),)))
+            elif lease.state == "lost":
+                effects.append(self._end(lease, "ended", "lost: the node came back without it", now, kind="vm.gone"))
+            elif lease.state == "stopping" or lease.state in VICTIM:
+                effects += self._stopped(lease, now, dict(stopped="gone", seconds=0.0,
+                                                          detail="its node no longer reports it"))
+        if unexplained != node.unexplained:
+            node.unexplained = unexplained
+            self._touch(node.node_id)
+        node.check_until = now + self.settings.lost_after if young else 0.0
+        return effects
+
+    def _clean_up(self, node: NodeState, vm: ReportedVmLike, now: float) -> list[Effect]:
+        """A VM of ours whose lease ended still runs: no VM runs outside the books, so it is stopped
+        (forced; its lease's end already said what it lost), asked again every retry_seconds."""
+        ended, when = self.retired[vm.name]
+        if ended.node_id != node.node_id or now - when < self.settings.retire_seconds / 6 or \
+                now < self.retry_at.get(f"cleanup:{vm.name}", 0.0):
+            return []   # another node's VM is not ours to stop here; a VM just stopped may still show
+        self.retry_at[f"cleanup:{vm.name}"] = now + self.settings.retry_seconds
+        return [self._unexplained(node, vm, "vm.unexpected", f"its lease {ended.lease_id} ended ({ended.state}: "
+                                  f"{ended.end_reason}) but the agent still runs it; the controller stops it"),
+                Stop(ended, 0, force=True)]
+
+    def _unexplained(self, node: NodeState, vm: ReportedVmLike, kind: str, reason: str) -> Write:
+        if not self._say_once(f"{kind}:{node.node_id}:{vm.name}"):
+            return Write()
+        return Write(events=(Audit(kind, node.node_id, vm.lease_id, dict(vm=vm.name, reason=reason)),))
+
+    def _adopt_or_refuse(self, node: NodeState, vm: ReportedVmLike, now: float) -> tuple[Write, bool]:
+        """A VM no lease of this node names: adopt it onto this node, unless it names a lease of
+        another node or one that ended (a node never moves or takes another's lease)."""
+        other = self.leases.get(vm.lease_id) if vm.lease_id else None
+        named = other.node_id if other is not None else self.retired_ids.get(vm.lease_id) if vm.lease_id else None
+        clash = next((l for l in self.leases.values() if l.vm_name == vm.name), None) if named is None else None
+        if named is not None or clash is not None:
+            what = f"it names lease {vm.lease_id} of node {named}" if named is not None else \
+                f"lease {clash.lease_id} of node {clash.node_id} has a VM of that name"
+            return self._unexplained(node, vm, "vm.conflict", f"{what}; not adopted, that lease is left as it is"), False
+        role = VmRole.BACKFILL if vm.role == "backfill" else VmRole.ON_DEMAND
+        lease = Lease(vm.lease_id or self.new_id("ad"), role.value, node.node_id, vm.name, vm.vcpus, vm.memory_mib,
+                      vm.image or "unknown", "adopted", "running", now, launched_at=vm.launched_at or now)
+        self._book(lease, now)
+        return Write(created=(lease,), events=(Audit("vm.adopted", node.node_id, lease.lease_id, dict(
+            vm=vm.name, role=role.value, reason="a Gleaner VM the controller had no lease for")),)), True
+
+    def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
+        """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
+        self.leases.pop(lease.lease_id, None)
+        self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
+        self._touch(lease.node_id)
+        node = self.nodes.get(lease.node_id)
+        if node is not None:
+            node.unexplained += lease.size
+        return [Write(events=(Audit("vm.conflict", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, reason=f"not adopted: {reason}")),))]
+
+    def _redrive(self, node_id: str, now: float) -> list[Effect]:
+        """Unfinished business on a node that (re)joined: ask again what was asked before."""
+        effects: list[Effect] = []
+        for lease in list(self.by_node.get(node_id, {}).values()):
+            if lease.state == "starting":
+                effects.append(Launch(lease))   # the agent launches by name: a second ask is harmless
+            elif lease.state == "cancelling":
+                effects.append(Stop(lease, 0, force=True))   # launched or not, it must not run
+            elif lease.state == "stopping" or lease.state in VICTIM:
+                grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
+                effects.append(Stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0)))
+        if effects:
+            effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
+                launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects))),)))
+        return effects + self._start_waiting(node_id, now)
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Effect]:
+        """Liveness, deadlines and retries, due at `now`."""
+        effects: list[Effect] = []
+        s = self.settings
+        if self.started_at is None:
+            self.started_at = now
+        if now - self.started_at > s.down_after:  # leases on nodes that never reported since the start
+            for node_id in [n for n in self.by_node if n not in self.nodes]:
+                effects += self._lose(node_id, "its node has not reported since the controller started", now)
+        for node in self.nodes.values():
+            silent = now - node.last_report
+            if node.state == "up" and silent > s.suspect_after:
+                node.state = "suspect"
+                effects.append(self._node_event("node.suspect", node, silent_s=round(silent, 1)))
+            elif node.state == "suspect" and silent > s.down_after:
+                node.state = "down"
+                effects.append(self._node_event("node.down", node, silent_s=round(silent, 1)))
+                effects += self._lose(node.node_id, "its node is down", now)
+        for lease in [l for l in self.leases.values() if l.deadline is not None and now >= l.deadline]:
+            effects += self._expired(lease, now)
+        for lease_id in [i for i, at in self.retry_at.items() if now >= at and not i.startswith("cleanup:")]:
+            del self.retry_at[lease_id]
+            lease = self.leases.get(lease_id)
+            node = self.nodes.get(lease.node_id) if lease else None
+            if lease is not None and lease.state in STOPS and node is not None and node.state == "up":
+                effects.append(Stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
+        return [e for e in effects if not isinstance(e, Write) or e]
+
+    def _lose(self, node_id: str, reason: str, now: float) -> list[Effect]:
+        effects: list[Effect] = []
+        for lease in [l for l in self.by_node.get(node_id, {}).values() if l.state == "running"]:
+            lost = self._book(replace(lease, state="lost", deadline=now + self.settings.lost_expiry), now)
+            effects.append(Write(updated=(lost,), events=(Audit("vm.lost", node_id, lease.lease_id,
+                                                                dict(vm=lease.vm_name, reason=reason)),)))
+        return effects
+
+    def _expired(self, lease: Lease, now: float) -> list[Effect]:
+        """A state past its deadline ends: launches that never answered are stopped, stops that were
+        never confirmed fail (the node's reports keep counting the VM if it still runs)."""
+        if lease.state == "waiting":
+            write = self._end(lease, "failed", "its victims did not stop in time", now, kind="request.expired")
+            return [replace(write, requests=self._resolve(lease.request_id, "failed", "victims did not stop in time"))]
+        if lease.state == "starting":
+            effects = self._stop(lease, 0, now, "the launch was not confirmed in time", ending="failed", force=True)
+            write = effects[0]
+            assert isinstance(write, Write)
+            effects[0] = replace(write, requests=self._resolve(lease.request_id, "failed",
+                                                              "the launch was not confirmed in time"))
+            return effects
+        if lease.state == "lost":
+            return [self._end(lease, "ended", f"lost for {self.settings.lost_expiry:g} s and never seen again", now,
+                              kind="vm.gone")]
+        if lease.state in STOPS:   # the VM may still run: a waiting lease never starts beside it
+            if lease.state in VICTIM:
+                self.unconfirmed.add(lease.lease_id)
+            return [self._end(lease, "failed", f"the stop was not confirmed in time ({lease.end_reason})", now,
+                              kind="vm.stop_expired")]
+        return []
+
+    # -- backfill and volunteer selection ---------------------------------------------------------
+
+    def fill(self, now: float) -> list[Effect]:
+        """Launch backfill where the plan says, and recycle VMs past their longest life."""
+        config = self.backfill
+        if not config.enabled:
+            return []
+        effects: list[Effect] = self.select(now, evaluation=False)
+        pool = self.able(self.snapshot(now), config.memory_mb, config.image)
+        cpu_room = dict(self.productivity) if self.settings.use_prediction else None
+        plan = plan_backfill(pool, config, list(self.selected), cpu_room)
+        for vm_id in plan.recycles:
+            effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
+                                  f"recycled after {config.duration_seconds} s")
+        for node_id in plan.launches:
+            lease = self._new_lease(VmRole.BACKFILL, node_id, config.size, config.image, "backfill", "starting",
+                                    now, now + self.settings.launch_timeout)
+            self._book(lease, now)
+            effects += [Write(created=(lease,)), Launch(lease)]
+        return effects
+
+    def select(self, now: float, evaluation: bool) -> list[Effect]:
+        """A volunteer-selection pass (RHIC): at the end of an evaluation interval it decides afresh;
+        between them, after a burst of node churn, the last choice stands."""
+        config = self.backfill
+        self._refresh_views()
+        ids = [n for n, node in self.nodes.items() if node.state == "up"]
+        window = self.settings.prediction_window
+        samples = np.full((len(ids), window), np.nan)
+        for row, node_id in enumerate(ids):
+            recent = list(self.nodes[node_id].fg_samples)[-window:]
+            if recent:
+                samples[row, -len(recent):] = recent
+        predicted = moving_average(samples, window)
+        views = [self._node_views[n] for n in ids]
+        cpu_max = np.array([v.capacity.vcpus for v in views], dtype=float)
+        on_demand_memory = np.array([sum(vm.size.memory_mib for vm in self._vm_views[n]
+                                         if vm.role is VmRole.ON_DEMAND) for n in ids], dtype=float)
+        free_memory = np.array([v.capacity.memory_mib - v.reserve.memory_mib for v in views]) - on_demand_memory
+        p = potential_productivity(cpu_max, predicted, free_memory, config.memory_mb)
+        p[[i for i, v in enumerate(views) if v.backfill_excluded]] = 0.0
+        count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
+        deferred = not evaluation and self.churn > self.settings.churn_burst
+        result = select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
+        if evaluation:
+            self.churn = 0
+        self.selected = result.chosen
+        self.productivity = dict(zip(ids, p.tolist()))
+        self.predicted = dict(zip(ids, predicted.tolist()))
+        if not result.swaps:
+            return []
+        return [Write(events=tuple(Audit("selection.swap", added, detail=dict(
+            dropped=dropped, added=added, threshold_cores=self.settings.swap_threshold_cores))
+            for dropped, added in result.swaps))]
+
+
+def work(lease: Lease, now: float) -> float:
+    """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds."""
+    return max(now - (lease.launched_at or lease.created_at), 0.0) * lease.vcpus

@@ -1,0 +1,240 @@
+"""The ledger, pure: random sequences of requests, releases, reports, agents' answers (some of
+them failures), lost calls and controller crashes (the books rebuilt from the store's rows),
+checked after every step and once everything has settled:
+
+- every waiting state has a deadline, and no row is written after the call it authorises;
+- no node is ever booked beyond its capacity (victims on notice keep only their memory);
+- once the agents work again and report, every request is resolved, every running lease has
+  its VM and every VM the agents run has a live lease.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import HealthCheck, assume, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from controller.core.ledger import (HOLDS_ALL, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError, Stop,
+                                    Write)
+from controller.core.policy import BackfillConfig, Policy, Size
+
+NODES = {"n1": (2, 1024), "n2": (4, 2048)}
+SETTINGS = LedgerSettings(vm_name_prefix="t-", launch_timeout=20, stop_timeout=20, notice_seconds=5,
+                          headroom_mib=128, retry_seconds=2, suspect_after=6, down_after=20, lost_after=4,
+                          use_prediction=False)
+BACKFILL = BackfillConfig(enabled=True, memory_mb=256, vcpus=1, grace_seconds=3,
+                          termination_policy=Policy.MOST_RECENT)
+
+
+@dataclass
+class Vm:
+    name: str
+    lease_id: str
+    role: str
+    vcpus: int
+    memory_mib: int
+    launched_at: float
+    cpu_cores: float = 0.0
+    image: str = "tiny"
+
+
+@dataclass
+class Report:
+    node_id: str
+    agent_address: str
+    cpus: int
+    memory_mib: int
+    vms: list
+    foreground_cpu_cores: float = 0.0
+    images: tuple = ("tiny",)
+    min_memory_mib: int = 32
+    agent_version: str = "t"
+
+
+@dataclass
+class Store:
+    """The rows the ledger's Writes put in SQLite."""
+    leases: dict = field(default_factory=dict)
+    requests: dict = field(default_factory=dict)
+
+    def refuses(self, write: Write) -> bool:
+        """SQLite's plain insert: a clash of lease id or VM name refuses the whole write."""
+        names = {l.vm_name for l in self.leases.values()}
+        return any(l.lease_id in self.leases or l.vm_name in names for l in write.created)
+
+    def apply(self, write: Write) -> None:
+        for lease in write.created:
+            self.leases[lease.lease_id] = lease
+        for lease in write.updated:
+            self.leases[lease.lease_id] = lease
+        for record in write.requests:
+            self.requests[record.request_id] = record
+
+
+def counter():
+    numbers = itertools.count(1)
+    return lambda prefix: f"{prefix}-{next(numbers)}"
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 1000.0
+        self.store = Store()
+        self.new_id = counter()
+        self.ledger = Ledger(SETTINGS, BACKFILL, {}, self.new_id)
+        self.world: dict[str, dict[str, Vm]] = {n: {} for n in NODES}   # what the agents run
+        self.calls: list = []          # launches and stops asked, not yet carried out
+        self.faulty = False
+        self.asked = 0
+
+    # -- applying effects ---------------------------------------------------------------------
+
+    def apply(self, effects) -> None:
+        for effect in effects:
+            if isinstance(effect, Write) and self.store.refuses(effect):
+                assert len(effect.created) == 1 and effect.created[0].owner == "adopted", effect
+                self.apply(self.ledger.adoption_refused(effect.created[0], "clash", self.now))
+            elif isinstance(effect, Write):
+                self.store.apply(effect)
+            else:
+                stored = self.store.leases.get(effect.lease.lease_id)
+                if stored is not None:  # the row that authorises the call is written before it
+                    assert stored.state == effect.lease.state, (stored, effect)
+                self.calls.append(effect)
+
+    def report_of(self, node_id: str) -> Report:
+        cpus, memory = NODES[node_id]
+        return Report(node_id, f"{node_id}:1", cpus, memory, list(self.world[node_id].values()))
+
+    # -- rules ----------------------------------------------------------------------------------
+
+    @rule(node=st.sampled_from(sorted(NODES)))
+    def report(self, node):
+        self.apply(self.ledger.report(self.report_of(node), self.now))
+
+    @rule(vcpus=st.integers(1, 3), memory=st.sampled_from([64, 256, 512, 900]))
+    def request(self, vcpus, memory):
+        self.asked += 1
+        ask = Ask(vcpus, memory, "tiny", "owner", f"r{self.asked}")
+        self.apply(self.ledger.request(ask, self.now))
+
+    @rule()
+    def fill(self):
+        self.apply(self.ledger.fill(self.now))
+
+    @rule(data=st.data(), force=st.booleans())
+    def release(self, data, force):
+        live = sorted(self.ledger.leases)
+        assume(live)
+        try:
+            _lease, effects = self.ledger.release(data.draw(st.sampled_from(live)), force, self.now)
+        except LeaseError:
+            return
+        self.apply(effects)
+
+    @rule(data=st.data(), lose_answer=st.booleans())
+    def deliver(self, data, lose_answer):
+        """An agent carries out one call (or fails it while faulty); its answer may be lost."""
+        assume(self.calls)
+        call = self.calls.pop(data.draw(st.integers(0, len(self.calls) - 1)))
+        vms = self.world[call.lease.node_id]
+        ok = not self.faulty
+        if ok and isinstance(call, Launch):
+            lease = call.lease
+            vms.setdefault(lease.vm_name, Vm(lease.vm_name, lease.lease_id, lease.role, lease.vcpus,
+                                             lease.memory_mib, self.now))
+        elif ok:
+            vms.pop(call.lease.vm_name, None)
+        if lose_answer:
+            return
+        if isinstance(call, Launch):
+            self.apply(self.ledger.launch_done(call.lease.lease_id, ok, "" if ok else "agent down", self.now))
+        else:
+            self.apply(self.ledger.stop_done(call.lease.lease_id, "clean_shutdown" if ok else "error", ok, 1.0,
+                                             "" if ok else "agent down", self.now))
+
+    @rule(seconds=st.sampled_from([1, 3, 7, 25]))
+    def time_passes(self, seconds):
+        self.now += seconds
+        self.apply(self.ledger.tick(self.now))
+
+    @rule()
+    def agents_fail(self):
+        self.faulty = True
+
+    @rule()
+    def agents_recover(self):
+        self.faulty = False
+
+    @rule(run_calls=st.booleans())
+    def controller_crashes(self, run_calls):
+        """kill -9: calls in flight may have reached the agents or not; the books come back from the rows."""
+        if run_calls:
+            for call in self.calls:
+                vms = self.world[call.lease.node_id]
+                if isinstance(call, Launch):
+                    vms.setdefault(call.lease.vm_name, Vm(call.lease.vm_name, call.lease.lease_id, call.lease.role,
+                                                          call.lease.vcpus, call.lease.memory_mib, self.now))
+                else:
+                    vms.pop(call.lease.vm_name, None)
+        self.calls = []
+        live = [l for l in self.store.leases.values() if l.state not in ("ended", "failed")]
+        ended = [l for l in self.store.leases.values() if l.state in ("ended", "failed")]
+        self.ledger = Ledger(SETTINGS, BACKFILL, {}, self.new_id, live, self.store.requests.values(), ended)
+
+    # -- invariants -------------------------------------------------------------------------------
+
+    @invariant()
+    def every_waiting_state_has_a_deadline(self):
+        for lease in self.ledger.leases.values():
+            if lease.state in HOLDS_ALL - {"running"} or lease.state in STOPS:  # lost too: it ends some day
+                assert lease.deadline is not None, lease
+
+    @invariant()
+    def no_node_is_booked_beyond_its_capacity(self):
+        """What the leases hold never exceeds the node (a VM of ours that outlived its lease may, until
+        it is stopped: the decisions count it, and the settled check below wants it gone)."""
+        for node_id, node in self.ledger.nodes.items():
+            held = Size(0, 0)
+            for lease in self.ledger.by_node.get(node_id, {}).values():
+                held = held + lease.held
+            assert held.vcpus <= node.capacity.vcpus and held.memory_mib <= node.capacity.memory_mib, \
+                (node_id, held, [(l.lease_id, l.state, l.held) for l in self.ledger.by_node[node_id].values()])
+
+    def teardown(self):
+        """Settle: the agents work, every call is carried out, time passes and nodes report."""
+        self.faulty = False
+        for _ in range(40):
+            while self.calls:
+                call = self.calls.pop(0)
+                vms = self.world[call.lease.node_id]
+                if isinstance(call, Launch):
+                    vms.setdefault(call.lease.vm_name, Vm(call.lease.vm_name, call.lease.lease_id, call.lease.role,
+                                                          call.lease.vcpus, call.lease.memory_mib, self.now))
+                    self.apply(self.ledger.launch_done(call.lease.lease_id, True, "", self.now))
+                else:
+                    vms.pop(call.lease.vm_name, None)
+                    self.apply(self.ledger.stop_done(call.lease.lease_id, "clean_shutdown", True, 1.0, "", self.now))
+            for node in NODES:
+                self.apply(self.ledger.report(self.report_of(node), self.now))
+            self.now += 5
+            self.apply(self.ledger.tick(self.now))
+        pending = [r for r in self.store.requests.values() if r.outcome == "pending"]
+        assert not pending, pending
+        for node_id, vms in self.world.items():
+            mine = {l.vm_name: l for l in self.ledger.by_node.get(node_id, {}).values()}
+            for name in vms:
+                assert name in mine, f"{name} runs on {node_id} without a live lease"
+            for name, lease in mine.items():
+                if lease.state == "running":
+                    assert name in vms, f"lease {lease.lease_id} is running without a VM"
+        for lease in self.ledger.leases.values():
+            assert lease.state in ("running",), lease
+
+
+LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
+                                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+test_ledger_sequences = LedgerMachine.TestCase
