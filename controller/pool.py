@@ -26,7 +26,7 @@ from gleaner_common.logs import log_event
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig
-from .core.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+from .core.policy import (BackfillConfig, NodeView, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
                      place_on_demand, plan_backfill)
 from .core.selection import moving_average, potential_productivity, select_volunteers
 from .store import Lease, LeaseConflict, RequestRecord, Reserve, Store

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -8,7 +8,6 @@ replace it to shape a volunteer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import IPRoute

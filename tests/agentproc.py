@@ -263,3 +263,29 @@ def read_cgroup_int(group: Path, knob: str) -> int:
 def exit_cleanly_on_sigterm() -> None:
     """Turn SIGTERM (timeout(1), Ctrl-C in CI) into SystemExit, so `finally` removes domains."""
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+
+
+def odd_certificate(lab: LabPki, out: Path, name: str, sans: list, valid_days: tuple[float, float] = (-1, 1)
+                    ) -> TlsFiles:
+    """A certificate from the lab CA that `gleanctl pki` would never issue (for attacks in tests):
+    any subject alternative names, valid from/until these days around now."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    ca_key = serialization.load_pem_private_key((lab.directory / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((lab.directory / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now + datetime.timedelta(days=valid_days[0]))
+            .not_valid_after(now + datetime.timedelta(days=valid_days[1]))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = TlsFiles(lab.directory / "ca.pem", out / f"{name}.pem", out / f"{name}.key")
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+    return files

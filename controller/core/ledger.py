@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .policy import (BackfillConfig, NodeView, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+from .policy import (BackfillConfig, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
                      place_on_demand, plan_backfill)
 from .selection import moving_average, potential_productivity, select_volunteers
 

@@ -42,9 +42,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gleaner_common import pki
 from gleaner_common.identity import Role
 from gleaner_common.pki import TlsFiles
-from gleaner_common.rpc import channel_to, client_channel
+from gleaner_common.rpc import channel_to
 from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.agentproc import AgentProcess, LabEnv, exit_cleanly_on_sigterm, wait_for
+from tests.agentproc import AgentProcess, LabEnv, exit_cleanly_on_sigterm, odd_certificate, wait_for
 from tests.controllerproc import ControllerProcess, agent_settings
 
 NODE = "abuse-node"
@@ -60,23 +60,7 @@ def percentile(values: list[float], q: float) -> float:
 def anonymous_certificate(lab: pki.LabPki, out: Path) -> TlsFiles:
     """Signed by the pool's CA, but naming no Gleaner identity (only a DNS name)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    import datetime
-    ca_key = serialization.load_pem_private_key((lab.directory / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((lab.directory / "ca.pem").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("nobody.example")]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    files = TlsFiles(lab.directory / "ca.pem", out / "anonymous.pem", out / "anonymous.key")
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                            serialization.NoEncryption()))
-    return files
+    return odd_certificate(lab, out, "anonymous", [x509.DNSName("nobody.example")])
 
 
 def abuse(controller: str, agent: str, certs: dict, seconds: float, threads: int, results) -> None:

@@ -42,7 +42,6 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 

@@ -11,9 +11,9 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+from protos import agent_pb2, controller_pb2, controller_pb2_grpc
 from tests.agentproc import AgentProcess, wait_for
-from tests.controllerproc import ControllerProcess, agent_settings
+from tests.controllerproc import ControllerProcess, agent_settings, rpc_code
 
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
            grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS,
@@ -85,19 +85,11 @@ def servers(test_env):
     wait_for(lambda: controller.node_state(NODE) == "up", 20, "the fuzzed node to report")
     # The agent answers GetMetrics with UNAVAILABLE until its first rates exist (two samples):
     # a passing state, not an answer to input, so the fuzzing starts after it.
-    wait_for(lambda: code_of_any(lambda: agent.stub().GetMetrics(agent_pb2.GetMetricsRequest(), timeout=5)) is None,
+    wait_for(lambda: rpc_code(lambda: agent.stub().GetMetrics(agent_pb2.GetMetricsRequest(), timeout=5)) is None,
              20, "the agent's first metrics")
     yield controller, agent
     agent.stop()
     controller.stop()
-
-
-def code_of_any(call) -> grpc.StatusCode | None:
-    try:
-        call()
-    except grpc.RpcError as exc:
-        return exc.code()
-    return None
 
 
 def code_of(call) -> grpc.StatusCode:

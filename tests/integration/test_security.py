@@ -7,7 +7,6 @@ The controller runs as a real process; agents are real processes on libvirt's te
 (the RPC and authorization layers are the same as on a real host, and no VM starts)."""
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 import subprocess
@@ -17,17 +16,14 @@ import time
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from controller.agents import AgentCallFailed, AgentLinks
 from controller.core.policy import VmRole
 from gleaner_common import pki
 from gleaner_common.identity import Role, spiffe_uri
 from gleaner_common.pki import TlsFiles
-from gleaner_common.rpc import channel_to
 from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.agentproc import REPO, AgentProcess, launch_request, wait_for
+from tests.agentproc import REPO, AgentProcess, launch_request, odd_certificate, wait_for
 from tests.controllerproc import ControllerProcess, agent_settings, rpc_code
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -174,21 +170,8 @@ def test_out_of_range_values_are_refused_and_change_nothing(controller, test_env
 
 def expired_certificate(lab: pki.LabPki, tmp_path) -> TlsFiles:
     """An admin certificate from the lab CA whose validity ended yesterday."""
-    ca_key = serialization.load_pem_private_key((lab.directory / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((lab.directory / "ca.pem").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=10)).not_valid_after(now - datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
-                spiffe_uri(Role.ADMIN, "expired"))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    files = TlsFiles(lab.directory / "ca.pem", tmp_path / "expired.pem", tmp_path / "expired.key")
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                            serialization.NoEncryption()))
-    return files
+    return odd_certificate(lab, tmp_path, "expired", [x509.UniformResourceIdentifier(spiffe_uri(Role.ADMIN, "expired"))],
+                           valid_days=(-10, -1))
 
 
 def test_revoked_and_expired_certificates_are_refused(controller, test_env, test_agent, tmp_path):

@@ -10,13 +10,12 @@ checked after every step and once everything has settled:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-import pytest
 from hypothesis import HealthCheck, assume, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from controller.core.ledger import (HOLDS_ALL, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError, Stop,
+from controller.core.ledger import (HOLDS_ALL, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
                                     Write)
 from controller.core.policy import BackfillConfig, Policy, Size
 
