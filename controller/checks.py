@@ -80,9 +80,11 @@ def _finite(value: float, low: float, high: float, field: str) -> float:
     return value
 
 
-def report(message) -> None:
+def report(message, known: set | None = None) -> None:
     """An agent's report: every number within what the node itself describes (its CPUs and
-    memory), every name by the shared rules. The node id was already bound to the caller."""
+    memory), every name by the shared rules. The node id was already bound to the caller.
+    `known` holds the (name, lease id, image) of VMs this stream already had checked: their
+    names are not checked again (a stream reports the same VMs every few seconds)."""
     ids.node_id(message.node_id, "node_id")
     if not HOST_PORT.fullmatch(message.agent_address):
         raise InvalidField("agent_address", f"{message.agent_address[:80]!r} must be HOST:PORT")
@@ -103,19 +105,27 @@ def report(message) -> None:
     latest = time.time() + CLOCK_SKEW_SECONDS
     names = set()
     for vm in message.vms:
-        ids.vm_name(vm.name, "vms.name")
         if vm.name in names:
-            raise InvalidField("vms.name", f"{vm.name!r} is reported twice")
+            raise InvalidField("vms.name", f"{vm.name[:80]!r} is reported twice")
         names.add(vm.name)
-        if vm.lease_id:
-            ids.lease_id(vm.lease_id, "vms.lease_id")
+        identity = (vm.name, vm.lease_id, vm.image)
+        if known is None or identity not in known:
+            _check_vm_names(vm)
+            if known is not None and len(known) < MAX_REPORTED_VMS:
+                known.add(identity)
         if vm.role not in REPORT_ROLES:
             raise InvalidField("vms.role", f"{vm.role[:20]!r} is not one of {', '.join(REPORT_ROLES)}")
         bounded(vm.vcpus, 1, cpus, "vms.vcpus")
         bounded(vm.memory_mib, 1, memory, "vms.memory_mib", "MiB")
         _finite(vm.launched_at, 0.0, latest, "vms.launched_at")
         _finite(vm.cpu_cores, 0.0, float(cpus), "vms.cpu_cores")
-        if vm.image:
-            ids.image(vm.image, "vms.image")
         if len(vm.state) > 32:
             raise InvalidField("vms.state", "is longer than 32 characters")
+
+
+def _check_vm_names(vm) -> None:
+    ids.vm_name(vm.name, "vms.name")
+    if vm.lease_id:
+        ids.lease_id(vm.lease_id, "vms.lease_id")
+    if vm.image:
+        ids.image(vm.image, "vms.image")

@@ -23,8 +23,8 @@ from gleaner_common.rpc import RunningServer
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
 from .core.policy import BackfillConfig
-from .pool import PoolManager
 from .server import build_server
+from .service import PoolService
 from .store import Store, StoreError
 
 log = logging.getLogger("controller")
@@ -49,7 +49,7 @@ def logged(job, what: str):
     return run
 
 
-def evaluate(pool: PoolManager) -> None:
+def evaluate(pool: PoolService) -> None:
     """The end of an evaluation interval: select afresh, then move the long-lived books out of
     the cyclic garbage collector's way (gc.freeze), whose full passes over a pool of 100,000
     VMs would otherwise stall a decision for 100 ms or more. Refcounting still frees them."""
@@ -60,7 +60,7 @@ def evaluate(pool: PoolManager) -> None:
 DENIALS_AUDIT_SECONDS = 60.0
 
 
-def audit_denials(pool: PoolManager, server: RunningServer) -> None:
+def audit_denials(pool: PoolService, server: RunningServer) -> None:
     """Denied calls since the last run, one audit event per (identity, method, reason) with its
     count: a flood of denials costs the audit log a bounded number of rows a minute."""
     for who, method, why, count in server.authorizer.denials.flush():
@@ -70,7 +70,7 @@ def audit_denials(pool: PoolManager, server: RunningServer) -> None:
 
 @dataclass
 class RunningController:
-    pool: PoolManager
+    pool: PoolService
     server: RunningServer
     scheduler: BackgroundScheduler
 
@@ -82,21 +82,21 @@ class RunningController:
         self.scheduler.shutdown(wait=False)
         audit_denials(self.pool, self.server)
         self.server.stop(grace=5)
-        self.pool.executor.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()
         self.pool.store.close()
 
 
 def start_controller(config: ControllerConfig) -> RunningController:
     """The store, the pool, the gRPC server and the periodic jobs, all started."""
-    store = Store(config.store_path)
-    pool = PoolManager(config, store, AgentLinks(config.tls.files, config.agent_timeout_seconds))
+    store = Store(config.store_path, exclusive=True)
+    pool = PoolService(config, store, AgentLinks(config.tls.files, config.agent_timeout_seconds))
     gc.freeze()  # the leases just loaded: see evaluate()
     scheduler = BackgroundScheduler(daemon=True)
     backfill = pool.backfill
     # max_instances=2: a fill asked for while one runs enters, sees it, and makes the running one go round again.
     scheduler.add_job(logged(pool.fill, "backfill"), "interval", seconds=backfill.retry_seconds, id="backfill",
                       max_instances=2, coalesce=True, next_run_time=datetime.now())
-    scheduler.add_job(logged(pool.check_liveness, "liveness"), "interval", seconds=config.liveness_check_seconds,
+    scheduler.add_job(logged(pool.tick, "liveness"), "interval", seconds=config.liveness_check_seconds,
                       id="liveness", max_instances=1, coalesce=True)
     scheduler.add_job(logged(lambda: evaluate(pool), "selection"), "interval",
                       seconds=config.selection_interval_seconds, id="selection", max_instances=1, coalesce=True)

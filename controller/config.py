@@ -27,6 +27,8 @@ class ControllerConfig:
     swap_threshold_cores: float = 0.5     # an unused node must beat a used one by this much to swap in
     churn_burst: int = 3                  # more node arrivals/departures than this in one interval: defer
     use_prediction: bool = True           # cap backfill by potential productivity, not only by allocation
+    notice_seconds: int = 30              # a victim's clean-shutdown notice when the new VM starts beside it
+    host_headroom_mib: int = 256          # node memory the instant path leaves free
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -45,6 +47,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                   "prediction_window": ("prediction_window", int),
                   "swap_threshold_cores": ("swap_threshold_cores", float), "churn_burst": ("churn_burst", int),
                   "use_prediction": ("use_prediction", bool)},
+    "preemption": {"notice_seconds": ("notice_seconds", int), "host_headroom_mib": ("host_headroom_mib", int)},
 }
 
 
@@ -77,6 +80,9 @@ def check_config(config: ControllerConfig, source: str) -> None:
             raise ConfigError(f"{source}: {key} must be positive")
     if config.down_after_seconds <= config.suspect_after_seconds:
         raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
+    if not 0 <= config.notice_seconds <= 3600 or not 0 <= config.host_headroom_mib <= 2**20:
+        raise ConfigError(f"{source}: preemption.notice_seconds must be within 0..3600 and host_headroom_mib "
+                          "within 0..1048576")
     if config.swap_threshold_cores < 0 or config.churn_burst < 0:
         raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
+
 from gleaner_common.config import TlsConfig
 from gleaner_common.identity import Role
 from gleaner_common.pki import TlsFiles, ensure_lab_pki
@@ -157,10 +159,18 @@ def run_pool(lab: Lab, stub, keep: bool) -> None:
             signal.signal(sig, lambda *_: stop.set())
         say(f"the pool keeps running; try: gleanctl --config {lab.gleanctl_config} status  (Ctrl-C to stop)")
         stop.wait()
+
+
+def release_everything(lab: Lab, stub) -> None:
+    """Every way out of the demo comes here: backfill off, and every VM it launched released."""
     say("releasing every VM and stopping")
-    lab.gleanctl("backfill", "disable", show=False)
-    for lease in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases:
-        lab.gleanctl("release", lease.lease_id)
+    try:
+        lab.gleanctl("backfill", "disable", show=False)
+        for lease in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases:
+            lab.gleanctl("release", lease.lease_id)
+    except grpc.RpcError as exc:
+        say(f"could not release every VM ({exc.code().name}: {exc.details()}); list them with "
+            f"'gleanctl --config {lab.gleanctl_config} vms' and release them by hand")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             if not wait_until_serving(channel, 30, alive=lambda: lab.processes[0].poll() is None):
                 say(f"the controller did not start; see {args.state_dir / 'controller.log'}")
                 return 1
-            run_pool(lab, controller_pb2_grpc.ControllerStub(channel), args.keep)
+            stub = controller_pb2_grpc.ControllerStub(channel)
+            try:
+                run_pool(lab, stub, args.keep)
+            finally:
+                release_everything(lab, stub)
     except TimeoutError as exc:
         say(f"{exc}; see {args.state_dir}/controller.log and agent.log")
         return 1

@@ -2,9 +2,9 @@
 
     gleanctl [--controller HOST:PORT] [--config FILE] [--json] COMMAND ...
 
-Exit codes: 0 done; 1 the controller said no (a rejected or failed request); 2 bad usage or
-configuration; 3 the controller cannot be reached; 4 the controller refused the input
-(invalid argument, unknown lease).
+Exit codes: 0 done; 1 the controller said no (a rejected or failed request, or one still pending
+when --timeout ran out); 2 bad usage or configuration; 3 the controller cannot be reached; 4 the
+controller refused the input (invalid argument, unknown lease).
 """
 from __future__ import annotations
 
@@ -117,18 +117,36 @@ def cmd_vms(stub, args):
 
 
 def cmd_request(stub, args):
+    """Ask for an on-demand VM. The request id (printed) makes it idempotent: when the call times
+    out or the answer is still pending, gleanctl asks again with the same id until --timeout, so a
+    retry never makes a second VM; run it again with --request-id ID to pick up the answer later."""
+    request_id = args.request_id or f"req-{uuid.uuid4().hex[:12]}"
+    print(f"request {request_id}", file=sys.stderr, flush=True)
     request = controller_pb2.VmRequest(vcpus=args.vcpus, memory_mib=args.memory, image=args.image, owner=args.owner,
-                                       request_id=args.request_id or f"req-{uuid.uuid4().hex[:12]}")
-    reply = stub.RequestVm(request, timeout=args.timeout)
+                                       request_id=request_id)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            reply = stub.RequestVm(request, timeout=max(deadline - time.monotonic(), 1.0))
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or time.monotonic() >= deadline:
+                raise
+            continue
+        if reply.outcome != "pending" or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
     if reply.outcome == "placed":
         victims = "".join(f"\n  preempted {p.lease_id} ({p.vm_name}): {p.outcome} in {p.seconds:.1f}s, "
                           f"{p.work_lost_vcpu_seconds:.0f} vCPU-s of work lost" for p in reply.preempted)
         text = (f"placed {reply.lease.lease_id} on {reply.lease.node_id} as {reply.lease.vm_name} "
-                f"in {reply.total_seconds:.2f}s (decision {reply.decision_ms:.1f} ms, policy {reply.policy})"
-                f"{victims}")
+                f"in {reply.total_seconds:.2f}s (decision {reply.decision_ms:.1f} ms, policy {reply.policy}, "
+                f"request {reply.request_id}){victims}")
+    elif reply.outcome == "pending":
+        text = (f"pending: the controller is still working on request {reply.request_id}; ask again with "
+                f"'gleanctl request --request-id {reply.request_id} ...' (same size and image)")
     else:
         text = f"{reply.outcome}: {reply.reason} (request {reply.request_id})"
-    return as_dict(reply), text, 0 if reply.outcome in ("placed", "pending") else EXIT_REFUSED
+    return as_dict(reply), text, 0 if reply.outcome == "placed" else EXIT_REFUSED
 
 
 def cmd_release(stub, args):

@@ -1,4 +1,4 @@
-"""The controller's gRPC service: converts messages, maps errors, and leaves the work to PoolManager."""
+"""The controller's gRPC service: converts messages, maps errors, and leaves the work to PoolService."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ from protos import controller_pb2, controller_pb2_grpc
 from . import checks
 from .config import ControllerConfig
 from .core.policy import BackfillConfig
-from .pool import COUNTED_STATES, LeaseNotFound, PoolManager, RequestResult
+from .service import LeaseNotFound, PoolService, RequestResult
 from .store import Lease, StoreError
 
 rpc = rpc_errors([
@@ -52,16 +52,16 @@ def backfill_to_proto(config: BackfillConfig) -> controller_pb2.BackfillConfig:
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, pool: PoolManager, on_backfill_changed) -> None:
+    def __init__(self, pool: PoolService, on_backfill_changed) -> None:
         self.pool = pool
         self.on_backfill_changed = on_backfill_changed
 
     def Report(self, request_iterator, context):
         """The caller's node only: the authorization interceptor holds every message to it."""
-        count = 0
+        count, known = 0, set()
         for report in request_iterator:
             try:
-                checks.report(report)
+                checks.report(report, known)
             except InvalidField as exc:
                 self.pool.report_refused(report.node_id, str(exc))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"report refused: {exc}")
@@ -146,7 +146,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                 status.foreground_cpu_cores += node.foreground_cpu
                 status.backfill_cpu_cores += node.backfill_cpu
         for lease in self.pool.live_leases():
-            if lease.state not in COUNTED_STATES:
+            if not lease.held.vcpus and not lease.held.memory_mib:
                 continue
             role = "on_demand" if lease.role == "on_demand" else "backfill"
             setattr(status, f"{role}_vcpus", getattr(status, f"{role}_vcpus") + lease.vcpus)
@@ -157,7 +157,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         return status
 
 
-def build_server(config: ControllerConfig, pool: PoolManager, on_backfill_changed) -> RunningServer:
+def build_server(config: ControllerConfig, pool: PoolService, on_backfill_changed) -> RunningServer:
     """Each agent's report stream holds a worker thread, so there is one per agent plus room for
     admins; every call is authorized (gleaner_common.authz.TABLE) and bounded per identity."""
     servicer = ControllerServicer(pool, on_backfill_changed)

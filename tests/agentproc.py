@@ -119,11 +119,13 @@ class ServiceProcess:
 
     module = ""
 
-    def start(self):
+    def start(self, env: dict[str, str] | None = None):
+        """Start the server (with `env` added to its environment) and wait until it serves."""
         self.write_config()
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen([sys.executable, "-m", self.module, "--config", str(self.config_path)],
-                                        stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                                        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                        env={**os.environ, **env} if env else None)
         log.close()
         try:
             wait_for(self._serving, 20, f"{self.module} on {self.address} to serve")

@@ -84,3 +84,16 @@ def rpc_code(call) -> grpc.StatusCode | None:
     except grpc.RpcError as exc:
         return exc.code()
     return None
+
+
+def books_match_node(controller: ControllerProcess, agent_stub) -> bool:
+    """Books and node agree: every lease running with its VM, every VM of ours with a running lease."""
+    from protos import agent_pb2
+    try:
+        leases = controller.leases()
+        domains = agent_stub.ListDomains(agent_pb2.ListDomainsRequest(), timeout=10).domains
+    except grpc.RpcError:
+        return False
+    running = {d.name for d in domains if d.state == agent_pb2.DOMAIN_STATE_RUNNING}
+    return all(l.state == "running" for l in leases) and {l.vm_name for l in leases} == running \
+        and len(running) == len(domains)

@@ -282,6 +282,7 @@ class Ledger:
         self.unconfirmed: set[str] = set()     # victims whose stop was never confirmed
         self.retry_at: dict[str, float] = {}   # lease -> when to try its failed stop again
         self.started_at: float | None = None
+        self._unable_cache: dict[tuple[str, int], frozenset[str]] = {}
         self.lease_version: dict[str, int] = {}
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
@@ -388,17 +389,33 @@ class Ledger:
 
     # -- on-demand requests ---------------------------------------------------------------------
 
+    def _unable(self, memory_mib: int, image: str) -> frozenset[str]:
+        """The nodes that cannot boot this VM (image missing, memory below their least); kept
+        until a node's catalogue changes, since a pool's nodes mostly offer the same images."""
+        key = (image, memory_mib)
+        unable = self._unable_cache.get(key)
+        if unable is None:
+            unable = frozenset(n.node_id for n in self.nodes.values()
+                               if image not in n.images or memory_mib < n.min_memory_mib)
+            if len(self._unable_cache) > 256:
+                self._unable_cache.clear()
+            self._unable_cache[key] = unable
+        return unable
+
     def able(self, pool: Pool, memory_mib: int, image: str) -> Pool:
-        """The pool less the nodes that cannot boot this VM (image missing, memory below their least)."""
-        nodes = self.nodes
-        able = tuple(n for n in pool.nodes if image in nodes[n.node_id].images
-                     and memory_mib >= nodes[n.node_id].min_memory_mib)
-        return pool if len(able) == len(pool.nodes) else Pool(able, pool.vms_by_node, pool.now)
+        """The pool less the nodes that cannot boot this VM."""
+        unable = self._unable(memory_mib, image)
+        if not unable:
+            return pool
+        return Pool(tuple(n for n in pool.nodes if n.node_id not in unable), pool.vms_by_node, pool.now)
 
     def unbootable(self, pool: Pool, memory_mib: int, image: str) -> Reject | None:
         """A rejection when no up node could boot this VM at all: checked before anything is stopped."""
+        unable = self._unable(memory_mib, image)
+        if not unable or any(n.up and n.node_id not in unable for n in pool.nodes):
+            return None
         up = [self.nodes[n.node_id] for n in pool.nodes if n.up]
-        if not up or any(image in n.images and memory_mib >= n.min_memory_mib for n in up):
+        if not up:
             return None
         if not any(image in n.images for n in up):
             offered = sorted(set().union(*(n.images for n in up)))
@@ -494,6 +511,8 @@ class Ledger:
         return [self._running(lease, now, launched_at=now)]
 
     def _running(self, lease: Lease, now: float, launched_at: float | None) -> Write:
+        """Only the agent's answer to the launch makes a lease running (a report may show the VM
+        while QEMU still starts); after a crash, the launch asked again brings that answer."""
         running = self._book(replace(lease, state="running", deadline=None,
                                      launched_at=lease.launched_at or launched_at or now), now)
         detail = dict(role=lease.role, vm=lease.vm_name, vcpus=lease.vcpus, memory_mib=lease.memory_mib)
@@ -516,7 +535,7 @@ class Ledger:
 
     def _stopped(self, lease: Lease, now: float, how: dict) -> list[Effect]:
         """A stop confirmed (by the agent, or by the node's report no longer showing the VM)."""
-        kind = "vm.preempted" if lease.state in VICTIM else "vm.stopped"
+        kind = stop_event(lease)
         detail = dict(vm=lease.vm_name, **how)
         if lease.state in VICTIM:
             record = self.requests.get(lease.request_id)
@@ -591,6 +610,7 @@ class Ledger:
             node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address, capacity,
                                                           fg_samples=deque(maxlen=self.settings.prediction_window))
             node.redrive = node.node_id in self._redrive_nodes
+            self._unable_cache.clear()
             effects.append(self._node_event("node.joined", node, address=report.agent_address, cpus=report.cpus,
                                             memory_mib=report.memory_mib))
         elif node.state != "up":
@@ -608,6 +628,7 @@ class Ledger:
         if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
+            self._unable_cache.clear()
         backfill_cpu, names = 0.0, []
         for vm in report.vms:  # one pass: this runs for every report of every node
             names.append(vm.name)
@@ -643,8 +664,6 @@ class Ledger:
                     recovered = self._book(replace(lease, state="running", deadline=None), now)
                     effects.append(Write(updated=(recovered,), events=(Audit(
                         "vm.recovered", node.node_id, lease.lease_id, dict(vm=vm.name)),)))
-                elif lease.state == "starting":  # the answer to the launch call was lost (a crash, say)
-                    effects.append(self._running(lease, now, vm.launched_at or now))
                 elif lease.state == "cancelling":
                     effects += self._stop(lease, self.backfill.grace_seconds, now, "released while starting",
                                           launched=vm.launched_at or now)
@@ -856,6 +875,16 @@ class Ledger:
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(
             dropped=dropped, added=added, threshold_cores=self.settings.swap_threshold_cores))
             for dropped, added in result.swaps))]
+
+
+STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"))
+
+
+def stop_event(lease: Lease) -> str:
+    """The audit event of a confirmed stop, by why it was stopped."""
+    if lease.state in VICTIM:
+        return "vm.preempted"
+    return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
 
 
 def work(lease: Lease, now: float) -> float:

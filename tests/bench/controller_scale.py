@@ -108,6 +108,7 @@ import grpc
 
 from controller.cli import start_controller
 from controller.config import ControllerConfig
+from controller.core.ledger import stable_seed
 from controller.core.policy import Size, place_on_demand
 from controller.store import Lease, Store
 from gleaner_common import __version__
@@ -165,7 +166,7 @@ def vm_row(lease: Lease) -> VmRow:
 def booked_rows(pool, nodes: int) -> list[list[VmRow]]:
     """Every node's VMs as the controller's books have them now: what its agent would report."""
     with pool.lock:
-        return [sorted(vm_row(lease) for lease in pool.by_node.get(node_id(n), {}).values()
+        return [sorted(vm_row(lease) for lease in pool.ledger.by_node.get(node_id(n), {}).values()
                        if lease.state in ("running", "starting"))
                 for n in range(nodes)]
 
@@ -322,14 +323,14 @@ def settle(pool, rows: list[list[VmRow]], agent_address: str, seq: int) -> None:
 
 
 def count_match_calls(pool) -> list[int]:
-    """Count the reports that go through _match_vms (a wrapper on this pool only); returns the counter."""
+    """Count the reports that go through the ledger's _match_vms (a wrapper on this pool only)."""
     counter = [0]
-    match = pool._match_vms
+    match = pool.ledger._match_vms
 
     def counted(node, reported, now):
         counter[0] += 1
         return match(node, reported, now)
-    pool._match_vms = counted
+    pool.ledger._match_vms = counted
     return counter
 
 
@@ -407,8 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.requests):
             request_id = f"scale-{i}"
             t0 = time.perf_counter()
-            place_on_demand(pool.snapshot(), Size(2, 2048), pool.backfill.termination_policy,
-                            seed=hash(request_id) & 0xFFFF)  # the controller's seed for this request
+            with pool.lock:
+                place_on_demand(pool.ledger.snapshot(time.time()), Size(2, 2048), pool.backfill.termination_policy,
+                                seed=stable_seed(request_id))  # the controller's seed for this request
             placements.append((time.perf_counter() - t0) * 1000)
             reply = stub.RequestVm(controller_pb2.VmRequest(vcpus=2, memory_mib=2048, image="tiny", owner="bench",
                                                             request_id=request_id), timeout=60)
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             matched_mixed.append(calls)
             settle(pool, rows, agent_address, seq_base + 2 * 10**9)
             with pool.lock:
-                lost_after_settle.append(sum(lease.state == "lost" for lease in pool.leases.values()))
+                lost_after_settle.append(sum(lease.state == "lost" for lease in pool.ledger.leases.values()))
     finally:
         running.stop()
         stand_in.stop(0)

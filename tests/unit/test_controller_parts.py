@@ -149,13 +149,13 @@ class SlowAgents:
 
 def test_concurrent_requests_never_double_book_a_node(tmp_path):
     import threading
-    from controller.pool import PoolManager
+    from controller.service import PoolService
     from protos import controller_pb2
     config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1")
     store = Store(config.store_path)
     store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
     agents = SlowAgents()
-    pool = PoolManager(config, store, agents)
+    pool = PoolService(config, store, agents)
     report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
                                        images=["tiny"], min_memory_mib=32)
     for i in range(2):
@@ -171,6 +171,8 @@ def test_concurrent_requests_never_double_book_a_node(tmp_path):
     placed = [r for r in results if r.record.outcome == "placed"]
     assert len(placed) == 2 and len([r for r in results if r.record.outcome == "rejected"]) == 2
     assert sorted(v.lease.lease_id for r in placed for v in r.preempted) == ["bf0", "bf1"]  # each stopped once
+    assert {r.record.path for r in placed} == {"instant"}  # the node's memory holds them beside their victims
+    pool.executor.shutdown(wait=True)  # the victims' stops run beside the launches
     assert sorted(agents.terminated) == ["vm-bf0", "vm-bf1"]
     live = pool.live_leases()
     assert sum(l.vcpus for l in live) == 2 and {l.role for l in live} == {"on_demand"}
@@ -194,14 +196,14 @@ def test_agent_controller_settings_are_checked():
 
 
 def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_path):
-    from controller.pool import PoolManager
+    from controller.service import PoolService
     from protos import controller_pb2
     config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
                               prediction_window=5)
     store = Store(config.store_path)
     store.set_backfill(BackfillConfig(enabled=True, memory_mb=512))
     agents = SlowAgents()
-    pool = PoolManager(config, store, agents)
+    pool = PoolService(config, store, agents)
     for _ in range(5):  # "busy" runs 1.6 of its 2 cores in the foreground, "idle" almost nothing
         for node_id, fg in (("busy", 1.6), ("idle", 0.1), ("kept", 0.0)):
             pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
@@ -216,7 +218,7 @@ def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_
 
 def test_backfill_vms_past_their_duration_are_recycled(tmp_path):
     import time
-    from controller.pool import PoolManager
+    from controller.service import PoolService
     from protos import controller_pb2
     config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
                               use_prediction=False)
@@ -224,14 +226,37 @@ def test_backfill_vms_past_their_duration_are_recycled(tmp_path):
     store.set_backfill(BackfillConfig(enabled=True, memory_mb=128, duration_seconds=60))
     store.put_leases([lease("old", launched_at=time.time() - 61), lease("new", launched_at=time.time() - 5)])
     agents = SlowAgents()
-    pool = PoolManager(config, store, agents)
+    pool = PoolService(config, store, agents)
     report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
                                        images=["tiny"], min_memory_mib=32)
     for name in ("old", "new"):
         report.vms.add(name=f"vm-{name}", lease_id=name, role="backfill", vcpus=1, memory_mib=128)
     pool.ingest(report)
     pool.fill()
-    pool.executor.shutdown(wait=True)  # the recycling runs beside the launcher
+    pool.executor.shutdown(wait=True)  # the recycling runs on the agent-call threads
     assert agents.terminated == ["vm-old"]
     assert store.lease("old").end_reason == "recycled after 60 s"
     assert store.count_events("vm.recycled") == 1
+
+
+def test_one_controller_owns_a_store(tmp_path):
+    from controller.store import StoreBusy
+    first = Store(tmp_path / "c.sqlite3", exclusive=True)
+    with pytest.raises(StoreBusy, match="in use by another controller"):
+        Store(tmp_path / "c.sqlite3", exclusive=True)
+    first.close()
+    Store(tmp_path / "c.sqlite3", exclusive=True).close()  # free again once the first let go
+
+
+def test_a_damaged_store_is_reported_and_left_untouched(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    store = Store(path)
+    store.put_leases([lease("a")])
+    store.close()
+    data = bytearray(path.read_bytes())
+    data[4096:8192] = b"\xff" * 4096   # the second page: the leases table
+    path.write_bytes(bytes(data))
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="damaged|not a usable SQLite database"):
+        Store(path)
+    assert path.read_bytes() == before

@@ -26,7 +26,7 @@ def mode(path) -> int:
 
 
 def test_the_controller_and_gleanctl_load_neither_the_agent_nor_libvirt():
-    code = ("import sys, controller.cli, controller.server, controller.pool, controller.gleanctl, controller.agents;"
+    code = ("import sys, controller.cli, controller.server, controller.service, controller.gleanctl, controller.agents;"
             "print(' '.join(m for m in ('nodeagent', 'libvirt', 'pyroute2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == ""

@@ -1,0 +1,337 @@
+"""The controller's service: it holds the ledger (controller/core/ledger.py) under one lock, feeds
+it what happens (requests, releases, reports, agents' answers, the clock) and carries out what it
+returns, in order: each Write is committed to the store in one transaction, and only then are the
+calls it authorises made to the agents (outside the lock, on a thread pool); their answers go
+back into the ledger. A restarted controller rebuilds the ledger from the store, and each node's
+unfinished business is asked again when the node reports.
+
+Crash points for tests: GLEANER_CRASH_AT=NAME[,NAME...] makes the process exit at once (as kill -9
+would) at that point. Names: `after_write:KIND` (just after a Write holding an audit event of
+KIND is committed, e.g. after_write:request.placed, after_write:vm.preempting), `before_call:launch`,
+`before_call:stop`, `after_call:launch`, `after_call:stop` (the agent answered; the answer is not
+yet recorded).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
+from gleaner_common.logs import log_event
+
+from . import checks
+from .agents import AgentCallFailed, AgentLinks, Stopped
+from .config import ControllerConfig
+from .core.ledger import (VICTIM, Ask, Effect, Launch, Lease, Ledger, LedgerSettings, LeaseError, NodeState,
+                          RequestRecord, Reserve, Stop, Write, work)
+from .core.policy import BackfillConfig, NodeView, VmRole
+from .store import LeaseConflict, Store
+
+log = logging.getLogger(__name__)
+REFUSAL_AUDIT_SECONDS = 60.0  # one report.refused audit event per node this often, however many come
+FILL_EVENTS = {"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released", "vm.recycled",
+               "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired"}
+
+
+class LeaseNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Preempted:
+    lease: Lease
+    stopped: Stopped
+    work_lost: float
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    record: RequestRecord
+    lease: Lease | None
+    preempted: tuple[Preempted, ...] = ()
+    total_seconds: float = 0.0
+    policy: str = ""
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def ledger_settings(config: ControllerConfig) -> LedgerSettings:
+    return LedgerSettings(
+        vm_name_prefix=config.vm_name_prefix, suspect_after=config.suspect_after_seconds,
+        down_after=config.down_after_seconds, launch_timeout=config.agent_timeout_seconds + 30,
+        stop_timeout=config.agent_timeout_seconds + 30, notice_seconds=config.notice_seconds,
+        headroom_mib=config.host_headroom_mib, prediction_window=config.prediction_window,
+        swap_threshold_cores=config.swap_threshold_cores, churn_burst=config.churn_burst,
+        use_prediction=config.use_prediction)
+
+
+class PoolService:
+    def __init__(self, config: ControllerConfig, store: Store, agents: AgentLinks,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = store
+        self.agents = agents
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)   # notified whenever the books change
+        self.ledger = Ledger(ledger_settings(config), store.backfill(), store.reserves(), random_id,
+                             store.live_leases(), store.pending_requests(), store.recently_ended())
+        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
+        self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
+        self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
+        self._refused_at: dict[str, float] = {}
+        self._crash_at = set(filter(None, os.environ.get("GLEANER_CRASH_AT", "").split(",")))
+        log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
+                  store=str(store.path), schema_version=store.schema_version)
+
+    # -- carrying out the ledger's effects --------------------------------------------------------
+
+    def _apply(self, effects: list[Effect]) -> None:
+        """Under the lock: commit each Write, then start the calls it authorised."""
+        fill = False
+        for effect in effects:
+            if isinstance(effect, Write):
+                try:
+                    self.store.apply(effect, self.clock())
+                except LeaseConflict as exc:   # only an adoption can clash: the store keeps every lease ever
+                    self._apply(self.ledger.adoption_refused(effect.created[0], str(exc), self.clock()))
+                    continue
+                for event in effect.events:
+                    self._log(event)
+                    self._crash_point(f"after_write:{event.kind}")
+                    fill = fill or event.kind in FILL_EVENTS
+            elif isinstance(effect, Launch):
+                self.executor.submit(self._launch, effect.lease)
+            elif isinstance(effect, Stop):
+                self.executor.submit(self._stop, effect)
+        self.changed.notify_all()
+        if fill:
+            self.request_fill()
+
+    @staticmethod
+    def _log(event) -> None:
+        level = logging.WARNING if event.kind in ("vm.lost", "vm.conflict", "vm.unexpected", "vm.stop_failed",
+                                                  "vm.stop_expired", "vm.launch_failed", "request.expired",
+                                                  "node.suspect", "node.down") else logging.INFO
+        detail = {k: v for k, v in event.detail.items() if not isinstance(v, (list, dict))}
+        log_event(log, event.kind, level, node=event.node_id or "-", lease_id=event.lease_id or "-", **detail)
+
+    def _crash_point(self, name: str) -> None:
+        if name in self._crash_at:
+            log_event(log, "controller.crash_point", logging.WARNING, point=name)
+            logging.shutdown()
+            os._exit(137)
+
+    def _address(self, node_id: str) -> str | None:
+        with self.lock:
+            node = self.ledger.nodes.get(node_id)
+            return node.address if node else None
+
+    def _launch(self, lease: Lease) -> None:
+        self._crash_point("before_call:launch")
+        address = self._address(lease.node_id)
+        try:
+            if address is None:
+                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            self.agents.launch(lease.node_id, address, lease.vm_name, VmRole(lease.role), lease.vcpus,
+                               lease.memory_mib, lease.image, lease.lease_id)
+            ok, detail = True, ""
+        except AgentCallFailed as exc:
+            ok, detail = False, str(exc)
+        self._crash_point("after_call:launch")
+        with self.lock:
+            self._apply(self.ledger.launch_done(lease.lease_id, ok, detail, self.clock()))
+
+    def _stop(self, effect: Stop) -> None:
+        lease = effect.lease
+        self._crash_point("before_call:stop")
+        address = self._address(lease.node_id)
+        try:
+            if address is None:
+                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            stopped = self.agents.terminate(lease.node_id, address, lease.vm_name, effect.grace_seconds, effect.force)
+            ok = True
+        except AgentCallFailed as exc:
+            stopped, ok = Stopped("unreachable", 0.0, str(exc)), False
+        self._crash_point("after_call:stop")
+        with self.lock:
+            self.stops[lease.lease_id] = stopped
+            while len(self.stops) > 10_000:
+                self.stops.popitem(last=False)
+            self._apply(self.ledger.stop_done(lease.lease_id, stopped.outcome, ok, stopped.seconds, stopped.detail,
+                                              self.clock()))
+
+    # -- on-demand requests -----------------------------------------------------------------------
+
+    def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str,
+                wait_seconds: float | None = None) -> RequestResult:
+        """Place an on-demand VM and wait (at most wait_seconds) until it runs, failed, or was
+        rejected; the same request_id again gives the same request's answer."""
+        started = time.monotonic()
+        checks.request(vcpus, memory_mib, image, owner, request_id)
+        wait = self._request_wait() if wait_seconds is None else wait_seconds
+        with self.lock:
+            record = self.ledger.pending(request_id) or self.store.request(request_id)
+            if record is None:
+                self._apply(self.ledger.request(Ask(vcpus, memory_mib, image, owner, request_id), self.clock(),
+                                                time.perf_counter))
+                record = self.ledger.pending(request_id)
+            elif (record.vcpus, record.memory_mib, record.image, record.owner) != (vcpus, memory_mib, image, owner):
+                raise InvalidField("request_id", f"{request_id!r} was already used for a request of {record.vcpus} "
+                                                 f"vCPUs, {record.memory_mib} MiB, image {record.image!r}, owner "
+                                                 f"{record.owner!r}; use a new request_id")
+            while record.outcome == "pending" and time.monotonic() - started < wait:
+                self.changed.wait(timeout=min(1.0, wait - (time.monotonic() - started)))
+                record = self.ledger.pending(request_id) or self.store.request(request_id) or record
+            return self._result(record, time.monotonic() - started)
+
+    def _request_wait(self) -> float:
+        """Long enough for the slowest path: the victims' grace, then the launch."""
+        return self.ledger.settings.launch_timeout + self.ledger.backfill.grace_seconds + 15
+
+    def _result(self, record: RequestRecord, seconds: float) -> RequestResult:
+        lease = self._lease(record.lease_id) if record.lease_id else None
+        preempted = []
+        for victim_id in record.victims:
+            victim = self._lease(victim_id)
+            if victim is None:
+                continue
+            stopped = self.stops.get(victim_id) or (
+                Stopped(victim.state, 0.0, "stopping") if victim.state in VICTIM else Stopped(victim.state, 0.0, ""))
+            preempted.append(Preempted(victim, stopped, work(victim, record.created_at)))
+        return RequestResult(record, lease, tuple(preempted), seconds, self.ledger.backfill.termination_policy.value)
+
+    def _lease(self, lease_id: str) -> Lease | None:
+        return self.ledger.leases.get(lease_id) or self.store.lease(lease_id)
+
+    # -- release ---------------------------------------------------------------------------------
+
+    def release(self, lease_id: str, force: bool = False) -> tuple[Lease, Stopped]:
+        """Stop a VM and end its lease; waits (within the grace period and the agent's timeout)
+        for the stop to be confirmed."""
+        ids.lease_id(lease_id)
+        started = time.monotonic()
+        with self.lock:
+            try:
+                _lease, effects = self.ledger.release(lease_id, force, self.clock())
+            except LeaseError as exc:
+                if not exc.not_found:
+                    raise InvalidField(exc.field, str(exc).split(": ", 1)[1]) from None
+                stored = self.store.lease(lease_id)
+                if stored is None:
+                    raise LeaseNotFound(f"no lease {lease_id!r}") from None
+                return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
+            self._apply(effects)
+            wait = self.ledger.backfill.grace_seconds + self.ledger.settings.stop_timeout
+            while lease_id in self.ledger.leases and time.monotonic() - started < wait:
+                self.changed.wait(timeout=1.0)
+            lease = self._lease(lease_id)
+            stopped = self.stops.get(lease_id) or Stopped(lease.state if lease else "unknown", 0.0, "")
+        assert lease is not None
+        return lease, stopped
+
+    # -- reports, time, backfill ------------------------------------------------------------------
+
+    def ingest(self, report) -> None:
+        with self.lock:
+            effects = self.ledger.report(report, self.clock())
+            if effects:
+                self._apply(effects)
+
+    def report_refused(self, node_id: str, reason: str) -> None:
+        """A report out of bounds: logged and audited, at most once per node a minute."""
+        now = time.monotonic()
+        with self.lock:
+            if now - self._refused_at.get(node_id, -REFUSAL_AUDIT_SECONDS) < REFUSAL_AUDIT_SECONDS:
+                return
+            if len(self._refused_at) > 4096:  # bounded: forget the oldest
+                self._refused_at.pop(next(iter(self._refused_at)))
+            self._refused_at[node_id] = now
+        self.store.record("report.refused", node_id, reason=reason)
+        log_event(log, "report.refused", logging.WARNING, node=node_id, reason=reason)
+
+    def tick(self) -> None:
+        """Liveness, deadlines and retries: the ledger's clock."""
+        with self.lock:
+            self._apply(self.ledger.tick(self.clock()))
+
+    def request_fill(self) -> None:
+        if self.ledger.backfill.enabled:
+            self.on_fill_wanted()
+
+    def fill(self) -> int:
+        """Book backfill VMs on idle capacity and recycle old ones; returns how many were launched."""
+        with self.lock:
+            effects = self.ledger.fill(self.clock())
+            self._apply(effects)
+        launched = sum(isinstance(e, Launch) for e in effects)
+        if launched:
+            log_event(log, "backfill.launching", count=launched)
+        return launched
+
+    def select(self, evaluation: bool) -> None:
+        with self.lock:
+            self._apply(self.ledger.select(self.clock(), evaluation))
+
+    def set_backfill(self, config: BackfillConfig) -> None:
+        with self.lock:
+            self.store.set_backfill(config)
+            self.ledger.backfill = config
+        self.store.record("backfill.configured", **config.as_dict())
+
+    def set_reserve(self, reserve: Reserve) -> None:
+        """Set (or, all zero, remove) a reserve; every node's view is rebuilt with it."""
+        with self.lock:
+            self.store.set_reserve(reserve)
+            self.ledger.set_reserves(self.store.reserves())
+        self.store.record("reserve.set", reserve.node_id, vcpus=reserve.vcpus, memory_mib=reserve.memory_mib,
+                          whole_node=reserve.whole_node)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @property
+    def backfill(self) -> BackfillConfig:
+        return self.ledger.backfill
+
+    @property
+    def reserves(self) -> dict[str, Reserve]:
+        return self.ledger.reserves
+
+    @property
+    def selected(self) -> tuple[str, ...]:
+        return self.ledger.selected
+
+    @property
+    def productivity(self) -> dict[str, float]:
+        return self.ledger.productivity
+
+    @property
+    def predicted(self) -> dict[str, float]:
+        return self.ledger.predicted
+
+    def node_rows(self) -> list[tuple[NodeState, NodeView, int, int]]:
+        """(node, its view, on-demand VMs, backfill VMs) for every node, by id."""
+        with self.lock:
+            rows = []
+            for node_id, node in sorted(self.ledger.nodes.items()):
+                roles = [l.role for l in self.ledger.by_node.get(node_id, {}).values()]
+                rows.append((replace(node), self.ledger.view(node_id), roles.count("on_demand"),
+                             roles.count("backfill")))
+            return rows
+
+    def live_leases(self) -> list[Lease]:
+        with self.lock:
+            return self.ledger.live_leases()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

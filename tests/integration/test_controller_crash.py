@@ -1,0 +1,74 @@
+"""The controller killed at each step of a preemption, with real VMs: it exits at a named crash
+point (os._exit, as kill -9 would leave it), is started again on the same store, and the pool
+converges: the request is answered (placed, or failed with a reason), no lease is left in a
+waiting state, every running lease has its VM on the node and every VM of ours has a lease.
+
+The node has 2 CPUs; two backfill VMs fill it, and each on-demand request of 1 vCPU must
+preempt the most recent one (its memory fits beside it: the instant path, victims on notice)."""
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from protos import controller_pb2
+from tests.agentproc import AgentProcess, wait_for, wait_for_console
+from tests.controllerproc import ControllerProcess, agent_settings, books_match_node
+
+CONVERGE_SECONDS = 90   # the most a crashed request may take to settle after the restart
+POINTS = ["after_write:request.placed", "before_call:launch", "before_call:stop", "after_call:launch",
+          "after_call:stop", "after_write:vm.preempted"]
+
+
+@pytest.fixture(scope="module")
+def pool(test_env):
+    controller = ControllerProcess(test_env, name="crash", settings=dict(use_prediction=False, notice_seconds=5))
+    controller.start()
+    agent = AgentProcess(test_env, name="crash-node", settings=agent_settings(controller)).start()
+    wait_for(lambda: controller.node_state("crash-node") == "up", 20, "the node to report")
+    controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, grace_seconds=10,
+                                                                    retry_seconds=5), timeout=10)
+    yield controller, agent
+    agent.stop()
+    controller.stop()
+
+
+def full_of_backfill(controller: ControllerProcess, agent: AgentProcess) -> list:
+    leases = controller.leases("backfill", "running")
+    if len(leases) != 2 or len(controller.leases()) != 2:
+        return []
+    for lease in leases:
+        wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
+    return leases
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_controller_killed_mid_preemption_converges_after_a_restart(pool, point):
+    controller, agent = pool
+    wait_for(lambda: full_of_backfill(controller, agent), 240, "two booted backfill VMs")
+    controller.stop()
+    controller.start(env={"GLEANER_CRASH_AT": point})
+    wait_for(lambda: controller.node_state("crash-node") == "up", 60, "the node to report")
+    request = controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="crash",
+                                       request_id=f"crash-{point.replace(':', '-').replace('.', '-')}")
+    try:  # the instant path may answer before a later point (the victim's stop) is reached
+        controller.stub().RequestVm(request, timeout=60)
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+    controller.process.wait(60)
+    assert controller.process.returncode == 137 and f"point={point}" in controller.log_text()
+    controller.process = None
+    restarted = time.monotonic()
+    controller.start()
+    reply = controller.stub().RequestVm(request, timeout=120)   # the same request, asked again
+    assert reply.outcome in ("placed", "failed"), (reply.outcome, reply.reason)
+    wait_for(lambda: books_match_node(controller, agent.stub()), CONVERGE_SECONDS, f"the pool to settle after a crash at {point}")
+    took = time.monotonic() - restarted
+    on_demand = controller.leases("on_demand")
+    if reply.outcome == "placed":
+        assert [l.lease_id for l in on_demand] == [reply.lease.lease_id]
+    assert took < CONVERGE_SECONDS
+    # clean up for the next point: the on-demand VM goes, backfill refills the node
+    for lease in on_demand:
+        controller.stub().Release(controller_pb2.ReleaseRequest(lease_id=lease.lease_id, force=True), timeout=60)
