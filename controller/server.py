@@ -37,7 +37,7 @@ def lease_to_proto(lease: Lease) -> controller_pb2.Lease:
 def result_to_proto(result: RequestResult) -> controller_pb2.VmRequestResult:
     record = result.record
     reply = controller_pb2.VmRequestResult(request_id=record.request_id, outcome=record.outcome, reason=record.reason,
-                                           decision_ms=record.decided_ms, total_seconds=result.total_seconds,
+                                           decision_ms=result.decision_ms, total_seconds=result.total_seconds,
                                            policy=result.policy)
     if result.lease is not None:
         reply.lease.CopyFrom(lease_to_proto(result.lease))

@@ -59,6 +59,12 @@ class RequestResult:
     preempted: tuple[Preempted, ...] = ()
     total_seconds: float = 0.0
     policy: str = ""
+    booked_ms: float | None = None   # this call's whole booking under the lock, commit included
+
+    @property
+    def decision_ms(self) -> float:
+        """The booking as this call timed it, or (a repeated request) the decision as recorded."""
+        return self.record.decided_ms if self.booked_ms is None else self.booked_ms
 
 
 def random_id(prefix: str) -> str:
@@ -180,11 +186,16 @@ class PoolService:
         started = time.monotonic()
         checks.request(vcpus, memory_mib, image, owner, request_id)
         wait = self._request_wait() if wait_seconds is None else wait_seconds
+        booked_ms = None
         with self.lock:
+            held_since = time.perf_counter()
             record = self.ledger.pending(request_id) or self.store.request(request_id)
             if record is None:
+                # The record keeps the decision's time; the reply gives the whole booking: from
+                # taking the lock, through the decision, to the commit of its rows and audit events.
                 self._apply(self.ledger.request(Ask(vcpus, memory_mib, image, owner, request_id), self.clock(),
                                                 time.perf_counter))
+                booked_ms = (time.perf_counter() - held_since) * 1000
                 record = self.ledger.pending(request_id)
             elif (record.vcpus, record.memory_mib, record.image, record.owner) != (vcpus, memory_mib, image, owner):
                 raise InvalidField("request_id", f"{request_id!r} was already used for a request of {record.vcpus} "
@@ -193,7 +204,7 @@ class PoolService:
             while record.outcome == "pending" and time.monotonic() - started < wait:
                 self.changed.wait(timeout=min(1.0, wait - (time.monotonic() - started)))
                 record = self.ledger.pending(request_id) or self.store.request(request_id) or record
-            return self._result(record, time.monotonic() - started)
+            return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
 
     def _request_wait(self) -> float:
         """Long enough for the slowest path: the victims' grace, then the launch."""
