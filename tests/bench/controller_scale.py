@@ -22,17 +22,16 @@ level, as configured) goes to controller.log in the run's temporary directory.
 
 What each figure times, and what it leaves out:
 
-- decision_p50_ms / decision_p99_ms / decision_max_ms: RequestVm's decision_ms (the request
-  record's decided_ms) over --requests requests of 2 vCPUs sent through gRPC, one at a time.
-  It is the whole booking under the pool's lock: from when the request holds the lock (its
-  replay lookup in the store), through the snapshot, the placement, booking the new lease and
-  its victims (their store writes) and writing the pending request record, to just before the
-  lock is released. Left out: waiting for the lock (no reports flow during the requests), the
-  log line, and everything outside the lock (gRPC and its authorization, the stand-in agent's
-  calls, the final record). A rejected request's record write would also be left out; none is
-  rejected here.
+- decision_p50_ms / decision_p99_ms / decision_max_ms: RequestVm's decision_ms over --requests
+  requests of 2 vCPUs sent through gRPC, one at a time: the whole booking under the pool's lock
+  (controller/service.py), from when the request holds the lock (its replay lookup in the
+  ledger and the store), through the ledger's decision (the snapshot, the image check, the
+  placement, booking the new lease and its victims) and the commit of its rows and audit events
+  in one transaction, to just before the lock is released. Left out: waiting for the lock (no
+  reports flow during the requests), everything outside the lock (gRPC and its authorization,
+  the stand-in agent's calls, waiting for the launch's answer).
 - placement_p50_ms / placement_p99_ms: the snapshot plus placement alone, timed in this process
-  right before each request by calling pool.snapshot() and policy.place_on_demand (the pure
+  right before each request by calling the ledger's snapshot() and policy.place_on_demand (the pure
   function, with the seed the controller uses for that request) outside gRPC and the store.
   That snapshot brings the views of the nodes the previous request changed up to date, so the
   request's own snapshot finds nothing to refresh (a few nodes: microseconds).
