@@ -1,0 +1,191 @@
+"""`python -m controller.sim`: run the controller's ledger against a request trace on simulated
+nodes and print (and with --out, write) the figures. See controller/sim/engine.py for what is
+simulated and controller/sim/workload.py for how a short trace fills --days."""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gleaner_common.config import ConfigError
+from gleaner_common.ids import InvalidField
+
+from .. import checks
+from ..config import ControllerConfig, load_config
+from ..core.policy import BackfillConfig, Policy
+from ..gleanctl import UsageError, parse_backfill_setting
+from ..service import ledger_settings
+from . import traces
+from .engine import DAY, SimSettings, Simulation, progress_to_stderr
+from .workload import stretch_to_load
+
+AZURE_DEFAULT_LOAD = 0.6
+COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
+            "rejected_due_to_backfill", "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
+            "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
+            "sim_events", "wall_seconds")
+
+
+class SimUsage(Exception):
+    pass
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m controller.sim",
+        description="Trace-driven simulation of the Gleaner controller: the live controller's ledger (placement, "
+                    "victim choice, backfill plan, volunteer selection, reserves) on simulated nodes whose agents "
+                    "launch and stop VMs in configurable times.")
+    p.add_argument("--nodes", type=int, default=100, help="simulated nodes (default 100)")
+    p.add_argument("--node-cpus", type=int, default=16, help="vCPUs per node (default 16)")
+    p.add_argument("--node-memory-mib", type=int, default=65536, help="memory per node in MiB (default 65536)")
+    p.add_argument("--days", type=float, default=1.0, help="simulated days (default 1)")
+    p.add_argument("--requests", type=Path, required=True, help="on-demand request trace (plain or gzipped)")
+    p.add_argument("--format", choices=("azure", "swf", "csv"), default="azure",
+                   help="azure: Azure Packing 2020 vm_entry_list (priority 0 rows are the on-demand VMs); swf: "
+                        "Standard Workload Format jobs as VMs of procs vCPUs and 4 GiB per vCPU; csv: Gleaner's "
+                        "request CSV (controller/sim/traces.py)")
+    p.add_argument("--load", type=float, default=None,
+                   help=f"stretch and tile the trace so on-demand VMs ask for this share of the pool's vCPUs on "
+                        f"average over --days: arrivals are scaled (lifetimes kept) and the copy is repeated with "
+                        f"traces.scale_time and traces.tile (controller/sim/workload.py). Default "
+                        f"{AZURE_DEFAULT_LOAD} for azure, whose sample is a 16-minute burst that tiled as it is "
+                        f"would swamp any pool; for swf and csv the trace runs as it is unless --load is given")
+    p.add_argument("--backfill", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="backfill settings as for `gleanctl backfill set` (enabled=true, max_instances, image, "
+                        "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds); "
+                        "the controller's defaults otherwise (backfill disabled)")
+    p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection and "
+                                               "prediction settings")
+    p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
+    p.add_argument("--stop-seconds", type=float, default=5.0,
+                   help="a clean shutdown takes this long, capped by the stop's grace (default 5)")
+    p.add_argument("--demand", type=Path, help="foreground CPU demand per node (bitbrains tar.gz or alibaba "
+                                               "machine_usage.csv); nodes then report every --report-seconds")
+    p.add_argument("--demand-format", choices=("bitbrains", "alibaba"), default="bitbrains")
+    p.add_argument("--report-seconds", type=float, default=60.0, help="report period with --demand (default 60)")
+    p.add_argument("--compare", help="POLICY[,POLICY...]: run each termination policy on the same trace and print "
+                                     "one table (" + ", ".join(x.value for x in Policy) + ")")
+    p.add_argument("--out", type=Path, help="directory for summary.json and vms.csv (one subdirectory per policy "
+                                            "with --compare)")
+    p.add_argument("--max-wall-seconds", type=float, default=0.0,
+                   help="stop a run after this much wall time; its figures cover the days simulated")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p.parse_args(argv)
+
+
+def backfill_config(items: list[str]) -> BackfillConfig:
+    changes = dict(parse_backfill_setting(item) for item in items)
+    return checks.backfill(BackfillConfig(), changes)
+
+
+def read_requests(path: Path, fmt: str) -> list[traces.OnDemandRequest]:
+    if fmt == "azure":
+        return traces.azure_requests(path)
+    if fmt == "swf":
+        return traces.swf_requests(path)
+    return traces.csv_requests(path)
+
+
+def read_demand(path: Path, fmt: str) -> list[traces.DemandSeries]:
+    return traces.bitbrains_series(path) if fmt == "bitbrains" else traces.alibaba_series(path)
+
+
+def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[str, Any], SimSettings,
+                                             BackfillConfig, ControllerConfig, list[traces.DemandSeries]]:
+    for name in ("nodes", "node_cpus", "node_memory_mib"):
+        if getattr(args, name) < 1:
+            raise SimUsage(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.days > 0:
+        raise SimUsage("--days must be more than 0")
+    backfill = backfill_config(args.backfill)
+    config = load_config(args.config) if args.config else ControllerConfig()
+    requests = read_requests(args.requests, args.format)
+    inputs: dict[str, Any] = dict(requests=str(args.requests), requests_format=args.format,
+                                  requests_sha256=traces.digest(args.requests), trace_requests=len(requests))
+    load = args.load if args.load is not None else (AZURE_DEFAULT_LOAD if args.format == "azure" else None)
+    if load is not None:
+        if not load > 0:
+            raise SimUsage("--load must be more than 0")
+        requests, period = stretch_to_load(requests, args.days * DAY, load, args.nodes * args.node_cpus)
+        inputs.update(load=load, tile_period_s=round(period, 3))
+    if args.config:
+        inputs.update(config=str(args.config), config_sha256=traces.digest(args.config))
+    demand: list[traces.DemandSeries] = []
+    if args.demand:
+        demand = read_demand(args.demand, args.demand_format)
+        inputs.update(demand=str(args.demand), demand_format=args.demand_format,
+                      demand_sha256=traces.digest(args.demand))
+    settings = SimSettings(nodes=args.nodes, node_cpus=args.node_cpus, node_memory_mib=args.node_memory_mib,
+                           days=args.days, launch_seconds=args.launch_seconds, stop_seconds=args.stop_seconds,
+                           selection_interval_seconds=config.selection_interval_seconds,
+                           report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
+                           max_wall_seconds=args.max_wall_seconds)
+    return requests, inputs, settings, backfill, config, demand
+
+
+def run_one(requests, inputs, settings, backfill, config, demand) -> Simulation:
+    sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs,
+                     progress=progress_to_stderr if settings.progress_seconds else None)
+    sim.run()
+    return sim
+
+
+def write_outputs(sim: Simulation, summary: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    rows = sim.vm_rows()
+    with open(out / "vms.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["lease_id"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+    return "\n".join(lines)
+
+
+def value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        requests, inputs, settings, backfill, config, demand = build(args)
+        policies = [backfill.termination_policy]
+        if args.compare:
+            policies = [Policy(name.strip()) for name in args.compare.split(",") if name.strip()]
+    except (SimUsage, UsageError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
+        print(f"controller.sim: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:   # a policy name not known
+        print(f"controller.sim: {exc}", file=sys.stderr)
+        return 2
+    results = []
+    for policy in policies:
+        policy_backfill = dataclasses.replace(backfill, termination_policy=policy)
+        sim = run_one(requests, inputs, settings, policy_backfill, config, demand)
+        summary = sim.summary()
+        results.append((policy, summary))
+        if args.out:
+            write_outputs(sim, summary, args.out / policy.value if args.compare else args.out)
+    if args.compare:
+        if args.out:
+            (args.out).mkdir(parents=True, exist_ok=True)
+            (args.out / "compare.json").write_text(json.dumps({p.value: s for p, s in results}, indent=2) + "\n")
+        rows = [[key] + [value(s["figures"].get(key)) for _, s in results] for key in COMPARED]
+        print(format_table(rows, ["figure"] + [p.value for p, _ in results]))
+    else:
+        print(json.dumps(results[0][1]["figures"], indent=2))
+    return 0

@@ -1,0 +1,610 @@
+"""A discrete-event simulation of the controller: the same Ledger (controller/core/ledger.py) as
+the live controller, so the same placement, victim choice, backfill plan, volunteer selection
+and reserves, driven by a simulated clock; only the agents are simulated.
+
+How the live controller is mirrored (controller/service.py and controller/cli.py):
+
+- Every effect the ledger returns is carried out in order: a Write goes to an in-memory Store
+  (its rows, and its audit events counted by kind); a Launch completes ``launch_seconds`` later
+  (the VM then exists on its node and ``ledger.launch_done`` is called); a Stop completes after
+  ``stop_seconds`` capped by its grace (the VM is gone and ``ledger.stop_done`` is called).
+- ``ledger.fill`` runs every backfill ``retry_seconds`` and right after any Write carrying one of
+  the service's FILL_EVENTS (a release, a stop, a preemption...), as the live launcher does.
+- ``ledger.select(evaluation=True)`` runs every ``selection_interval_seconds`` (backfill enabled).
+- Reports: a node reports when its VMs change (its foreground CPU being its on-demand vCPUs), or,
+  with demand series, every ``report_seconds`` as well (all nodes in one event). Node failures are
+  not modelled, so the ledger's suspect/down timers are set far beyond the run.
+- ``ledger.tick`` runs when a lease's deadline falls due (one event per deadline a Write sets,
+  checked in O(1)), and once an hour as a safety net.
+
+Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at their arrival;
+a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work is
+VM-level (BackfillWork below): a VM's work is its runtime x vCPUs, lost when it is preempted.
+
+Extension points, not built yet: ``BackfillWork`` (task-level backfill from SWF jobs would run
+jobs inside backfill VMs and count the jobs' lost and finished work) and ``ReservePlanner``
+(Balancer's hinted or predictive reserves would set the ledger's reserves at each evaluation).
+"""
+from __future__ import annotations
+
+import gc
+import heapq
+import itertools
+import math
+import re
+import sys
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+from ..core.ledger import (Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError, RequestRecord, Reserve, Stop,
+                           Write)
+from ..core.policy import BackfillConfig, Size
+from ..service import FILL_EVENTS
+from .traces import DemandSeries, OnDemandRequest
+
+HOUR = 3600.0
+DAY = 86400.0
+FAR = 1e15            # suspect/down timers beyond any run: node failures are not simulated
+SAFETY_TICK_S = 3600.0
+KEPT_DETAILS = frozenset({"vm.preempted", "request.rejected", "request.expired", "vm.stop_expired",
+                          "vm.launch_failed", "vm.unexpected", "vm.conflict", "vm.lost"})
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    nodes: int = 100
+    node_cpus: int = 16
+    node_memory_mib: int = 65536
+    days: float = 1.0
+    launch_seconds: float = 5.0       # from the Launch call to the agent's answer
+    launch_jitter: float = 0.2        # launches take launch_seconds x (1 +- jitter/2), fixed per lease id:
+                                      # VMs of one fill do not all start at the same instant
+    stop_seconds: float = 5.0         # a clean shutdown; capped by the stop's grace
+    selection_interval_seconds: float = 60.0
+    report_seconds: float = 60.0      # periodic reports, only with demand series
+    on_demand_image: str = "tiny"
+    progress_seconds: float = 5.0     # wall seconds between progress lines (0: none)
+    max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
+
+    @property
+    def duration(self) -> float:
+        return self.days * DAY
+
+
+def sim_ledger_settings(base: LedgerSettings | None = None) -> LedgerSettings:
+    """The ledger's settings for a simulation: node failures are not modelled, so a node is never
+    suspect or down however long it stays silent (nodes report only when their VMs change)."""
+    return replace(base or LedgerSettings(), suspect_after=FAR, down_after=2 * FAR)
+
+
+# -- the store --------------------------------------------------------------------------------------
+
+@dataclass
+class Store:
+    """The rows the ledger's Writes would put in SQLite, and its audit events counted by kind
+    (the details kept for the kinds in KEPT_DETAILS)."""
+    leases: dict[str, Lease] = field(default_factory=dict)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+    events: Counter = field(default_factory=Counter)
+    details: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+
+    def apply(self, write: Write) -> None:
+        for lease in write.created:
+            self.leases[lease.lease_id] = lease
+        for lease in write.updated:
+            self.leases[lease.lease_id] = lease
+        for record in write.requests:
+            self.requests[record.request_id] = record
+        for event in write.events:
+            self.events[event.kind] += 1
+            if event.kind in KEPT_DETAILS:
+                self.details.setdefault(event.kind, []).append(event.detail)
+
+
+# -- simulated nodes and agents ---------------------------------------------------------------------
+
+class SimVm:
+    """A VM as an agent reports it (controller.core.ledger.ReportedVmLike)."""
+    __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "noticed")
+
+    def __init__(self, lease: Lease, now: float) -> None:
+        self.name = lease.vm_name
+        self.lease_id = lease.lease_id
+        self.role = lease.role
+        self.vcpus = lease.vcpus
+        self.memory_mib = lease.memory_mib
+        self.launched_at = now
+        self.cpu_cores = float(lease.vcpus)
+        self.image = lease.image
+        self.noticed = False   # a victim on notice: its vCPUs went to the VM that preempted it
+
+
+class SimNode:
+    __slots__ = ("node_id", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series")
+
+    def __init__(self, node_id: str, cpus: int, memory_mib: int, images: tuple[str, ...]) -> None:
+        self.node_id = node_id
+        self.cpus = cpus
+        self.memory_mib = memory_mib
+        self.images = images
+        self.vms: dict[str, SimVm] = {}
+        self.on_demand_vcpus = 0
+        self.series: DemandSeries | None = None
+
+
+class Report:
+    """An agent's report (controller.core.ledger.ReportLike)."""
+    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
+                 "min_memory_mib", "agent_version", "vms")
+
+    def __init__(self, node: SimNode, foreground: float) -> None:
+        self.node_id = node.node_id
+        self.agent_address = f"{node.node_id}:7451"
+        self.cpus = node.cpus
+        self.memory_mib = node.memory_mib
+        self.foreground_cpu_cores = foreground
+        self.images = node.images
+        self.min_memory_mib = 32
+        self.agent_version = "sim"
+        self.vms = list(node.vms.values())
+
+
+# -- extension points -------------------------------------------------------------------------------
+
+class BackfillWork(Protocol):
+    """What backfill VMs do, and how their work is counted. VM-level (VmLevelWork) is built;
+    task-level backfill (SWF jobs run inside backfill VMs, a job's progress lost when its VM is
+    preempted) would implement this too and add its figures to the summary."""
+
+    def vm_started(self, vm: SimVm, now: float) -> None: ...
+
+    def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
+
+    def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]: ...
+
+
+class ReservePlanner(Protocol):
+    """Balancer's reserves (hinted or predicted per time-of-day slot), not built yet: called at
+    each evaluation interval; a mapping returned replaces the ledger's reserves."""
+
+    def reserves(self, now: float, ledger: Ledger) -> Mapping[str, Reserve] | None: ...
+
+
+class VmLevelWork:
+    """Backfill work at VM level: a VM's work is its runtime x vCPUs; a preemption loses all of
+    it (the ledger's vm.preempted event says how much)."""
+
+    def __init__(self) -> None:
+        self.vm_seconds = 0.0
+        self.vcpu_seconds = 0.0
+        self.started = 0
+        self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
+        self.alive: dict[str, SimVm] = {}
+
+    def vm_started(self, vm: SimVm, now: float) -> None:
+        self.started += 1
+        self.alive[vm.name] = vm
+
+    def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
+        self.alive.pop(vm.name, None)
+        runtime = now - vm.launched_at
+        self.vm_seconds += runtime
+        self.vcpu_seconds += runtime * vm.vcpus
+        self.runtimes.append((vm.launched_at, runtime))
+
+    def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
+        vm_seconds, vcpu_seconds = self.vm_seconds, self.vcpu_seconds
+        runtimes = list(self.runtimes)
+        for vm in self.alive.values():   # still running at the end: their work so far is done
+            vm_seconds += end - vm.launched_at
+            vcpu_seconds += (end - vm.launched_at) * vm.vcpus
+            runtimes.append((vm.launched_at, end - vm.launched_at))
+
+        def survival(span: float) -> float | None:
+            # Of the VMs launched at least `span` before the end (the others could not have),
+            # the share that ran at least that long.
+            eligible = [r for launched, r in runtimes if launched <= end - span]
+            return round(sum(r >= span for r in eligible) / len(eligible), 4) if eligible else None
+
+        hours = vm_seconds / HOUR
+        return dict(
+            backfill_vms_launched=self.started,
+            backfill_vm_hours=round(hours, 3),
+            backfill_work_vcpu_hours=round(vcpu_seconds / HOUR, 3),
+            lost_work_vcpu_hours=round(lost_vcpu_seconds / HOUR, 3),
+            lost_work_share=round(lost_vcpu_seconds / vcpu_seconds, 6) if vcpu_seconds else None,
+            backfill_goodput_vcpu_hours=round((vcpu_seconds - lost_vcpu_seconds) / HOUR, 3),
+            preemptions=preemptions,
+            preemptions_per_100_vm_hours=round(100 * preemptions / hours, 4) if hours else None,
+            backfill_survival_1h=survival(HOUR),
+            backfill_survival_1d=survival(DAY),
+        )
+
+
+# -- the simulation ---------------------------------------------------------------------------------
+
+def reason_group(reason: str) -> str:
+    """A rejection reason without its numbers and after the first colon, to group them by."""
+    return re.sub(r"\d+(?:\.\d+)?", "N", reason).split(":")[0].strip()
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank) of values; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
+
+
+class Simulation:
+    def __init__(self, requests: Sequence[OnDemandRequest], settings: SimSettings = SimSettings(),
+                 backfill: BackfillConfig = BackfillConfig(), ledger_settings: LedgerSettings | None = None,
+                 reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
+                 work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
+                 inputs: Mapping[str, str] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.end = settings.duration
+        self.requests = [r for r in requests if r.at < self.end]
+        self.ignored_after_end = len(requests) - len(self.requests)
+        self.inputs = dict(inputs or {})
+        numbers = itertools.count(1)
+        self.ledger = Ledger(sim_ledger_settings(ledger_settings), backfill, dict(reserves or {}),
+                             lambda prefix: f"{prefix}-{next(numbers)}")
+        self.store = Store()
+        self.work: BackfillWork = work or VmLevelWork()
+        self.reserve_planner = reserve_planner
+        self.demand = list(demand or ())
+        self.progress = progress
+        images = tuple(sorted({settings.on_demand_image, backfill.image}))
+        width = len(str(settings.nodes))
+        self.nodes = {f"n{i:0{width}d}": SimNode(f"n{i:0{width}d}", settings.node_cpus, settings.node_memory_mib,
+                                                 images) for i in range(settings.nodes)}
+        if self.demand:
+            for i, node in enumerate(self.nodes.values()):
+                node.series = self.demand[i % len(self.demand)]
+        self.now = 0.0
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.events_run = 0
+        self.fill_at: float | None = None     # a fill asked for and not yet run
+        # what the requests became
+        self.by_lease: dict[str, OnDemandRequest] = {}
+        self.waits: list[float] = []
+        self.rejections: Counter = Counter()
+        self.rejected_due_to_backfill = 0
+        self.rejected_larger_than_node = 0
+        self.released = 0
+        self.arrived = 0
+        # time-weighted allocation
+        self.od_alloc = 0
+        self.bf_alloc = 0
+        self.od_area = 0.0
+        self.bf_area = 0.0
+        self.area_at = 0.0
+        self.lost_vcpu_seconds = 0.0
+        self.preemptions = 0
+        self.wall = 0.0
+        self.stopped_early_at: float | None = None
+        # what the leases hold per node, kept from the Writes (for rejected_due_to_backfill)
+        self.holding: dict[str, tuple[str, str, int, int]] = {}   # lease -> (node, role, vCPUs, MiB)
+        self.fixed_held: dict[str, list[int]] = {n: [0, 0] for n in self.nodes}   # not backfill
+        self.backfill_held: Counter = Counter()                                    # backfill leases holding
+
+    # -- the clock ----------------------------------------------------------------------------------
+
+    def at(self, when: float, callback: Callable, arg: Any = None) -> None:
+        heapq.heappush(self.heap, (when, next(self.seq), callback, arg))
+
+    def run(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        backfill = self.ledger.backfill
+        for node in self.nodes.values():
+            self.report(node)
+        if self.requests:
+            self.at(self.requests[0].at, self._arrive, 0)
+        if backfill.enabled:
+            self.at(0.0, self._periodic_fill)
+            self.at(self.settings.selection_interval_seconds, self._evaluate)
+        if self.demand:
+            self.at(self.settings.report_seconds, self._report_all)
+        self.at(SAFETY_TICK_S, self._safety_tick)
+        heap, end = self.heap, self.end
+        next_progress = started + self.settings.progress_seconds
+        gc.freeze()
+        deadline = started + self.settings.max_wall_seconds if self.settings.max_wall_seconds else math.inf
+        while heap and heap[0][0] <= end:
+            when, _, callback, arg = heapq.heappop(heap)
+            self.now = when
+            callback(arg)
+            self.events_run += 1
+            if not self.events_run & 1023:
+                wall = time.perf_counter()
+                if wall >= deadline:
+                    self.stopped_early_at = self.end = when
+                    break
+                if self.progress and self.settings.progress_seconds and wall >= next_progress:
+                    next_progress = wall + self.settings.progress_seconds
+                    self.progress(f"sim: day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events, "
+                                  f"{wall - started:.0f} s wall, {self.preemptions} preemptions")
+        self.now = self.end
+        self._integrate()
+        self.wall = time.perf_counter() - started
+        return self.summary()
+
+    # -- carrying out the ledger's effects ----------------------------------------------------------
+
+    def apply(self, effects: list) -> None:
+        fill = False
+        now = self.now
+        for effect in effects:
+            if type(effect) is Write:
+                self.store.apply(effect)
+                for lease in effect.created + effect.updated:
+                    self._hold(lease)
+                    if lease.deadline is not None:
+                        self.at(lease.deadline, self._deadline, lease.lease_id)
+                for event in effect.events:
+                    kind = event.kind
+                    if kind in FILL_EVENTS:
+                        fill = True
+                    if kind == "vm.preempted":
+                        self.preemptions += 1
+                        self.lost_vcpu_seconds += event.detail.get("work_lost_vcpu_seconds", 0.0)
+            elif type(effect) is Launch:
+                self.at(now + self._launch_seconds(effect.lease.lease_id), self._launched, effect.lease)
+            elif type(effect) is Stop:
+                self._stopping(effect)
+        if fill and self.ledger.backfill.enabled and self.fill_at is None:
+            self.fill_at = now
+            self.at(now, self._fill)
+
+    def _launch_seconds(self, lease_id: str) -> float:
+        s = self.settings
+        if not s.launch_jitter:
+            return s.launch_seconds
+        spread = (zlib.crc32(lease_id.encode()) & 0xFFFF) / 0xFFFF - 0.5   # -0.5..0.5, the same every run
+        return s.launch_seconds * (1 + s.launch_jitter * spread)
+
+    def _hold(self, lease: Lease) -> None:
+        """Keep per-node sums of what the leases hold, as the ledger counts it (Lease.held)."""
+        old = self.holding.pop(lease.lease_id, None)
+        if old is not None:
+            node_id, role, vcpus, memory = old
+            if role == "backfill":
+                self.backfill_held[node_id] -= 1
+            else:
+                fixed = self.fixed_held[node_id]
+                fixed[0] -= vcpus
+                fixed[1] -= memory
+        held = lease.held
+        if held.vcpus or held.memory_mib:
+            node_id = lease.node_id
+            self.holding[lease.lease_id] = (node_id, lease.role, held.vcpus, held.memory_mib)
+            if lease.role == "backfill":
+                self.backfill_held[node_id] += 1
+            else:
+                fixed = self.fixed_held[node_id]
+                fixed[0] += held.vcpus
+                fixed[1] += held.memory_mib
+
+    def _launched(self, lease: Lease) -> None:
+        node = self.nodes[lease.node_id]
+        if lease.vm_name not in node.vms:
+            vm = node.vms[lease.vm_name] = SimVm(lease, self.now)
+            self._integrate()
+            if vm.role == "on_demand":
+                node.on_demand_vcpus += vm.vcpus
+                self.od_alloc += vm.vcpus
+            else:
+                self.bf_alloc += vm.vcpus
+                self.work.vm_started(vm, self.now)
+        self.apply(self.ledger.launch_done(lease.lease_id, True, "", self.now))
+        request = self.by_lease.get(lease.lease_id)
+        if request is not None and self.ledger.leases.get(lease.lease_id, lease).state == "running":
+            self.waits.append(self.now - request.at)
+            if request.lifetime is not None and self.now + request.lifetime < self.end:
+                self.at(self.now + request.lifetime, self._release, lease.lease_id)
+        self.report(node)
+
+    def _stopping(self, stop: Stop) -> None:
+        lease = stop.lease
+        node = self.nodes[lease.node_id]
+        vm = node.vms.get(lease.vm_name)
+        if vm is not None and lease.state == "on_notice" and not vm.noticed:
+            self._integrate()
+            vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
+            self.bf_alloc -= vm.vcpus
+        if stop.force:
+            seconds, outcome = 0.0, "destroyed_forced"
+        elif self.settings.stop_seconds <= stop.grace_seconds:
+            seconds, outcome = self.settings.stop_seconds, "clean_shutdown"
+        else:
+            seconds, outcome = float(stop.grace_seconds), "destroyed_after_grace"
+        self.at(self.now + seconds, self._stopped, (lease, outcome, seconds))
+
+    def _stopped(self, arg: tuple[Lease, str, float]) -> None:
+        lease, outcome, seconds = arg
+        node = self.nodes[lease.node_id]
+        vm = node.vms.pop(lease.vm_name, None)
+        if vm is None:
+            outcome = "not_found"
+        else:
+            self._integrate()
+            if vm.role == "on_demand":
+                node.on_demand_vcpus -= vm.vcpus
+                self.od_alloc -= vm.vcpus
+            else:
+                if not vm.noticed:
+                    self.bf_alloc -= vm.vcpus
+                self.work.vm_ended(vm, self.now, preempted=lease.state in ("on_notice", "preempting"))
+        self.apply(self.ledger.stop_done(lease.lease_id, outcome, True, seconds, "", self.now))
+        if vm is not None:
+            self.report(node)
+
+    def report(self, node: SimNode) -> None:
+        foreground = float(node.on_demand_vcpus)
+        if node.series is not None:
+            foreground = self._demand(node)
+        self.apply(self.ledger.report(Report(node, foreground), self.now))
+
+    def _demand(self, node: SimNode) -> float:
+        series = node.series
+        assert series is not None
+        times = series.times
+        if not len(times):
+            return 0.0
+        span = float(times[-1] - times[0]) or 1.0
+        t = times[0] + (self.now % span)   # the series repeats over a longer run
+        i = max(int(times.searchsorted(t, side="right")) - 1, 0)
+        return float(series.cpu[i]) * node.cpus
+
+    def _integrate(self) -> None:
+        dt = self.now - self.area_at
+        if dt > 0:
+            self.od_area += self.od_alloc * dt
+            self.bf_area += self.bf_alloc * dt
+            self.area_at = self.now
+
+    # -- the controller's periodic jobs -------------------------------------------------------------
+
+    def _fill(self, _arg: Any = None) -> None:
+        self.fill_at = None
+        self.apply(self.ledger.fill(self.now))
+
+    def _periodic_fill(self, _arg: Any) -> None:
+        self._fill()
+        self.at(self.now + self.ledger.backfill.retry_seconds, self._periodic_fill)
+
+    def _evaluate(self, _arg: Any) -> None:
+        if self.reserve_planner is not None:
+            reserves = self.reserve_planner.reserves(self.now, self.ledger)
+            if reserves is not None:
+                self.ledger.set_reserves(reserves)
+        self.apply(self.ledger.select(self.now, evaluation=True))
+        self.at(self.now + self.settings.selection_interval_seconds, self._evaluate)
+
+    def _report_all(self, _arg: Any) -> None:
+        for node in self.nodes.values():
+            self.report(node)
+        self.at(self.now + self.settings.report_seconds, self._report_all)
+
+    def _deadline(self, lease_id: str) -> None:
+        lease = self.ledger.leases.get(lease_id)
+        if lease is not None and lease.deadline is not None and lease.deadline <= self.now:
+            self.apply(self.ledger.tick(self.now))
+
+    def _safety_tick(self, _arg: Any) -> None:
+        self.apply(self.ledger.tick(self.now))
+        self.at(self.now + SAFETY_TICK_S, self._safety_tick)
+
+    # -- the workload -------------------------------------------------------------------------------
+
+    def _arrive(self, index: int) -> None:
+        request = self.requests[index]
+        self.arrived += 1
+        if index + 1 < len(self.requests):
+            self.at(self.requests[index + 1].at, self._arrive, index + 1)
+        ask = Ask(request.vcpus, request.memory_mib, self.settings.on_demand_image, request.owner,
+                  request.request_id)
+        effects = self.ledger.request(ask, self.now)
+        record = next((r for e in effects if type(e) is Write for r in e.requests
+                       if r.request_id == request.request_id), None)
+        if record is not None and record.outcome == "rejected":
+            self.rejections[reason_group(record.reason)] += 1
+            if request.vcpus > self.settings.node_cpus or request.memory_mib > self.settings.node_memory_mib:
+                self.rejected_larger_than_node += 1
+            elif self._backfill_held_room(Size(request.vcpus, request.memory_mib)):
+                self.rejected_due_to_backfill += 1
+        elif record is not None and record.lease_id:
+            self.by_lease[record.lease_id] = request
+        self.apply(effects)
+
+    def _backfill_held_room(self, want: Size) -> bool:
+        """Whether some up node would have held the request had every backfill VM on it (running,
+        starting or stopping) been free: a rejection while backfill held room that would fit."""
+        nodes, fixed_held = self.ledger.nodes, self.fixed_held
+        for node_id, count in self.backfill_held.items():
+            node = nodes.get(node_id)
+            if not count or node is None or node.state != "up":
+                continue
+            vcpus, memory = fixed_held[node_id]
+            room = node.capacity - node.unexplained
+            if want.vcpus <= room.vcpus - vcpus and want.memory_mib <= room.memory_mib - memory:
+                return True
+        return False
+
+    def _release(self, lease_id: str) -> None:
+        try:
+            _lease, effects = self.ledger.release(lease_id, True, self.now)
+        except LeaseError:
+            return   # it ended otherwise meanwhile
+        self.released += 1
+        self.apply(effects)
+
+    # -- results ------------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        s = self.settings
+        capacity = s.nodes * s.node_cpus * self.end
+        outcomes = Counter(r.outcome for r in self.store.requests.values())
+        answered = sum(v for k, v in outcomes.items() if k != "pending")
+        figures = dict(
+            utilization=round((self.od_area + self.bf_area) / capacity, 6) if capacity else None,
+            utilization_on_demand=round(self.od_area / capacity, 6) if capacity else None,
+            utilization_backfill=round(self.bf_area / capacity, 6) if capacity else None,
+            requests_total=len(self.requests),
+            requests_arrived=self.arrived,
+            requests_ignored_after_end=self.ignored_after_end,
+            requests_answered=answered,
+            requests_placed=outcomes.get("placed", 0),
+            requests_rejected=outcomes.get("rejected", 0),
+            requests_failed=outcomes.get("failed", 0),
+            requests_pending=outcomes.get("pending", 0),
+            rejection_reasons=dict(sorted(self.rejections.items())),
+            rejected_larger_than_node=self.rejected_larger_than_node,
+            rejected_due_to_backfill=self.rejected_due_to_backfill,
+            requests_released=self.released,
+            wait_p50_s=percentile(self.waits, 50),
+            wait_p99_s=percentile(self.waits, 99),
+            preempted_paths=dict(Counter(d.get("path", "") for d in self.store.details.get("vm.preempted", ()))),
+        )
+        figures.update(self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions))
+        figures.update(simulated_days=round(self.end / DAY, 6), stopped_early=self.stopped_early_at is not None,
+                       sim_events=self.events_run, wall_seconds=round(self.wall, 3),
+                       sim_events_per_s=round(self.events_run / self.wall) if self.wall else None)
+        return dict(
+            header=dict(inputs=self.inputs, sim=asdict(s), ledger=asdict(self.ledger.settings),
+                        backfill=self.ledger.backfill.as_dict(),
+                        reserves={k: asdict(v) for k, v in self.ledger.reserves.items()},
+                        demand_series=len(self.demand)),
+            figures=figures,
+            events=dict(sorted(self.store.events.items())),
+            notes=[
+                "requests larger than one node are rejected by the ledger itself (no node can host them); "
+                "they are counted in rejected_larger_than_node",
+                "rejected_due_to_backfill counts rejections made while some node's backfill VMs (running, "
+                "starting or stopping) held room that would have fit the request; placement counts running "
+                "backfill as free, so only backfill VMs not preemptible at that instant can cause one",
+                "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
+                "counts no vCPUs (they went to the on-demand VM beside it)",
+                "waits: from arrival to the launch answer, placed requests only",
+                "survival after T: of the backfill VMs launched at least T before the end, the share that ran "
+                "at least T",
+            ],
+        )
+
+    def vm_rows(self) -> list[dict[str, Any]]:
+        """One row per lease: what the per-VM CSV holds."""
+        return [dict(lease_id=l.lease_id, role=l.role, node=l.node_id, vcpus=l.vcpus, memory_mib=l.memory_mib,
+                     launched=l.launched_at, ended=l.ended_at, state=l.state, end_reason=l.end_reason,
+                     request_id=l.request_id)
+                for l in sorted(self.store.leases.values(), key=lambda l: (l.created_at, l.lease_id))]
+
+
+def progress_to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,176 @@
+"""The simulator: small scenarios worked out by hand, determinism, and a day of the Azure trace."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.core.ledger import LedgerSettings
+from controller.core.policy import BackfillConfig, Policy
+from controller.sim import cli, traces
+from controller.sim.engine import DAY, SimSettings, Simulation
+from controller.sim.traces import OnDemandRequest
+from controller.sim.workload import stretch_to_load
+
+# shared/ sits beside the repository (as in CI)
+AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_packing_2020" / "vm_entry_list_5000.csv.gz"
+AZURE_SMALL = Path(__file__).parent.parent / "data" / "traces" / "azure_vm_entries.csv"
+
+
+@pytest.fixture
+def azure() -> Path:
+    """The shared Azure trace, beside the repository as on every machine of the project; missing is a failure."""
+    if not AZURE.exists():
+        pytest.fail(f"the shared traces are missing ({AZURE}); they come with the workplace's shared/ folder",
+                    pytrace=False)
+    return AZURE
+END = 4000.0
+
+
+def scenario(requests, **backfill) -> Simulation:
+    """2 nodes of 4 vCPUs and 8 GiB; backfill VMs of 1 vCPU and 1 GiB; launches and clean stops
+    take exactly 5 s; no prediction (backfill fills every free vCPU)."""
+    settings = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
+    config = BackfillConfig(**{**dict(enabled=True, vcpus=1, memory_mb=1024, grace_seconds=10,
+                                      termination_policy=Policy.MOST_RECENT), **backfill})
+    return Simulation(requests, settings, config, LedgerSettings(use_prediction=False))
+
+
+REQUESTS = [
+    # A: every vCPU is backfill's; memory holds A beside its victims, so it starts at once (instant)
+    OnDemandRequest(100.0, 2, 2048, 1000.0, "alice", "A"),
+    # B: the youngest backfill VMs are the two launched after A was released
+    OnDemandRequest(2000.0, 1, 1024, None, "bob", "B"),
+    # C: more vCPUs than any node has
+    OnDemandRequest(3000.0, 5, 1024, 60.0, "carol", "C"),
+]
+
+
+def test_a_small_scenario_by_hand():
+    sim = scenario(REQUESTS)
+    summary = sim.run()
+    f = summary["figures"]
+    # t=0 the fill books 4 backfill VMs per node (bf-1..4 on n0, bf-5..8 on n1), running from t=5.
+    # t=100 A preempts bf-1 and bf-2 on n0 (ties broken by node, then VM id), instant path: A runs from
+    # 105, the victims stop at 105 (5 s < 30 s notice), each losing (105 - 5) x 1 vCPU = 100 vCPU-s.
+    # t=1105 A is released; the fill that follows launches bf-10 and bf-11 on n0 (running from 1110).
+    # t=2000 B preempts bf-10, the most recent (1 vCPU needed), which stops at 2005: (2005 - 1110) = 895.
+    # t=3000 C is rejected by the ledger: no node has 5 vCPUs.
+    preempted = [l for l in sim.store.leases.values() if l.end_reason.startswith("preempted")]
+    assert sorted(l.lease_id for l in preempted) == ["bf-1", "bf-10", "bf-2"]
+    assert [d["work_lost_vcpu_seconds"] for d in sim.store.details["vm.preempted"]] == [100.0, 100.0, 895.0]
+    assert {d["path"] for d in sim.store.details["vm.preempted"]} == {"instant"}
+    assert sim.store.leases["od-9"].node_id == "n0" and sim.store.leases["od-9"].end_reason == "released"
+    assert sim.store.leases["bf-10"].launched_at == 1110.0
+    assert (f["requests_total"], f["requests_placed"], f["requests_rejected"]) == (3, 2, 1)
+    assert f["rejected_larger_than_node"] == 1 and f["rejected_due_to_backfill"] == 0
+    assert f["rejection_reasons"] == {"no node can host N vCPUs and N MiB even after stopping every backfill VM": 1}
+    assert f["requests_pending"] == 0 and f["requests_released"] == 1
+    assert f["wait_p50_s"] == 5.0 and f["wait_p99_s"] == 5.0
+    # on-demand: A 2 vCPUs x (1105 - 105) + B 1 vCPU x (4000 - 2005)
+    capacity = 8 * END
+    assert f["utilization_on_demand"] == round((2 * 1000 + 1 * 1995) / capacity, 6)
+    # backfill: 8 vCPUs 5..100; 6 from A's notice at 100 to 1110; 8 to B's notice at 2000; then 7
+    backfill_area = 8 * 95 + 6 * 1010 + 8 * 890 + 7 * 2000
+    assert f["utilization_backfill"] == round(backfill_area / capacity, 6)
+    # work done: bf-1, bf-2 100 each; bf-3..8 3995 each; bf-10 895; bf-11 2890
+    done = 2 * 100 + 6 * 3995 + 895 + 2890
+    lost = 100 + 100 + 895
+    assert f["backfill_work_vcpu_hours"] == round(done / 3600, 3)
+    assert f["lost_work_vcpu_hours"] == round(lost / 3600, 3)
+    assert f["lost_work_share"] == round(lost / done, 6)
+    assert f["backfill_goodput_vcpu_hours"] == round((done - lost) / 3600, 3)
+    assert f["preemptions"] == 3
+    assert f["preemptions_per_100_vm_hours"] == round(100 * 3 / (done / 3600), 4)
+    assert f["backfill_survival_1h"] == 0.75   # of bf-1..8 (launched before 400 s), bf-1 and bf-2 fell short
+    assert f["backfill_survival_1d"] is None
+    assert summary["events"]["vm.preempted"] == 3
+
+
+def test_a_request_that_cannot_fit_beside_its_victims_waits_for_them():
+    # 7,000 MiB does not fit beside 4 GiB of backfill: it waits until its victims are gone
+    sim = scenario([OnDemandRequest(100.0, 3, 7000, 100.0, "dora", "D")], grace_seconds=3)
+    f = sim.run()["figures"]
+    assert sim.store.requests["D"].path == "after_victims"
+    # the victims are asked to stop at 100 with 3 s grace: 5 s shutdowns are cut to 3 s (destroyed)
+    assert f["wait_p50_s"] == 3 + 5
+    # 3 victims free 3 vCPUs and leave 8192 - 1024 MiB >= 7000 (the headroom is the instant path's only)
+    assert f["preemptions"] == 3
+    assert f["requests_placed"] == 1 and f["requests_pending"] == 0
+
+
+def test_backfill_disabled_leaves_utilization_to_on_demand():
+    sim = scenario(REQUESTS, enabled=False)
+    f = sim.run()["figures"]
+    assert f["utilization_backfill"] == 0 and f["preemptions"] == 0
+    assert f["utilization_on_demand"] == round((2 * 1000 + 1 * 1995) / (8 * END), 6)
+
+
+def azure_day(nodes: int = 100, days: float = 1.0, policy: Policy = Policy.MOST_RECENT) -> Simulation:
+    requests = traces.azure_requests(AZURE)
+    requests, _ = stretch_to_load(requests, days * DAY, 0.6, nodes * 16)
+    return Simulation(requests, SimSettings(nodes=nodes, days=days, progress_seconds=0),
+                      BackfillConfig(enabled=True, termination_policy=policy))
+
+
+def figures_without_wall(summary):
+    return {k: v for k, v in summary["figures"].items() if k not in ("wall_seconds", "sim_events_per_s")}
+
+
+def test_the_same_inputs_give_the_same_summary(azure):
+    first = azure_day(nodes=20, days=0.25, policy=Policy.ANY)
+    second = azure_day(nodes=20, days=0.25, policy=Policy.ANY)
+    a, b = first.run(), second.run()
+    assert figures_without_wall(a) == figures_without_wall(b)
+    assert a["events"] == b["events"] and first.vm_rows() == second.vm_rows()
+
+
+def test_a_day_of_100_nodes_on_the_azure_trace(azure):
+    sim = azure_day()
+    summary = sim.run()
+    f = summary["figures"]
+    assert 0 < f["utilization_on_demand"] <= f["utilization"] <= 1
+    assert 0 < f["utilization_backfill"] <= 1
+    assert f["requests_pending"] == 0
+    assert f["requests_answered"] == f["requests_total"] > 1000
+    assert f["requests_placed"] + f["requests_rejected"] + f["requests_failed"] == f["requests_total"]
+    assert f["requests_failed"] == 0   # agents never fail here: no deadline may pass
+    assert f["rejected_larger_than_node"] > 0   # the trace has 20- and 32-vCPU VMs
+    assert 0 <= f["lost_work_share"] < 1 and f["backfill_goodput_vcpu_hours"] > 0
+    assert f["wait_p50_s"] is not None and f["wait_p99_s"] < 60
+    assert summary["events"]["vm.preempted"] == f["preemptions"] > 0
+    # the books still match: every live lease the ledger holds is a VM on its node, or is on its way
+    for lease in sim.ledger.leases.values():
+        on_node = lease.vm_name in sim.nodes[lease.node_id].vms
+        assert on_node == (lease.state not in ("starting", "waiting")), lease
+
+
+def test_the_cli_writes_a_summary_and_a_vm_table(tmp_path, capsys):
+    code = cli.main(["--requests", str(AZURE_SMALL), "--format", "azure", "--nodes", "3", "--days", "3",
+                     "--backfill", "enabled=true", "memory_mb=2048", "--out", str(tmp_path), "--quiet"])
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["header"]["inputs"]["requests_sha256"] == traces.digest(AZURE_SMALL)
+    assert summary["header"]["backfill"]["memory_mb"] == 2048
+    assert summary["figures"]["requests_pending"] == 0
+    lines = (tmp_path / "vms.csv").read_text().splitlines()
+    assert lines[0].startswith("lease_id,role,node,vcpus,memory_mib,launched,ended")
+    assert len(lines) > 3
+    assert json.loads(capsys.readouterr().out)["requests_total"] == summary["figures"]["requests_total"]
+
+
+def test_the_cli_compares_policies(capsys):
+    code = cli.main(["--requests", str(Path(__file__).parent.parent / "data" / "traces" / "requests.csv"),
+                     "--format", "csv", "--nodes", "2", "--days", "0.1", "--backfill", "enabled=true",
+                     "--compare", "most_recent,least_loss", "--quiet"])
+    assert code == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["figure", "most_recent", "least_loss"]
+
+
+def test_the_cli_refuses_bad_backfill_settings(capsys):
+    assert cli.main(["--requests", str(AZURE_SMALL), "--backfill", "vcpus=0", "--quiet"]) == 2
+    assert "vcpus" in capsys.readouterr().err
+    assert cli.main(["--requests", str(AZURE_SMALL), "--backfill", "colour=blue", "--quiet"]) == 2
