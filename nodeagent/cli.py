@@ -19,9 +19,11 @@ from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
 from gleaner_common.pki import PkiError, check_identity
 
+from . import crashpoints
+from .agent import assemble
 from .config import AgentConfig, ConfigError, load_config, with_overrides
-from .hypervisor import Hypervisor, HypervisorError
-from .lifecycle import DomainManager
+from .enforcement import Enforcement
+from .host.hypervisor import Hypervisor, HypervisorError
 from .metrics import PrometheusCollector, Sampler
 from .reporter import Reporter
 from .server import build_server
@@ -47,9 +49,9 @@ def safely(job, what: str) -> None:
         log_event(log, f"{what}.skipped", logging.WARNING, error=str(exc))
 
 
-def guard_loop(manager: DomainManager, stop: threading.Event) -> None:
-    while not stop.wait(manager.priority.guard_interval()):
-        safely(manager.guard_tick, "guard")
+def guard_loop(enforcement: Enforcement, stop: threading.Event) -> None:
+    while not stop.wait(enforcement.guard_interval()):
+        safely(enforcement.guard_tick, "guard")
 
 
 def serve_prometheus(listen: str, sampler: Sampler) -> None:
@@ -62,34 +64,36 @@ def serve_prometheus(listen: str, sampler: Sampler) -> None:
 
 
 def run(config: AgentConfig) -> int:
+    crashpoints.announce()
     hypervisor = Hypervisor(config.libvirt_uri)
-    manager = DomainManager(config, hypervisor)
+    agent = assemble(config, hypervisor)
+    inventory, collection = agent.inventory, agent.collection
     try:
-        facts = manager.host_facts()
+        facts = inventory.host_facts()
         log_event(log, "agent.host", hostname=facts.hostname, cpus=facts.cpus, memory_mib=facts.memory_mib,
-                  libvirt=facts.libvirt_version, qemu=facts.qemu_version, domain_type=manager.domain_type)
+                  libvirt=facts.libvirt_version, qemu=facts.qemu_version, domain_type=inventory.domain_type)
     except HypervisorError as exc:  # keep serving: calls answer UNAVAILABLE until libvirtd is back
         log_event(log, "agent.libvirt_unreachable", logging.ERROR, error=str(exc))
-    sampler = Sampler(manager.domain_info, lambda: manager.host_facts().cpus, manager.counters)
-    server = build_server(config, manager, sampler)
+    sampler = Sampler(collection.domain_info, lambda: inventory.host_facts().cpus, collection.counters)
+    server = build_server(config, agent, sampler)
     if config.metrics_listen:
         serve_prometheus(config.metrics_listen, sampler)
     scheduler = BackgroundScheduler(daemon=True)
-    jobs = [(manager.reap, "reaper", config.reap_interval_seconds),
-            (manager.reconcile, "reconciler", config.reconcile_interval_seconds),
+    jobs = [(agent.reaper.reap, "reaper", config.reap_interval_seconds),
+            (agent.enforcement.reconcile, "reconciler", config.reconcile_interval_seconds),
             (sampler.sample, "sampler", config.metrics_sample_seconds)]
     for job, what, seconds in jobs:
         scheduler.add_job(safely, "interval", args=[job, what], seconds=seconds, id=what,
                           max_instances=1, coalesce=True)
     # A restarted agent cleans up what stopped while it was away and re-asserts classes.
-    safely(manager.reap, "reaper")
-    safely(manager.reconcile, "reconciler")
+    safely(agent.reaper.reap, "reaper")
+    safely(agent.enforcement.reconcile, "reconciler")
     scheduler.start()
     stop = threading.Event()
     if config.guard_enabled:  # its own loop: its pace changes with what it sees
-        threading.Thread(target=guard_loop, args=(manager, stop), name="guard", daemon=True).start()
+        threading.Thread(target=guard_loop, args=(agent.enforcement, stop), name="guard", daemon=True).start()
     if config.controller_address:
-        reporter = Reporter(config, manager, sampler)
+        reporter = Reporter(config, inventory, sampler)
         threading.Thread(target=reporter.run, args=(stop,), name="reporter", daemon=True).start()
     log_event(log, "agent.serving", listen=config.listen, port=server.port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",

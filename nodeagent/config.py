@@ -32,6 +32,9 @@ class AgentConfig:
     domain_type: str = "auto"
     grace_seconds: int = 30
     reap_interval_seconds: float = 5.0
+    # A domain defined by a launch that never finished (the agent died before starting it) is
+    # left this long for a repeated launch to finish it, then the reaper removes it.
+    unfinished_launch_seconds: float = 30.0
     cgroup_root: Path = Path("/sys/fs/cgroup")
     use_cpu_idle: bool = True
     foreground_weight_v1: int = 1024
@@ -101,7 +104,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
               "image_dir": ("image_dir", Path), "log_level": ("log_level", str)},
     "libvirt": {"uri": ("libvirt_uri", str), "domain_type": ("domain_type", str)},
     "lifecycle": {"grace_seconds": ("grace_seconds", int),
-                  "reap_interval_seconds": ("reap_interval_seconds", float)},
+                  "reap_interval_seconds": ("reap_interval_seconds", float),
+                  "unfinished_launch_seconds": ("unfinished_launch_seconds", float)},
     "cgroup": {"root": ("cgroup_root", Path)},
     "priority": {"use_cpu_idle": ("use_cpu_idle", bool),
                  "foreground_weight_v1": ("foreground_weight_v1", int),
@@ -145,6 +149,8 @@ def check_config(config: AgentConfig, source: str) -> None:
                           f"not {config.domain_type!r}")
     if not 0 <= config.grace_seconds <= 3600:
         raise ConfigError(f"{source}: lifecycle.grace_seconds must be within 0..3600")
+    if not 0 <= config.unfinished_launch_seconds <= 86400:
+        raise ConfigError(f"{source}: lifecycle.unfinished_launch_seconds must be within 0..86400")
     for key, value in (("lifecycle.reap_interval_seconds", config.reap_interval_seconds),
                        ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
                        ("guard.period_seconds", config.guard_period_seconds),

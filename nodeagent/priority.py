@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cgroups import CgroupFacts, CpuSetting
+from .host.cgroups import CgroupFacts, CpuSetting
 from .validation import Role
 
 

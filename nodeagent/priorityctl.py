@@ -1,5 +1,7 @@
-"""Keeps each domain's priority class true: applies it at launch and on class changes,
-re-asserts it periodically (drift), and runs the starvation guard.
+"""A domain's CPU class in its cgroup, and the starvation guard that raises a starved volunteer.
+
+Enforcement (nodeagent/enforcement.py) decides when a class is applied or re-asserted;
+this module applies the CPU part and keeps the guard's state.
 
 Decisions come from pure functions (priority.cpu_setting, guard.decide); this module only
 gathers their inputs and applies their answers through cgroups and the event bus.
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from gleaner_common.logs import log_event
 
-from . import cgroups
+from .host import cgroups
 from .events import Event, EventBus
 from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, trim
 from .priority import CpuWeights, cpu_setting
@@ -53,21 +55,6 @@ class PriorityController:
         if group is None:
             raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
         return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
-
-    def reconcile(self, domains: list[tuple[str, Role]]) -> dict[str, list[str]]:
-        """Re-assert the class of each running (name, class); report and fix any drift."""
-        corrected = {}
-        for name, cls in domains:
-            try:
-                changes = self.apply(name, cls)
-            except (OSError, ValueError) as exc:
-                log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
-                continue
-            if changes:
-                corrected[name] = changes
-                self.events.publish(Event("drift.corrected", name, "; ".join(changes),
-                                          {"class": self.effective_class(name, cls).value}))
-        return corrected
 
     def forget(self, name: str) -> None:
         self.groups.forget(name)

@@ -20,7 +20,8 @@ from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
 
 from .config import AgentConfig
-from .images import list_images
+from .host.images import list_images
+from .inventory import Inventory
 from .metrics import Sampler
 from .validation import MIN_MEMORY_MIB, Role
 
@@ -33,15 +34,15 @@ IMAGES_EVERY = 30     # reports between two looks at the image directory
 
 
 class Reporter:
-    def __init__(self, config: AgentConfig, manager, sampler: Sampler) -> None:
+    def __init__(self, config: AgentConfig, inventory: Inventory, sampler: Sampler) -> None:
         self.config = config
-        self.manager = manager
+        self.inventory = inventory
         self.sampler = sampler
         self._seq = 0
         self._images: list[str] = []
 
     def build(self) -> controller_pb2.NodeReport:
-        facts = self.manager.host_facts()
+        facts = self.inventory.host_facts()
         snap = self.sampler.latest()
         cpu = {d.name: d.cpu_cores for d in snap.domains} if snap else {}
         self._seq += 1
@@ -56,7 +57,7 @@ class Reporter:
             report.foreground_cpu_cores = snap.residual.foreground_cpu_demand_cores
             report.residual_cpu_cores = snap.residual.residual_cpu_cores
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
-        for name, meta, shape in self.manager.running():
+        for name, meta, shape in self.inventory.running():
             report.vms.add(name=name, lease_id=meta.lease_id, role=CONTROLLER_ROLES[meta.role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), image=meta.image)

@@ -12,12 +12,13 @@ from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
 from protos import agent_pb2, agent_pb2_grpc
 
+from .agent import AgentParts
 from .config import AgentConfig
+from .domains import DomainConflict, LaunchFailed, TerminationOutcome
 from .events import Event
-from .hypervisor import HypervisorError, HypervisorUnavailable
-from .images import OverlayError
-from .lifecycle import (DomainConflict, DomainManager, DomainNotFound, LaunchFailed, ManagedDomain,
-                        NotManaged, TerminationOutcome)
+from .host.hypervisor import HypervisorError, HypervisorUnavailable
+from .host.images import OverlayError
+from .inventory import DomainNotFound, ManagedDomain, NotManaged
 from .metrics import Sampler, Snapshot
 from .validation import Role, validate_launch, validate_name
 
@@ -96,13 +97,16 @@ def snapshot_to_proto(snap: Snapshot) -> agent_pb2.MetricsSnapshot:
 
 
 class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
-    def __init__(self, manager: DomainManager, sampler: Sampler) -> None:
-        self.manager = manager
+    def __init__(self, agent: AgentParts, sampler: Sampler) -> None:
+        self.agent = agent
+        self.domains = agent.domains
+        self.inventory = agent.inventory
+        self.events = agent.events
         self.sampler = sampler
 
     @rpc
     def DescribeHost(self, request, context):
-        host = self.manager.describe_host()
+        host = self.agent.describe_host()
         return agent_pb2.HostDescription(
             hostname=host.facts.hostname, cpus=host.facts.cpus, memory_mib=host.facts.memory_mib,
             libvirt_version=host.facts.libvirt_version, qemu_version=host.facts.qemu_version,
@@ -113,21 +117,21 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
 
     @rpc
     def ListDomains(self, request, context):
-        return agent_pb2.ListDomainsResponse(domains=[domain_to_proto(d) for d in self.manager.list()])
+        return agent_pb2.ListDomainsResponse(domains=[domain_to_proto(d) for d in self.inventory.list()])
 
     @rpc
     def LaunchDomain(self, request, context):
         spec = validate_launch(
             name=request.name, role=ROLE_FROM_PROTO.get(request.role), vcpus=request.vcpus,
             memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
-            lease_id=request.lease_id, limits=self.manager.limits(), cpuset=request.cpuset)
-        domain, created = self.manager.launch(spec)
+            lease_id=request.lease_id, limits=self.inventory.limits(), cpuset=request.cpuset)
+        domain, created = self.domains.launch(spec)
         return agent_pb2.LaunchDomainResponse(domain=domain_to_proto(domain), created=created)
 
     @rpc
     def TerminateDomain(self, request, context):
         grace = request.grace_seconds if request.HasField("grace_seconds") else None
-        result = self.manager.terminate(validate_name(request.name), force=request.force, grace_seconds=grace)
+        result = self.domains.terminate(validate_name(request.name), force=request.force, grace_seconds=grace)
         return agent_pb2.TerminateDomainResponse(name=result.name, outcome=OUTCOME_TO_PROTO[result.outcome],
                                                  duration_seconds=result.duration_seconds,
                                                  detail=result.detail)
@@ -139,7 +143,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         cls = ROLE_FROM_PROTO.get(request.priority_class)
         if cls is None:
             raise InvalidField("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
-        return domain_to_proto(self.manager.set_class(name, cls))
+        return domain_to_proto(self.domains.set_class(name, cls))
 
     @rpc
     def GetMetrics(self, request, context):
@@ -149,7 +153,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         return snapshot_to_proto(snap)
 
     def WatchEvents(self, request, context):
-        subscription = self.manager.events.subscribe()
+        subscription = self.events.subscribe()
         try:
             while context.is_active():
                 try:
@@ -157,7 +161,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                 except queue.Empty:
                     continue
         finally:
-            self.manager.events.unsubscribe(subscription)
+            self.events.unsubscribe(subscription)
 
 
 # One agent serves one controller and a few people: these bound what any caller can hold. The
@@ -165,10 +169,10 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
 AGENT_LIMITS = Limits(calls_per_identity=48, streams_per_identity=4, streams_total=16)
 
 
-def build_server(config: AgentConfig, manager: DomainManager, sampler: Sampler,
+def build_server(config: AgentConfig, agent: AgentParts, sampler: Sampler,
                  workers: int = 64) -> RunningServer:
     """The agent's started server: mutual TLS, every call authorized (gleaner_common.authz.TABLE)."""
-    servicer = NodeAgentServicer(manager, sampler)
+    servicer = NodeAgentServicer(agent, sampler)
     settings = ServerSettings(config.listen, config.tls.files, DenyList(config.tls.deny_list), AGENT_LIMITS,
                               workers=workers, max_concurrent=workers * 2)
     return start_server(settings, agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,

@@ -55,7 +55,7 @@ import psutil
 
 from controller.config import ControllerConfig
 from nodeagent.config import AgentConfig, load_config
-from nodeagent.lifecycle import FULL_REFRESH_PASSES
+from nodeagent.inventory import FULL_REFRESH_PASSES
 from protos import agent_pb2, controller_pb2
 from tests.agentproc import (AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request, remove_test_domains,
                              unique_name, wait_for, wait_for_console)

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nodeagent.domainxml import NAMESPACE
+from nodeagent.host.domainxml import NAMESPACE
 from protos import agent_pb2
 from tests.agentproc import (AgentProcess, console_text, domain_names, launch_request, restart_libvirtd,
                              unique_name, wait_for, wait_for_console)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from nodeagent.domainxml import NAMESPACE, build_domain_xml, metadata_xml, read_metadata, read_shape
-from nodeagent.images import BootImage
+from nodeagent.host.domainxml import NAMESPACE, build_domain_xml, metadata_xml, read_metadata, read_shape
+from nodeagent.host.images import BootImage
 from nodeagent.validation import LaunchSpec, Role
 
 KERNEL_IMAGE = BootImage("tiny", Path("/img/tiny/vmlinuz"), Path("/img/tiny/initrd.img"),

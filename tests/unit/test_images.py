@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from nodeagent.images import create_overlay, delete_overlay, list_overlays, resolve_image
+from nodeagent.host.images import create_overlay, delete_overlay, list_overlays, resolve_image
 from gleaner_common.ids import InvalidField
 
 

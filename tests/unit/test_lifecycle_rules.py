@@ -5,7 +5,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nodeagent.lifecycle import ManagedDomain, choose_domain_type, spec_differences
+from nodeagent.domains import spec_differences
+from nodeagent.inventory import ManagedDomain, choose_domain_type
 from nodeagent.validation import LaunchSpec, Role
 
 
@@ -32,3 +33,64 @@ def test_differences_are_named_in_plain_words():
     spec = LaunchSpec("vm", Role.FOREGROUND, 2, 128, "tiny", "gleaner.workload=hog", "L2")
     assert spec_differences(domain(), spec) == [
         "role is 'volunteer', not 'foreground'", "vcpus is 1, not 2", "lease_id is 'L1', not 'L2'"]
+
+
+class _FakeInventory:
+    def __init__(self, running):
+        self._running = running
+        self.info = {}
+        self.changed = []
+
+    def running(self):
+        return self._running
+
+    def set_info(self, info):
+        self.info = info
+
+    def note_change(self, name):
+        self.changed.append(name)
+
+
+class _FakePriority:
+    def apply(self, name, cls):
+        return ["cpu.idle 0 -> 1"] if name == "vm-drifted" else []
+
+    def effective_class(self, name, cls):
+        return cls
+
+
+class _FakeHypervisor:
+    def __init__(self):
+        self.disk_calls = []
+
+    def set_disk_priority(self, *args):
+        self.disk_calls.append(args)
+
+
+def test_a_reconcile_pass_publishes_one_drift_event_per_domain_with_all_its_changes(tmp_path):
+    from nodeagent.config import AgentConfig
+    from nodeagent.enforcement import Enforcement
+    from nodeagent.events import EventBus
+    from nodeagent.host.domainxml import DomainShape, GleanerMetadata
+
+    def meta(overlay: str) -> GleanerMetadata:
+        return GleanerMetadata(role=Role.VOLUNTEER, lease_id="", launched_at=datetime.now(timezone.utc),
+                               image="tiny", kernel_cmdline="", overlay=overlay, priority_class=Role.VOLUNTEER)
+    config = AgentConfig(state_dir=tmp_path)
+    config.overlay_dir.mkdir(parents=True)
+    uncapped = DomainShape(vcpus=1, memory_mib=128, console_log="", cpuset="", disk_caps=(0, 0))
+    running = [("vm-drifted", meta("/o/vm-drifted.qcow2"), uncapped), ("vm-fine", meta(""), uncapped)]
+    events, hv, inventory = EventBus(), _FakeHypervisor(), _FakeInventory(running)
+    enforcement = Enforcement(config, hv, inventory, _FakePriority(), events)
+    enforcement.disk_mechanism = "caps"  # whatever this machine's disk: volunteers are capped
+    watch = events.subscribe()
+    corrected = enforcement.reconcile()
+    assert list(corrected) == ["vm-drifted"]
+    assert corrected["vm-drifted"][0] == "cpu.idle 0 -> 1"
+    assert corrected["vm-drifted"][1].startswith("disk caps 0 B/s, 0 IOPS ->")
+    published = [watch.get_nowait() for _ in range(watch.qsize())]
+    assert [(e.kind, e.domain) for e in published] == [("drift.corrected", "vm-drifted")]
+    assert published[0].detail == "; ".join(corrected["vm-drifted"])
+    assert published[0].fields == {"class": "volunteer"}
+    assert len(hv.disk_calls) == 1 and inventory.changed == ["vm-drifted"]
+    assert set(inventory.info) == {"vm-drifted", "vm-fine"}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nodeagent import cgroups
+from nodeagent.host import cgroups
 from nodeagent.guard import GuardAction, GuardConfig, at_risk, decide, trim, window
 from nodeagent.priority import CpuWeights, cpu_setting
 from nodeagent.validation import Role
@@ -194,7 +194,7 @@ def test_block_and_cpu_counters_v1_and_v2(tmp_path):
 
 # -- disk ----------------------------------------------------------------------------------------
 
-from nodeagent import blockdev  # noqa: E402
+from nodeagent.host import blockdev  # noqa: E402
 from nodeagent.priority import DiskPolicy, DiskSetting, disk_mechanism, disk_setting  # noqa: E402
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import cgroups
+from nodeagent.host import cgroups
 from gleaner_common.logs import LogfmtFormatter, log_event
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .images import BootImage
-from .priority import DiskSetting
-from .validation import LaunchSpec, Role
+from ..priority import DiskSetting
+from ..validation import LaunchSpec, Role
 
 NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"
@@ -36,6 +36,10 @@ class GleanerMetadata:
     overlay: str
     priority_class: Role  # the role's class unless an admin promoted or demoted it
     agent_id: str = "default"  # the agent that manages it
+    # False from define until the launch has started the domain: a stopped domain still False
+    # was never started (its agent died mid-launch). Domains defined before this flag existed
+    # have no element and read as started.
+    started: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
     for tag, value in (("agent", meta.agent_id), ("role", meta.role.value), ("class", meta.priority_class.value),
                        ("lease-id", meta.lease_id),
                        ("launched-at", meta.launched_at.astimezone(timezone.utc).isoformat()),
-                       ("image", meta.image), ("kernel-cmdline", meta.kernel_cmdline), ("overlay", meta.overlay)):
+                       ("image", meta.image), ("kernel-cmdline", meta.kernel_cmdline), ("overlay", meta.overlay),
+                       ("started", "yes" if meta.started else "no")):
         _sub(element, qualify(tag), value)
     return element
 
@@ -84,7 +89,7 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
         vcpu.set("cpuset", spec.cpuset)
     meta = GleanerMetadata(role=spec.role, lease_id=spec.lease_id, launched_at=launched_at, image=spec.image,
                            kernel_cmdline=spec.kernel_cmdline, overlay=str(overlay) if overlay else "",
-                           priority_class=spec.role, agent_id=agent_id)
+                           priority_class=spec.role, agent_id=agent_id, started=False)
     _sub(root, "metadata").append(metadata_element(meta))
     cputune = _sub(root, "cputune")
     _sub(cputune, "shares", str(cpu_shares))
@@ -153,7 +158,7 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
     return GleanerMetadata(role=role, lease_id=text("lease-id"), launched_at=launched,
                            image=text("image"), kernel_cmdline=text("kernel-cmdline"),
                            overlay=text("overlay"), priority_class=priority_class,
-                           agent_id=text("agent") or "default")
+                           agent_id=text("agent") or "default", started=text("started") != "no")
 
 
 def read_shape(xml: str) -> DomainShape:

@@ -14,7 +14,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import TC_H_ROOT
 
-from .priority import NetCap
+from ..priority import NetCap
 
 OUR_HANDLE = 0x10000  # 1:
 INGRESS_HANDLE = 0xFFFF0000

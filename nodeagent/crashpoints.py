@@ -1,0 +1,46 @@
+"""Named points where a test can make the agent die, to prove it recovers from a crash there.
+
+They are off unless the environment variable GLEANER_AGENT_CRASH_AT names them (a comma-
+separated list); the agent then calls os._exit(137) on reaching one, as a SIGKILL would
+leave it: no cleanup, no `finally`, no log flushed beyond what was written. The names:
+
+    launch.after_overlay     the domain's overlay was made; nothing is defined yet
+    launch.after_define      the domain is defined (metadata started=no) and not started
+    launch.after_start       the domain runs, but its metadata still says started=no
+    terminate.after_acpi     the ACPI power button was pressed; the domain is still defined
+    terminate.after_undefine the domain is undefined (by terminate or the reaper); its overlay
+                             is still on disk
+
+What a restarted agent does with each is in nodeagent/reaper.py and nodeagent/domains.py.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from gleaner_common.logs import log_event
+
+log = logging.getLogger(__name__)
+ENV = "GLEANER_AGENT_CRASH_AT"
+POINTS = frozenset({"launch.after_overlay", "launch.after_define", "launch.after_start",
+                    "terminate.after_acpi", "terminate.after_undefine"})
+EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL
+
+_armed = frozenset(name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip())
+
+
+def announce() -> None:
+    """Say at start-up which crash points are armed (none, outside tests)."""
+    if _armed:
+        log_event(log, "crash_points.armed", logging.WARNING, points=",".join(sorted(_armed)),
+                  unknown=",".join(sorted(_armed - POINTS)))
+
+
+def crash_point(name: str) -> None:
+    """Die here, at once, if GLEANER_AGENT_CRASH_AT names this point."""
+    assert name in POINTS, name
+    if name in _armed:
+        log_event(log, "crash_point.reached", logging.WARNING, point=name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_CODE)

@@ -1,0 +1,293 @@
+"""Domains: launch (with rollback), terminate (ACPI, grace, destroy) and class changes.
+
+This module reaches libvirt only through Hypervisor and disks only through images, and
+keeps no state of its own beyond per-name locks: everything it knows about a domain is in
+the domain's metadata.
+
+A launch survives the agent's death part-way (see nodeagent/crashpoints.py): the domain is
+defined with started=no in its metadata and marked started=yes right after it starts. So a
+stopped domain still marked started=no was never started: a repeated launch of the same
+name and spec starts it (and reports created), and the reaper removes it with its overlay
+once it is older than lifecycle.unfinished_launch_seconds, if no launch came first. An overlay made before the agent died, with no domain defined, is
+an orphan, which the reaper removes. Terminate is idempotent: a repeat after a crash
+mid-terminate finds the domain stopped (or still running) and finishes the job.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Iterator
+
+from gleaner_common.ids import InvalidField
+from gleaner_common.logs import log_event
+
+from .config import AgentConfig
+from .crashpoints import crash_point
+from .enforcement import Enforcement
+from .events import Event, EventBus
+from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata, read_shape
+from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
+from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
+from .inventory import Inventory, ManagedDomain, managed_domain
+from .metrics import DomainInfo
+from .validation import LaunchSpec, Role, validate_grace
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.05
+PROGRESS_SECONDS = 5.0
+
+
+class DomainConflict(RuntimeError):
+    """A domain of that name exists with another spec."""
+
+
+class LaunchFailed(RuntimeError):
+    """libvirt or qemu-img failed part-way; everything the launch made was removed."""
+
+
+class TerminationOutcome(str, Enum):
+    CLEAN_SHUTDOWN = "clean_shutdown"
+    DESTROYED_AFTER_GRACE = "destroyed_after_grace"
+    DESTROYED_FORCED = "destroyed_forced"
+    ALREADY_STOPPED = "already_stopped"
+
+
+@dataclass(frozen=True)
+class TerminationResult:
+    name: str
+    outcome: TerminationOutcome
+    duration_seconds: float
+    detail: str
+
+
+def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
+    """Fields in which an existing domain differs from a launch request."""
+    pairs = {"role": (domain.role, spec.role), "vcpus": (domain.vcpus, spec.vcpus),
+             "memory_mib": (domain.memory_mib, spec.memory_mib), "image": (domain.image, spec.image),
+             "kernel_cmdline": (domain.kernel_cmdline, spec.kernel_cmdline),
+             "lease_id": (domain.lease_id, spec.lease_id), "cpuset": (domain.cpuset, spec.cpuset)}
+    def plain(value: object) -> str:
+        return repr(value.value if isinstance(value, Enum) else value)
+    return [f"{field} is {plain(have)}, not {plain(want)}" for field, (have, want) in pairs.items()
+            if have != want]
+
+
+class NameLocks:
+    """One lock per domain name: launch, terminate, class changes and the reaper take turns."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, name: str, blocking: bool = True) -> Iterator[bool]:
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        acquired = lock.acquire(blocking)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                lock.release()
+
+
+class Domains:
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor, inventory: Inventory,
+                 enforcement: Enforcement, events: EventBus) -> None:
+        self.config = config
+        self.hv = hypervisor
+        self.inventory = inventory
+        self.enforcement = enforcement
+        self.events = events
+        self.locks = NameLocks()
+
+    # -- launch -----------------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> tuple[ManagedDomain, bool]:
+        """Define and start `spec`; (domain, created). Same spec again returns (existing, False),
+        unless the first launch never finished (see the module's doc): then this one does."""
+        with self.locks.hold(spec.name):
+            existing = self.hv.get_domain(spec.name)
+            if existing is not None:
+                return self._existing(existing, spec)
+            image = resolve_image(self.config.image_dir, spec.image)
+            if spec.kernel_cmdline and not image.boots_kernel:
+                raise InvalidField("kernel_cmdline", f"image {spec.image!r} boots from its own disk; "
+                                                        "a kernel command line needs a kernel image")
+            started = time.monotonic()
+            self._create(spec, image)
+            return self._launched(spec, started), True
+
+    def _launched(self, spec: LaunchSpec, started: float) -> ManagedDomain:
+        """The domain runs: put its class on, log it, and return it as it is now."""
+        record = self.hv.get_domain(spec.name)
+        if record is None:
+            raise LaunchFailed(f"{spec.name} vanished right after it started")
+        meta = self.inventory.ours(record)
+        assert meta is not None
+        interfaces = read_shape(record.xml).interfaces
+        self.enforcement.launched(spec.name, DomainInfo(meta.role, meta.priority_class, spec.memory_mib, interfaces))
+        log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
+                  memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
+                  domain_type=self.inventory.domain_type, took_ms=round((time.monotonic() - started) * 1000))
+        return managed_domain(record, meta)
+
+    def _existing(self, record: DomainRecord, spec: LaunchSpec) -> tuple[ManagedDomain, bool]:
+        meta = self.inventory.ours(record)
+        if meta is None:
+            raise DomainConflict(f"a domain named {spec.name!r} already exists: {self.inventory.not_ours(record)}")
+        domain = managed_domain(record, meta)
+        differences = spec_differences(domain, spec)
+        if differences:
+            raise DomainConflict(f"domain {spec.name!r} exists with another spec: {'; '.join(differences)}")
+        if meta.started:
+            return domain, False
+        # The launch that defined it never finished (its agent died): finish it now.
+        started = time.monotonic()
+        log_event(log, "domain.launch_resumed", domain=spec.name, state=record.state)
+        try:
+            if not record.active:
+                self.hv.start(spec.name)
+            self.mark_started(spec.name, meta)
+        except HypervisorError as exc:
+            overlay = Path(meta.overlay) if meta.overlay else None
+            self._rollback(spec.name, True, overlay)
+            log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
+            raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+        return self._launched(spec, started), True
+
+    def mark_started(self, name: str, meta: GleanerMetadata) -> None:
+        """Say in the domain's metadata that it has been started (it is no half-made launch)."""
+        self.hv.set_metadata(name, metadata_xml(dataclasses.replace(meta, started=True)), PREFIX, NAMESPACE)
+
+    def _create(self, spec: LaunchSpec, image: BootImage) -> None:
+        """Overlay, define, start; on any failure undo what was done, then raise LaunchFailed."""
+        overlay: Path | None = None
+        defined = False
+        try:
+            if image.disk is not None:
+                overlay = create_overlay(self.config.overlay_dir, spec.name, image.disk, image.disk_format)
+                crash_point("launch.after_overlay")
+            xml = build_domain_xml(spec, image, self.inventory.domain_type, overlay,
+                                   self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
+                                   cpu_shares=self.enforcement.launch_shares(),
+                                   disk=self.enforcement.disk_setting(spec.role), network=self.config.network_attach,
+                                   agent_id=self.config.agent_id)
+            self.hv.define(xml)
+            defined = True
+            crash_point("launch.after_define")
+            self.hv.start(spec.name)
+            crash_point("launch.after_start")
+            meta = read_metadata(xml)
+            assert meta is not None
+            self.mark_started(spec.name, meta)
+        except (HypervisorError, OverlayError) as exc:
+            self._rollback(spec.name, defined, overlay)
+            log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
+            raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+
+    def _rollback(self, name: str, defined: bool, overlay: Path | None) -> None:
+        try:
+            if defined:
+                self.hv.destroy(name)
+                self.hv.undefine(name)
+        except NoSuchDomain:
+            pass
+        except HypervisorError as exc:
+            log_event(log, "domain.rollback_failed", logging.ERROR, domain=name, error=str(exc),
+                      hint="remove it by hand with 'virsh destroy' and 'virsh undefine'")
+        if overlay is not None:
+            delete_overlay(overlay)
+
+    # -- class ------------------------------------------------------------------------------------
+
+    def set_class(self, name: str, cls: Role) -> ManagedDomain:
+        """Promote or demote a domain: in its metadata (so it survives restarts) and its cgroup."""
+        with self.locks.hold(name):
+            record, meta = self.inventory.lookup(name)
+            updated = dataclasses.replace(meta, priority_class=cls)
+            with self.enforcement.changing_class():
+                self.hv.set_metadata(name, metadata_xml(updated), PREFIX, NAMESPACE)
+                self.inventory.note_change(name)  # the next pass re-reads it, whenever libvirt's event arrives
+                if record.active:
+                    self.enforcement.apply_class(name, cls, bool(meta.overlay), read_shape(record.xml).interfaces)
+            if cls is not meta.priority_class:
+                self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
+                                          {"from": meta.priority_class.value, "to": cls.value}))
+            fresh = self.hv.get_domain(name)
+            assert fresh is not None
+            return managed_domain(fresh, updated, self.enforcement.priority.is_boosted(name))
+
+    # -- terminate --------------------------------------------------------------------------------
+
+    def terminate(self, name: str, force: bool = False, grace_seconds: int | None = None) -> TerminationResult:
+        """Stop a managed domain (gracefully unless forced) and remove it with its overlay."""
+        grace = validate_grace(self.config.grace_seconds if grace_seconds is None else grace_seconds)
+        with self.locks.hold(name):
+            record, meta = self.inventory.lookup(name)
+            started = time.monotonic()
+            if not record.active:
+                outcome, detail = TerminationOutcome.ALREADY_STOPPED, f"it was already {record.state}"
+            elif force:
+                self.hv.destroy(name)
+                outcome, detail = TerminationOutcome.DESTROYED_FORCED, "destroyed at once, as asked"
+            else:
+                outcome, detail = self._stop_gracefully(name, grace, started)
+            duration = time.monotonic() - started
+            self.remove(name, meta)
+        log_event(log, "domain.terminated", domain=name, role=meta.role.value, outcome=outcome.value,
+                  duration_s=round(duration, 3), grace_s=grace, detail=detail)
+        return TerminationResult(name, outcome, duration, detail)
+
+    def _is_active(self, name: str) -> bool:
+        try:
+            return is_active_state(self.hv.state(name))
+        except NoSuchDomain:
+            return False
+        except HypervisorError as exc:  # libvirtd away for a moment (a restart): ask again next poll
+            log_event(log, "domain.state_unknown", logging.WARNING, domain=name, error=str(exc))
+            return True
+
+    def _stop_gracefully(self, name: str, grace: int, started: float) -> tuple[TerminationOutcome, str]:
+        try:
+            if self.hv.state(name) == "paused":  # a paused guest cannot see the power button
+                self.hv.resume(name)
+            self.hv.shutdown_acpi(name)
+        except HypervisorError as exc:
+            self.hv.destroy(name)
+            return TerminationOutcome.DESTROYED_AFTER_GRACE, f"ACPI shutdown failed ({exc}); destroyed"
+        log_event(log, "domain.power_button_pressed", logging.DEBUG, domain=name, grace_s=grace)
+        crash_point("terminate.after_acpi")
+        deadline = started + grace
+        next_progress = started + PROGRESS_SECONDS
+        while time.monotonic() < deadline:
+            if not self._is_active(name):
+                return TerminationOutcome.CLEAN_SHUTDOWN, "the guest powered off after the ACPI power button"
+            if time.monotonic() >= next_progress:
+                log_event(log, "domain.awaiting_shutdown", domain=name,
+                          waited_s=round(time.monotonic() - started), grace_s=grace)
+                next_progress += PROGRESS_SECONDS
+            time.sleep(POLL_SECONDS)
+        if not self._is_active(name):
+            return TerminationOutcome.CLEAN_SHUTDOWN, "the guest powered off after the ACPI power button"
+        self.hv.destroy(name)
+        return (TerminationOutcome.DESTROYED_AFTER_GRACE,
+                f"the guest did not power off within the {grace}s grace period; destroyed")
+
+    def remove(self, name: str, meta: GleanerMetadata) -> None:
+        """Forget a stopped domain, undefine it and delete its overlay (the caller holds its lock)."""
+        self.inventory.forget(name)
+        self.enforcement.forget(name)
+        try:
+            self.hv.undefine(name)
+        except NoSuchDomain:
+            pass
+        crash_point("terminate.after_undefine")
+        delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))

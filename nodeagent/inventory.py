@@ -1,0 +1,224 @@
+"""What is on this node: the host's facts and the managed domains, as libvirt says.
+
+The inventory keeps no state of its own about a domain beyond caches: everything it knows
+is in the domain's metadata. Running domains' XML views are kept between passes and
+re-read only when libvirt's events mark them stale (note_change), so reconcile passes and
+reports stay cheap; every FULL_REFRESH_PASSES passes all of them are re-read anyway, in
+case an event was missed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+import psutil
+
+from .config import AgentConfig
+from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
+from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
+from .metrics import DomainInfo
+from .validation import HostLimits, Role
+
+# libvirt's events say when a domain's XML may have changed, so reconcile re-reads only
+# those; every this many passes it re-reads all of them anyway, in case one was missed.
+FULL_REFRESH_PASSES = 30
+
+
+class DomainNotFound(LookupError):
+    pass
+
+
+class NotManaged(PermissionError):
+    """The domain exists but Gleaner did not launch it: the agent will not touch it."""
+
+
+@dataclass(frozen=True)
+class ManagedDomain:
+    name: str
+    uuid: str
+    role: Role
+    state: str
+    vcpus: int
+    memory_mib: int
+    launched_at: datetime
+    lease_id: str
+    cpu_time_ns: int
+    image: str
+    kernel_cmdline: str
+    console_log: str
+    cpuset: str = ""
+    priority_class: Role = Role.FOREGROUND
+    boosted: bool = False
+
+
+def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False) -> ManagedDomain:
+    shape = read_shape(record.xml)
+    return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role, state=record.state,
+                         vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
+                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
+                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log, cpuset=shape.cpuset,
+                         priority_class=meta.priority_class, boosted=boosted)
+
+
+def choose_domain_type(configured: str, kvm_usable: bool) -> str:
+    """The libvirt domain type to launch with: `auto` means KVM only when it is usable."""
+    if configured != "auto":
+        return configured
+    return "kvm" if kvm_usable else "qemu"
+
+
+class Inventory:
+    """The host's facts and the managed domains; the running ones kept fresh by libvirt's events."""
+
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor,
+                 boosted: Callable[[str], bool] = lambda _name: False) -> None:
+        self.config = config
+        self.hv = hypervisor
+        self._boosted = boosted
+        self._facts: HostFacts | None = None
+        # Running managed domains, for the guard's and the sampler's fast paths; rebuilt by each
+        # reconcile pass, updated at launch, class change and removal.
+        self._info: dict[str, DomainInfo] = {}
+        # What each running domain's XML says (None when it is not ours), kept between passes;
+        # libvirt's events mark entries stale.
+        self._views: dict[str, tuple[GleanerMetadata, DomainShape] | None] = {}
+        self._stale: set[str] = set()
+        self._all_stale = True
+        self._stale_lock = threading.Lock()
+        self._passes = 0
+        self._views_lock = threading.Lock()
+        self._reap_hint = True   # libvirt reported something since the reaper last asked
+        hypervisor.watch(self.note_change)
+
+    # -- host -----------------------------------------------------------------------------------
+
+    def host_facts(self) -> HostFacts:
+        if self._facts is None:  # CPUs, memory and versions do not change while we run
+            facts = self.hv.host_facts()
+            # libvirt sums NUMA node memory, which misses hot-plugged memory on some hosts;
+            # the kernel's MemTotal is what the host really has.
+            memory_mib = max(facts.memory_mib, psutil.virtual_memory().total // 2**20)
+            self._facts = dataclasses.replace(facts, memory_mib=memory_mib)
+        return self._facts
+
+    def limits(self) -> HostLimits:
+        facts = self.host_facts()
+        return HostLimits(cpus=facts.cpus, memory_mib=facts.memory_mib)
+
+    @property
+    def domain_type(self) -> str:
+        if self.config.domain_type != "auto":  # no need to ask libvirt
+            return self.config.domain_type
+        return choose_domain_type("auto", self.host_facts().kvm_usable)
+
+    # -- every managed domain, from libvirt -------------------------------------------------------
+
+    def ours(self, record: DomainRecord) -> GleanerMetadata | None:
+        """The domain's metadata if this agent manages it: launched by Gleaner, with our id."""
+        meta = read_metadata(record.xml)
+        return meta if meta is not None and meta.agent_id == self.config.agent_id else None
+
+    def not_ours(self, record: DomainRecord) -> str:
+        meta = read_metadata(record.xml)
+        if meta is None:
+            return f"domain {record.name!r} was not launched by Gleaner; the agent leaves it alone"
+        return (f"domain {record.name!r} belongs to Gleaner agent {meta.agent_id!r}, not to this agent "
+                f"({self.config.agent_id!r}); the agent leaves it alone")
+
+    def managed_records(self, inactive_only: bool = False) -> list[tuple[DomainRecord, GleanerMetadata]]:
+        pairs = [(r, self.ours(r)) for r in self.hv.list_domains(inactive_only=inactive_only)]
+        return [(r, m) for r, m in pairs if m is not None]
+
+    def list(self) -> list[ManagedDomain]:
+        domains = [managed_domain(r, m, self._boosted(r.name)) for r, m in self.managed_records()]
+        return sorted(domains, key=lambda d: (d.launched_at, d.name))
+
+    def lookup(self, name: str) -> tuple[DomainRecord, GleanerMetadata]:
+        record = self.hv.get_domain(name)
+        if record is None:
+            raise DomainNotFound(f"no domain named {name!r}")
+        meta = self.ours(record)
+        if meta is None:
+            raise NotManaged(self.not_ours(record))
+        return record, meta
+
+    def describe(self, name: str) -> ManagedDomain:
+        """The domain as it is now, with `name`'s boost."""
+        record, meta = self.lookup(name)
+        return managed_domain(record, meta, self._boosted(name))
+
+    # -- running managed domains, kept by libvirt's events -----------------------------------------
+
+    def note_change(self, name: str | None) -> None:
+        """libvirt says `name`'s XML may have changed (None: any domain's may have)."""
+        with self._stale_lock:
+            self._reap_hint = True
+            if name is None:
+                self._all_stale = True
+            else:
+                self._stale.add(name)
+
+    def take_reap_hint(self) -> bool:
+        """Whether libvirt reported anything since the last call (the reaper's cue to list)."""
+        with self._stale_lock:
+            hinted, self._reap_hint = self._reap_hint, False
+        return hinted
+
+    def _take_stale(self, names: set[str]) -> set[str]:
+        with self._stale_lock:
+            stale = set(names) if self._all_stale else self._stale & names
+            self._all_stale = False
+            self._stale.clear()
+        return stale
+
+    def running(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        """Running managed domains (name, metadata, shape) as their XML says, re-reading only
+        what events marked stale: cheap, as the views are kept between passes."""
+        with self._views_lock:
+            return self._refresh_views()
+
+    def _refresh_views(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        self._passes += 1
+        if self._passes % FULL_REFRESH_PASSES == 0:
+            self.note_change(None)
+        names = self.hv.active_domain_names()  # also notices a lost connection, which marks all stale
+        stale = self._take_stale(names)
+        for name in set(self._views) - names:
+            del self._views[name]
+        for name in names:
+            if name in stale or name not in self._views:
+                record = self.hv.get_domain(name)
+                meta = self.ours(record) if record is not None and record.active else None
+                self._views[name] = (meta, read_shape(record.xml)) if meta is not None else None
+        return [(name, *view) for name, view in self._views.items() if view is not None]
+
+    def last_running(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        """The running managed domains as the last pass saw them, without asking libvirt."""
+        with self._views_lock:
+            return [(name, *view) for name, view in self._views.items() if view is not None]
+
+    def last_running_names(self) -> set[str]:
+        """Every domain the last pass saw running (ours or not)."""
+        with self._views_lock:
+            return set(self._views)
+
+    # -- what the guard and the sampler read -------------------------------------------------------
+
+    def domain_info(self) -> dict[str, DomainInfo]:
+        return dict(self._info)
+
+    def set_info(self, info: dict[str, DomainInfo]) -> None:
+        self._info = info
+
+    def remember(self, name: str, info: DomainInfo) -> None:
+        self._info[name] = info
+
+    def set_class(self, name: str, cls: Role) -> None:
+        if name in self._info:
+            self._info[name] = dataclasses.replace(self._info[name], priority_class=cls)
+
+    def forget(self, name: str) -> None:
+        self._info.pop(name, None)

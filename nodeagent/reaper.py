@@ -1,0 +1,119 @@
+"""The reaper: removes what no one will come back for.
+
+* A volunteer that stopped on its own: its work is disposable, so once its guest is off
+  there is nothing to keep.
+* A domain of ours that is stopped and was never started (its metadata says started=no):
+  the agent died between defining and starting it, and the launch never returned. Once it
+  is older than lifecycle.unfinished_launch_seconds (its launched_at is when it was
+  defined), it is removed with its overlay, whatever its role. Until then a repeated launch
+  of the same name and spec (the controller's retry) finishes it instead.
+* A running domain still marked started=no (the agent died right after starting it) is
+  marked started: it is a running domain like any other.
+* An overlay whose domain does not exist (the agent died between making the overlay and
+  defining the domain, or between undefining it and deleting the overlay).
+
+Stopped domains are listed only when libvirt reported an event since the last pass (or
+every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
+so a restarted agent heals what a crash left before its periodic passes begin.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from gleaner_common.logs import log_event
+
+from .config import AgentConfig
+from .domains import Domains
+from .host.domainxml import GleanerMetadata
+from .host.hypervisor import Hypervisor, HypervisorError
+from .host.images import delete_overlay, list_overlays
+from .inventory import FULL_REFRESH_PASSES, Inventory
+from .validation import Role
+
+log = logging.getLogger(__name__)
+
+
+class Reaper:
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor, inventory: Inventory, domains: Domains) -> None:
+        self.config = config
+        self.hv = hypervisor
+        self.inventory = inventory
+        self.domains = domains
+        self._passes = 0
+        self._recheck = False  # an unfinished launch was left for now: list stopped domains again
+
+    def reap(self) -> list[str]:
+        """One pass; returns what was removed, for logs and tests."""
+        self._passes += 1
+        hinted = self.inventory.take_reap_hint()
+        removed = []
+        if hinted or self._recheck or self._passes % FULL_REFRESH_PASSES == 0:
+            removed += self._reap_stopped()
+        self._mark_running_started()
+        return removed + self._remove_orphan_overlays()
+
+    def _unfinished_launch_is_young(self, meta: GleanerMetadata) -> bool:
+        age = (datetime.now(timezone.utc) - meta.launched_at).total_seconds()
+        return age < self.config.unfinished_launch_seconds
+
+    def _reap_stopped(self) -> list[str]:
+        self._recheck = False
+        removed = []
+        # cheap: few domains are ever off
+        for record, meta in self.inventory.managed_records(inactive_only=True):
+            if record.active or (meta.role is not Role.VOLUNTEER and meta.started):
+                continue
+            with self.domains.locks.hold(record.name, blocking=False) as free:
+                current = self.hv.get_domain(record.name) if free else None
+                if current is None or current.active:
+                    continue
+                meta = self.inventory.ours(current)  # as it is now, under the lock
+                if meta is None or (meta.role is not Role.VOLUNTEER and meta.started):
+                    continue
+                if not meta.started and self._unfinished_launch_is_young(meta):
+                    self._recheck = True  # a repeated launch may still finish it
+                    continue
+                self.domains.remove(record.name, meta)
+                removed.append(record.name)
+                if meta.started:
+                    log_event(log, "volunteer.reaped", domain=record.name, state=current.state)
+                else:
+                    log_event(log, "domain.unstarted_removed", domain=record.name, role=meta.role.value,
+                              state=current.state, note="defined but never started: its launch never finished")
+        return removed
+
+    def _mark_running_started(self) -> None:
+        """Running domains the last reconcile pass saw still marked started=no."""
+        for name, meta, _shape in self.inventory.last_running():
+            if meta.started:
+                continue
+            with self.domains.locks.hold(name, blocking=False) as free:
+                if not free:
+                    continue  # a launch or terminate is at it
+                try:
+                    record, meta = self.inventory.lookup(name)
+                    if not record.active or meta.started:
+                        continue
+                    self.domains.mark_started(name, meta)
+                except (LookupError, PermissionError):
+                    continue  # gone, or no longer ours
+                except HypervisorError as exc:
+                    log_event(log, "domain.mark_started_failed", logging.WARNING, domain=name, error=str(exc))
+                    continue
+                self.inventory.note_change(name)
+                log_event(log, "domain.marked_started", domain=name,
+                          note="it was started by a launch that never finished")
+
+    def _remove_orphan_overlays(self) -> list[str]:
+        removed = []
+        running = self.inventory.last_running_names()  # seen running by the last reconcile: surely not orphans
+        for name, path in list_overlays(self.config.overlay_dir).items():
+            if name in running:
+                continue
+            with self.domains.locks.hold(name, blocking=False) as free:
+                if free and self.hv.get_domain(name) is None and delete_overlay(path):
+                    removed.append(f"overlay:{name}")
+                    log_event(log, "overlay.orphan_removed", domain=name, path=str(path))
+        return removed
+
