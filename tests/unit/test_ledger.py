@@ -10,7 +10,7 @@ checked after every step and once everything has settled:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from controller.core.ledger import (HOLDS_ALL, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
                                     Write)
 from controller.core.policy import BackfillConfig, Policy, Size
+from controller.sim.engine import Store as SimStore
 
 NODES = {"n1": (2, 1024), "n2": (4, 2048)}
 SETTINGS = LedgerSettings(vm_name_prefix="t-", launch_timeout=20, stop_timeout=20, notice_seconds=5,
@@ -52,24 +53,12 @@ class Report:
     agent_version: str = "t"
 
 
-@dataclass
-class Store:
-    """The rows the ledger's Writes put in SQLite."""
-    leases: dict = field(default_factory=dict)
-    requests: dict = field(default_factory=dict)
+class Store(SimStore):
+    """The simulator's in-memory rows, refusing a clashing insert as SQLite's plain insert does."""
 
     def refuses(self, write: Write) -> bool:
-        """SQLite's plain insert: a clash of lease id or VM name refuses the whole write."""
         names = {l.vm_name for l in self.leases.values()}
         return any(l.lease_id in self.leases or l.vm_name in names for l in write.created)
-
-    def apply(self, write: Write) -> None:
-        for lease in write.created:
-            self.leases[lease.lease_id] = lease
-        for lease in write.updated:
-            self.leases[lease.lease_id] = lease
-        for record in write.requests:
-            self.requests[record.request_id] = record
 
 
 def counter():
