@@ -233,19 +233,15 @@ class Domains:
         with self.locks.hold(name):
             record, meta = self.inventory.lookup(name)
             started = time.monotonic()
-            self.inventory.leaving(name, True)
-            try:
-                if not record.active:
-                    outcome, detail = TerminationOutcome.ALREADY_STOPPED, f"it was already {record.state}"
-                elif force:
-                    self.hv.destroy(name)
-                    outcome, detail = TerminationOutcome.DESTROYED_FORCED, "destroyed at once, as asked"
-                else:
-                    outcome, detail = self._stop_gracefully(name, grace, started)
-                duration = time.monotonic() - started
-                self.remove(name, meta)
-            finally:
-                self.inventory.leaving(name, False)
+            if not record.active:
+                outcome, detail = TerminationOutcome.ALREADY_STOPPED, f"it was already {record.state}"
+            elif force:
+                self.hv.destroy(name)
+                outcome, detail = TerminationOutcome.DESTROYED_FORCED, "destroyed at once, as asked"
+            else:
+                outcome, detail = self._stop_gracefully(name, grace, started)
+            duration = time.monotonic() - started
+            self.remove(name, meta)
         log_event(log, "domain.terminated", domain=name, role=meta.role.value, outcome=outcome.value,
                   duration_s=round(duration, 3), grace_s=grace, detail=detail)
         return TerminationResult(name, outcome, duration, detail)

@@ -90,9 +90,6 @@ class Inventory:
         self._stale_lock = threading.Lock()
         self._passes = 0
         self._views_lock = threading.Lock()
-        # Domains being terminated: a refresh does not ask libvirt about them, since libvirt holds a
-        # dying domain's lock while QEMU exits and every pass (reconcile, reports) would wait on it.
-        self._leaving: set[str] = set()
         self._reap_hint = True   # libvirt reported something since the reaper last asked
         hypervisor.watch(self.note_change)
 
@@ -191,18 +188,12 @@ class Inventory:
         stale = self._take_stale(names)
         for name in set(self._views) - names:
             del self._views[name]
-        leaving = set(self._leaving)   # still running: reported as last seen, not asked about again
-        for name in names - leaving:
+        for name in names:
             if name in stale or name not in self._views:
                 record = self.hv.get_domain(name)
                 meta = self.ours(record) if record is not None and record.active else None
                 self._views[name] = (meta, read_shape(record.xml)) if meta is not None else None
         return [(name, *view) for name, view in self._views.items() if view is not None]
-
-    def leaving(self, name: str, yes: bool) -> None:
-        """Mark a domain as being terminated (or no longer)."""
-        with self._stale_lock:
-            (self._leaving.add if yes else self._leaving.discard)(name)
 
     def last_running(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
         """The running managed domains as the last pass saw them, without asking libvirt."""
