@@ -122,8 +122,9 @@ class Domains:
                 raise InvalidField("kernel_cmdline", f"image {spec.image!r} boots from its own disk; "
                                                         "a kernel command line needs a kernel image")
             started = time.monotonic()
-            self._create(spec, image)
-            return self._launched(spec, started), True
+            with self.enforcement.launching(spec.name):
+                self._create(spec, image)
+                return self._launched(spec, started), True
 
     def _launched(self, spec: LaunchSpec, started: float) -> ManagedDomain:
         """The domain runs: put its class on, log it, and return it as it is now."""
@@ -152,16 +153,17 @@ class Domains:
         # The launch that defined it never finished (its agent died): finish it now.
         started = time.monotonic()
         log_event(log, "domain.launch_resumed", domain=spec.name, state=record.state)
-        try:
-            if not record.active:
-                self.hv.start(spec.name)
-            self.mark_started(spec.name, meta)
-        except HypervisorError as exc:
-            overlay = Path(meta.overlay) if meta.overlay else None
-            self._rollback(spec.name, True, overlay)
-            log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
-            raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
-        return self._launched(spec, started), True
+        with self.enforcement.launching(spec.name):
+            try:
+                if not record.active:
+                    self.hv.start(spec.name)
+                self.mark_started(spec.name, meta)
+            except HypervisorError as exc:
+                overlay = Path(meta.overlay) if meta.overlay else None
+                self._rollback(spec.name, True, overlay)
+                log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
+                raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+            return self._launched(spec, started), True
 
     def mark_started(self, name: str, meta: GleanerMetadata) -> None:
         """Say in the domain's metadata that it has been started (it is no half-made launch)."""

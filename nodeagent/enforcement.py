@@ -42,6 +42,9 @@ class Enforcement:
         # A reconcile pass and a class change never interleave: a pass that read the old class
         # would otherwise put it back right after the change (and report that as drift).
         self._class_lock = threading.Lock()
+        # Domains between their start and launched(): their class is not on yet, which a pass
+        # must not take for drift.
+        self._launching: set[str] = set()
         # Overlays take every domain write, so their device's scheduler decides the disk mechanism.
         self.disk_scheduler = blockdev.scheduler_of(config.overlay_dir)
         self.disk_mechanism = disk_mechanism(self.disk_scheduler)
@@ -65,6 +68,17 @@ class Enforcement:
         """Hold off reconcile passes while a domain's class changes (metadata and settings)."""
         with self._class_lock:
             yield
+
+    @contextmanager
+    def launching(self, name: str) -> Iterator[None]:
+        """Reconcile passes leave `name` alone until its launch has put its class on."""
+        with self._class_lock:
+            self._launching.add(name)
+        try:
+            yield
+        finally:
+            with self._class_lock:
+                self._launching.discard(name)
 
     def launched(self, name: str, info: DomainInfo) -> None:
         """A domain now runs: put its class on (CPU and network; its disk settings are in its XML)."""
@@ -130,6 +144,8 @@ class Enforcement:
                                  for name, m, shape in running})
         corrected: dict[str, list[str]] = {}
         for name, meta, shape in running:
+            if name in self._launching:
+                continue
             cls = meta.priority_class
             changes = self._reconcile_cpu(name, cls)
             changes += self._apply_net(name, cls, shape.interfaces)

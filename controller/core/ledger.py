@@ -281,6 +281,8 @@ class Ledger:
         self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
         self.unconfirmed: set[str] = set()     # victims whose stop was never confirmed
         self.retry_at: dict[str, float] = {}   # lease -> when to try its failed stop again
+        self.stop_calls: set[str] = set()       # leases whose stop was asked and not yet answered
+        self.gone_since: dict[str, float] = {}  # ... and that a report already showed gone
         self.started_at: float | None = None
         self._unable_cache: dict[tuple[str, int], frozenset[str]] = {}
         self.lease_version: dict[str, int] = {}
@@ -310,6 +312,8 @@ class Ledger:
         if lease.state in TERMINAL:
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
+            self.stop_calls.discard(lease.lease_id)
+            self.gone_since.pop(lease.lease_id, None)
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
@@ -473,7 +477,7 @@ class Ledger:
                                        events=tuple(events))]
         if state == "starting":
             effects.append(Launch(lease))
-        effects += [Stop(v, stop_grace) for v in stopped]
+        effects += [self._ask_stop(v, stop_grace) for v in stopped]
         return effects
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
@@ -523,6 +527,7 @@ class Ledger:
 
     def stop_done(self, lease_id: str, outcome: str, ok: bool, seconds: float, detail: str,
                   now: float) -> list[Effect]:
+        self.stop_calls.discard(lease_id)
         lease = self.leases.get(lease_id)
         if lease is None or lease.state not in STOPS:
             return []   # a report already showed it gone
@@ -558,7 +563,7 @@ class Ledger:
                                       deadline=now + grace + self.settings.stop_timeout,
                                       launched_at=lease.launched_at or launched), now)
         return [Write(updated=(stopping,), events=(Audit("vm.stopping", lease.node_id, lease.lease_id, dict(
-            vm=lease.vm_name, reason=reason, grace_s=grace, force=force)),)), Stop(stopping, grace, force)]
+            vm=lease.vm_name, reason=reason, grace_s=grace, force=force)),)), self._ask_stop(stopping, grace, force)]
 
     def _start_waiting(self, node_id: str, now: float) -> list[Effect]:
         """Waiting on-demand leases of this node whose victims are all gone start now."""
@@ -691,13 +696,29 @@ class Ledger:
             elif lease.state == "lost":
                 effects.append(self._end(lease, "ended", "lost: the node came back without it", now, kind="vm.gone"))
             elif lease.state == "stopping" or lease.state in VICTIM:
-                effects += self._stopped(lease, now, dict(stopped="gone", seconds=0.0,
-                                                          detail="its node no longer reports it"))
+                if self._answer_due(lease, now):
+                    young = True   # look again next report, even if it is unchanged
+                else:
+                    effects += self._stopped(lease, now, dict(stopped="gone", seconds=0.0,
+                                                              detail="its node no longer reports it"))
         if unexplained != node.unexplained:
             node.unexplained = unexplained
             self._touch(node.node_id)
         node.check_until = now + self.settings.lost_after if young else 0.0
         return effects
+
+    def _ask_stop(self, lease: Lease, grace: int, force: bool = False) -> Stop:
+        self.stop_calls.add(lease.lease_id)
+        return Stop(lease, grace, force)
+
+    def _answer_due(self, lease: Lease, now: float) -> bool:
+        """Whether a report that no longer shows a stopping VM should wait for the agent's answer:
+        the report usually comes first, and only the answer says how the VM ended (clean or
+        forced). Briefly: a call whose answer is lost must not hold the room until the deadline."""
+        if lease.lease_id not in self.stop_calls:
+            return False
+        since = self.gone_since.setdefault(lease.lease_id, now)
+        return now - since < self.settings.retry_seconds
 
     def _clean_up(self, node: NodeState, vm: ReportedVmLike, now: float) -> list[Effect]:
         """A VM of ours whose lease ended still runs: no VM runs outside the books, so it is stopped
@@ -709,7 +730,7 @@ class Ledger:
         self.retry_at[f"cleanup:{vm.name}"] = now + self.settings.retry_seconds
         return [self._unexplained(node, vm, "vm.unexpected", f"its lease {ended.lease_id} ended ({ended.state}: "
                                   f"{ended.end_reason}) but the agent still runs it; the controller stops it"),
-                Stop(ended, 0, force=True)]
+                self._ask_stop(ended, 0, force=True)]
 
     def _unexplained(self, node: NodeState, vm: ReportedVmLike, kind: str, reason: str) -> Write:
         if not self._say_once(f"{kind}:{node.node_id}:{vm.name}"):
@@ -751,10 +772,10 @@ class Ledger:
             if lease.state == "starting":
                 effects.append(Launch(lease))   # the agent launches by name: a second ask is harmless
             elif lease.state == "cancelling":
-                effects.append(Stop(lease, 0, force=True))   # launched or not, it must not run
+                effects.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
             elif lease.state == "stopping" or lease.state in VICTIM:
                 grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
-                effects.append(Stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0)))
+                effects.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0)))
         if effects:
             effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
                 launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects))),)))
@@ -787,7 +808,7 @@ class Ledger:
             lease = self.leases.get(lease_id)
             node = self.nodes.get(lease.node_id) if lease else None
             if lease is not None and lease.state in STOPS and node is not None and node.state == "up":
-                effects.append(Stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
+                effects.append(self._ask_stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
         return [e for e in effects if not isinstance(e, Write) or e]
 
     def _lose(self, node_id: str, reason: str, now: float) -> list[Effect]:

@@ -226,3 +226,55 @@ class LedgerMachine(RuleBasedStateMachine):
 LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_ledger_sequences = LedgerMachine.TestCase
+
+
+def booted_backfill(node_id: str = "n1") -> tuple[Ledger, list[Vm]]:
+    """A ledger whose node runs backfill VMs, their launches confirmed."""
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter())
+    cpus, memory = NODES[node_id]
+    ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), 1000.0)
+    launches = [e for e in ledger.fill(1000.0) if isinstance(e, Launch)]
+    assert launches
+    vms = []
+    for launch in launches:
+        ledger.launch_done(launch.lease.lease_id, True, "", 1001.0)
+        lease = launch.lease
+        vms.append(Vm(lease.vm_name, lease.lease_id, "backfill", lease.vcpus, lease.memory_mib, 1001.0))
+    return ledger, vms
+
+
+def victim_events(effects) -> list:
+    return [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == "vm.preempted"]
+
+
+def preempt_one(ledger: Ledger, vms: list[Vm]) -> tuple[str, list[Vm]]:
+    """An on-demand request that needs a victim; returns the victim's lease and what still runs."""
+    cpus, _memory = NODES["n1"]
+    effects = ledger.request(Ask(cpus, 256, "tiny", "alice", "r1"), 1010.0)
+    victims = [l for l in ledger.leases.values() if l.state in STOPS]
+    assert len(victims) >= 1, effects
+    gone = {v.lease_id for v in victims}
+    return victims[0].lease_id, [vm for vm in vms if vm.lease_id not in gone]
+
+
+def test_a_victims_stop_is_recorded_as_the_agent_answered_even_when_a_report_shows_it_gone_first():
+    ledger, vms = booted_backfill()
+    victim, still = preempt_one(ledger, vms)
+    # The domain is undefined before the agent's answer travels back: the report comes first.
+    assert not victim_events(ledger.report(Report("n1", "n1:1", 2, 1024, still), 1011.0))
+    assert victim in ledger.leases
+    events = victim_events(ledger.stop_done(victim, "clean_shutdown", True, 1.2, "", 1011.5))
+    assert [e.detail["stopped"] for e in events] == ["clean_shutdown"]
+    assert victim not in ledger.leases
+
+
+def test_a_lost_stop_answer_holds_the_victims_room_only_briefly():
+    ledger, vms = booted_backfill()
+    victim, still = preempt_one(ledger, vms)
+    assert not victim_events(ledger.report(Report("n1", "n1:1", 2, 1024, still), 1011.0))
+    # Reports that do not change are still matched while the answer is awaited.
+    assert not victim_events(ledger.report(Report("n1", "n1:1", 2, 1024, still), 1012.0))
+    later = 1011.0 + SETTINGS.retry_seconds
+    events = victim_events(ledger.report(Report("n1", "n1:1", 2, 1024, still), later))
+    assert events and {e.detail["stopped"] for e in events} == {"gone"}
+    assert victim not in ledger.leases and not ledger.stop_calls
