@@ -2,8 +2,8 @@
 
     gleanctl [--controller HOST:PORT] [--config FILE] [--json] COMMAND ...
 
-Exit codes: 0 done; 1 the controller said no (a rejected or failed request, or one still pending
-when --timeout ran out); 2 bad usage or configuration; 3 the controller cannot be reached; 4 the
+Exit codes: 0 done; 1 the controller said no or not yet (a rejected or failed request, one still
+pending when --timeout ran out, or a release whose stop is not confirmed within it); 2 bad usage or configuration; 3 the controller cannot be reached; 4 the
 controller refused the input (invalid argument, unknown lease).
 """
 from __future__ import annotations
@@ -151,8 +151,12 @@ def cmd_request(stub, args):
 
 def cmd_release(stub, args):
     reply = stub.Release(controller_pb2.ReleaseRequest(lease_id=args.lease_id, force=args.force), timeout=args.timeout)
-    text = f"released {reply.lease.lease_id} ({reply.lease.vm_name}): {reply.outcome} in {reply.seconds:.1f}s"
-    return as_dict(reply), text, 0
+    if reply.lease.state in ("ended", "failed"):
+        text = f"released {reply.lease.lease_id} ({reply.lease.vm_name}): {reply.outcome} in {reply.seconds:.1f}s"
+        return as_dict(reply), text, 0
+    text = (f"{reply.lease.lease_id} ({reply.lease.vm_name}) is still {reply.lease.state}: the controller keeps "
+            f"stopping it; 'gleanctl vms' shows when it has ended")
+    return as_dict(reply), text, EXIT_REFUSED
 
 
 def parse_backfill_setting(item: str) -> tuple[str, Any]:

@@ -51,6 +51,13 @@ def backfill_to_proto(config: BackfillConfig) -> controller_pb2.BackfillConfig:
     return controller_pb2.BackfillConfig(**config.as_dict())
 
 
+def within(context, wait: float) -> float:
+    """How long a call may wait for its outcome: `wait`, but answered a second before the caller's
+    deadline ("pending" or "stopping", which it can ask about again, beats DEADLINE_EXCEEDED)."""
+    remaining = context.time_remaining()
+    return wait if remaining is None else max(0.0, min(wait, remaining - 1.0))
+
+
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def __init__(self, pool: PoolService, on_backfill_changed) -> None:
         self.pool = pool
@@ -72,11 +79,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     @rpc
     def RequestVm(self, request, context):
         return result_to_proto(self.pool.request(request.vcpus, request.memory_mib, request.image, request.owner,
-                                                 request.request_id))
+                                                 request.request_id, within(context, self.pool.request_wait())))
 
     @rpc
     def Release(self, request, context):
-        lease, stopped = self.pool.release(request.lease_id, request.force)
+        lease, stopped = self.pool.release(request.lease_id, request.force, within(context, self.pool.release_wait()))
         return controller_pb2.ReleaseResult(lease=lease_to_proto(lease), outcome=stopped.outcome,
                                             seconds=stopped.seconds)
 

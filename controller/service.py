@@ -185,7 +185,7 @@ class PoolService:
         rejected; the same request_id again gives the same request's answer."""
         started = time.monotonic()
         checks.request(vcpus, memory_mib, image, owner, request_id)
-        wait = self._request_wait() if wait_seconds is None else wait_seconds
+        wait = self.request_wait() if wait_seconds is None else wait_seconds
         booked_ms = None
         with self.lock:
             held_since = time.perf_counter()
@@ -206,7 +206,7 @@ class PoolService:
                 record = self.ledger.pending(request_id) or self.store.request(request_id) or record
             return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
 
-    def _request_wait(self) -> float:
+    def request_wait(self) -> float:
         """Long enough for the slowest path: the victims' grace, then the launch."""
         return self.ledger.settings.launch_timeout + self.ledger.backfill.grace_seconds + 15
 
@@ -227,9 +227,13 @@ class PoolService:
 
     # -- release ---------------------------------------------------------------------------------
 
-    def release(self, lease_id: str, force: bool = False) -> tuple[Lease, Stopped]:
-        """Stop a VM and end its lease; waits (within the grace period and the agent's timeout)
-        for the stop to be confirmed."""
+    def release_wait(self) -> float:
+        """Long enough for a stop: the grace period, then the agent's timeout."""
+        return self.ledger.backfill.grace_seconds + self.ledger.settings.stop_timeout
+
+    def release(self, lease_id: str, force: bool = False, wait_seconds: float | None = None) -> tuple[Lease, Stopped]:
+        """Stop a VM and end its lease; waits (at most wait_seconds, by default release_wait())
+        for the stop to be confirmed, and answers with the lease as it is then."""
         ids.lease_id(lease_id)
         started = time.monotonic()
         with self.lock:
@@ -243,9 +247,9 @@ class PoolService:
                     raise LeaseNotFound(f"no lease {lease_id!r}") from None
                 return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
             self._apply(effects)
-            wait = self.ledger.backfill.grace_seconds + self.ledger.settings.stop_timeout
+            wait = self.release_wait() if wait_seconds is None else wait_seconds
             while lease_id in self.ledger.leases and time.monotonic() - started < wait:
-                self.changed.wait(timeout=1.0)
+                self.changed.wait(timeout=min(1.0, wait - (time.monotonic() - started)))
             lease = self._lease(lease_id)
             stopped = self.stops.get(lease_id) or Stopped(lease.state if lease else "unknown", 0.0, "")
         assert lease is not None

@@ -12,33 +12,45 @@ leave it: no cleanup, no `finally`, no log flushed beyond what was written. The 
                              is still on disk
 
 What a restarted agent does with each is in nodeagent/reaper.py and nodeagent/domains.py.
+
+GLEANER_AGENT_PAUSE_AT ("POINT:SECONDS,...") makes the agent wait at a point instead, so a
+test can let other work (a reconcile pass, a report) run exactly there.
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from gleaner_common.logs import log_event
 
 log = logging.getLogger(__name__)
 ENV = "GLEANER_AGENT_CRASH_AT"
+PAUSE_ENV = "GLEANER_AGENT_PAUSE_AT"
 POINTS = frozenset({"launch.after_overlay", "launch.after_define", "launch.after_start",
                     "terminate.after_acpi", "terminate.after_undefine"})
 EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL
 
 _armed = frozenset(name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip())
+_pauses = {point.strip(): float(seconds) for point, _, seconds in
+           (item.partition(":") for item in os.environ.get(PAUSE_ENV, "").split(",") if item.strip())}
 
 
 def announce() -> None:
     """Say at start-up which crash points are armed (none, outside tests)."""
-    if _armed:
+    if _armed or _pauses:
         log_event(log, "crash_points.armed", logging.WARNING, points=",".join(sorted(_armed)),
-                  unknown=",".join(sorted(_armed - POINTS)))
+                  pauses=",".join(f"{p}:{s:g}" for p, s in sorted(_pauses.items())),
+                  unknown=",".join(sorted((_armed | set(_pauses)) - POINTS)))
 
 
 def crash_point(name: str) -> None:
-    """Die here, at once, if GLEANER_AGENT_CRASH_AT names this point."""
+    """Die here, at once, if GLEANER_AGENT_CRASH_AT names this point (or wait, if
+    GLEANER_AGENT_PAUSE_AT does)."""
     assert name in POINTS, name
+    if name in _pauses:
+        log_event(log, "crash_point.paused", logging.WARNING, point=name, seconds=_pauses[name])
+        time.sleep(_pauses[name])
     if name in _armed:
         log_event(log, "crash_point.reached", logging.WARNING, point=name)
         for handler in logging.getLogger().handlers:

@@ -71,21 +71,21 @@ class Enforcement:
 
     @contextmanager
     def launching(self, name: str) -> Iterator[None]:
-        """Reconcile passes leave `name` alone until its launch has put its class on."""
-        with self._class_lock:
-            self._launching.add(name)
+        """Reconcile passes leave `name` alone until its launch has put its class on. Without the
+        class lock: a pass can wait seconds in libvirt on a dying domain, and a launch (the
+        on-demand VM beside its victims) must not wait behind it."""
+        self._launching.add(name)   # passes only test membership; set operations are atomic
         try:
             yield
         finally:
-            with self._class_lock:
-                self._launching.discard(name)
+            self._launching.discard(name)
 
     def launched(self, name: str, info: DomainInfo) -> None:
-        """A domain now runs: put its class on (CPU and network; its disk settings are in its XML)."""
-        with self._class_lock:  # a reconcile pass now would find the class not yet applied
-            self.inventory.remember(name, info)
-            self._apply_cpu(name, info.priority_class)
-            self._apply_net(name, info.priority_class, info.interfaces)
+        """A domain now runs: put its class on (CPU and network; its disk settings are in its XML).
+        Called within launching(name), so no reconcile pass touches it meanwhile."""
+        self.inventory.remember(name, info)
+        self._apply_cpu(name, info.priority_class)
+        self._apply_net(name, info.priority_class, info.interfaces)
 
     def apply_class(self, name: str, cls: Role, has_disk: bool, interfaces: tuple[str, ...]) -> None:
         """Put a running domain in `cls` on CPU, disk and network; called within changing_class()."""
@@ -141,7 +141,7 @@ class Enforcement:
     def _reconcile(self) -> dict[str, list[str]]:
         running = self.inventory.running()
         self.inventory.set_info({name: DomainInfo(m.role, m.priority_class, shape.memory_mib, shape.interfaces)
-                                 for name, m, shape in running})
+                                 for name, m, shape in running}, keep=self._launching)
         corrected: dict[str, list[str]] = {}
         for name, meta, shape in running:
             if name in self._launching:

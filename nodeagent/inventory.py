@@ -210,8 +210,11 @@ class Inventory:
     def domain_info(self) -> dict[str, DomainInfo]:
         return dict(self._info)
 
-    def set_info(self, info: dict[str, DomainInfo]) -> None:
-        self._info = info
+    def set_info(self, info: dict[str, DomainInfo], keep: set[str] | frozenset[str] = frozenset()) -> None:
+        """A pass's picture of the running domains; `keep` (launches under way, which the pass
+        may have listed before they started) keep what their launch remembered."""
+        current = self._info
+        self._info = {**{n: current[n] for n in list(keep) if n in current}, **info}
 
     def remember(self, name: str, info: DomainInfo) -> None:
         self._info[name] = info

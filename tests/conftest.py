@@ -62,3 +62,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if LIBVIRT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.libvirt)
+
+
+LOG_TAIL_LINES = 40
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test over real processes shows the end of their logs (this run's agents and
+    controllers): CI keeps nothing else once the test directory is removed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and item.get_closest_marker("libvirt") is not None:
+        for log in recent_process_logs():
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"last {len(lines)} lines of {log}", "\n".join(lines)))
+
+
+def recent_process_logs(within_seconds: float = 900, limit: int = 6) -> list:
+    import time
+    from tests.agentproc import TEST_ROOT
+    logs = [p for pattern in ("*/*/agent.log", "*/*/controller.log") for p in TEST_ROOT.glob(pattern)]
+    fresh = [p for p in logs if time.time() - p.stat().st_mtime < within_seconds]
+    return sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]

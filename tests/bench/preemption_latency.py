@@ -16,7 +16,18 @@ by the agent and read from the audit log. Then the victim is awaited, the on-dem
   VM fits beside its victims and the launch waits for the victim's clean shutdown (as before).
 Last, a request no node can host (3 vCPUs) is timed and the terminations it caused counted.
 Placement by allocation only (no CPU prediction): this run's own boots would otherwise decide
-how many backfill VMs fit. Prints one JSON object.
+how many backfill VMs fit.
+
+notice_*: what a victim on notice costs the foreground. A separate agent (no controller) runs a
+foreground latency probe (as in tests.bench.interference: one sample is the wall time of one
+~2 ms CPU burst, read inside the guest) and, on the same host CPU, a volunteer CPU hog whose
+guest keeps hogging for NOTICE_WORK_S after its power button (a backfill job using its notice).
+Each round: "alone" (the hog suspended through libvirt) is measured for --phase-seconds, then
+the hog resumes and the agent is asked to terminate it with the controller's notice as grace
+(TerminateDomain, grace_seconds=30: exactly the call a victim on notice gets), and the probe is
+measured for --phase-seconds inside that notice (SETTLE_SECONDS after the call). Rounds
+alternate the two phases --rounds times; notice_fg_p99_ratio is the p99 over all the notice
+samples over the p99 over all the alone samples (nearest rank). Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -24,14 +35,20 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
+from pathlib import Path
 
 import libvirt
 
-from protos import controller_pb2
-from tests.agentproc import (LIBVIRT_URI, AgentProcess, LabEnv, exit_cleanly_on_sigterm, remove_test_domains, wait_for,
-                             wait_for_console)
+from protos import agent_pb2, controller_pb2
+from tests.agentproc import (LIBVIRT_URI, AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request,
+                             remove_test_domains, unique_name, wait_for, wait_for_console)
+from tests.bench.interference import SETTLE_SECONDS, measure, phase_stats, set_class
 from tests.controllerproc import ControllerProcess, agent_settings
+
+NOTICE_SECONDS = 30   # the controller's default notice_seconds
+NOTICE_WORK_S = 40    # the hog's guest works on past the notice: the agent destroys it at its end
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -90,13 +107,81 @@ def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, 
     return {"times": times, "clean": clean, "work_lost": work_lost, "paths": sorted(paths)}
 
 
+def notice_interference(env: LabEnv, rounds: int, seconds: float, cpu: str) -> dict:
+    """The foreground probe's samples alone and while a volunteer hog is on notice (see above)."""
+    agent = AgentProcess(env, name="bench-notice").start()
+    windows: dict[str, list] = {"alone": [], "notice": []}
+    conn = libvirt.open(LIBVIRT_URI)
+    try:
+        stub = agent.stub()
+        probe = stub.LaunchDomain(launch_request(unique_name("probe"), agent_pb2.ROLE_FOREGROUND, cpuset=cpu,
+                                                 kernel_cmdline="gleaner.workload=probe gleaner.probe=2000,10,100"))
+        console = Path(probe.domain.console_log)
+        wait_for_console(console, "GLEANER-PROBE start", timeout=120)
+        for r in range(rounds):
+            hog = unique_name(f"victim{r}")
+            reply = stub.LaunchDomain(launch_request(hog, agent_pb2.ROLE_FOREGROUND, cpuset=cpu, kernel_cmdline=(
+                f"gleaner.workload=hog gleaner.notice_work={NOTICE_WORK_S}")))   # boots promoted: quicker
+            wait_for_console(reply.domain.console_log, "GLEANER-HOG", timeout=120)
+            set_class(stub, hog, agent_pb2.ROLE_VOLUNTEER)   # a running backfill VM's class
+            dom = conn.lookupByName(hog)
+            dom.suspend()
+            print(f"round {r + 1}/{rounds}: measuring alone", file=sys.stderr, flush=True)
+            windows["alone"].append(measure(console, seconds))
+            dom.resume()
+            stopping = threading.Thread(target=lambda: stub.TerminateDomain(agent_pb2.TerminateDomainRequest(
+                name=hog, grace_seconds=NOTICE_SECONDS), timeout=NOTICE_SECONDS + 60), daemon=True)
+            stopping.start()
+            print(f"round {r + 1}/{rounds}: measuring a victim on notice", file=sys.stderr, flush=True)
+            windows["notice"].append(measure(console, seconds))
+            if "GLEANER-NOTICE" not in Path(reply.domain.console_log).read_text(errors="replace"):
+                raise SystemExit(f"{hog} never got its notice: the window measured no victim on notice")
+            if not stopping.is_alive():
+                raise SystemExit(f"{hog} stopped before the window ended: it was not on notice throughout")
+            stopping.join(NOTICE_SECONDS + 90)
+    finally:
+        conn.close()
+        agent.stop()
+    alone, notice = phase_stats(windows["alone"]), phase_stats(windows["notice"])
+    return {"notice_fg_p99_ratio": round(notice["p99_all_ms"] / alone["p99_all_ms"], 3),
+            "notice_alone_p99_ms": alone["p99_all_ms"], "notice_p99_ms": notice["p99_all_ms"],
+            "notice_samples": {"alone": alone["samples"], "notice": notice["samples"]},
+            "notice_rounds": rounds, "notice_phase_seconds": seconds}
+
+
+def instant_summary(instant: dict) -> dict:
+    times = instant["times"]
+    return {"instant_p50_s": round(statistics.median(times), 3), "instant_p99_s": round(percentile(times, 99), 3),
+            "instant_max_s": round(max(times), 3), "instant_clean_shutdowns": instant["clean"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="alone/notice repetitions (default 3)")
+    parser.add_argument("--phase-seconds", type=float, default=15.0, help="per phase per round (default 15); "
+                        f"with the settling it must fit in the {NOTICE_SECONDS} s notice")
+    parser.add_argument("--cpu", default="1", help="host CPU the probe and the victim are pinned to")
+    parser.add_argument("--only", choices=("instant", "notice"), help="measure only the instant_* or notice_* figures")
     args = parser.parse_args(argv)
+    if args.phase_seconds + SETTLE_SECONDS >= NOTICE_SECONDS:
+        parser.error(f"--phase-seconds must be under {NOTICE_SECONDS - SETTLE_SECONDS:g}")
     exit_cleanly_on_sigterm()
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
     env = LabEnv.create()
+    try:
+        result = {} if args.only == "notice" else preemption_figures(env, args.requests, args.only == "instant")
+        if args.only != "instant":
+            result.update(notice_interference(env, args.rounds, args.phase_seconds, args.cpu))
+    finally:
+        remove_test_domains()
+        env.remove()
+    print(json.dumps(result))
+    return 0
+
+
+def preemption_figures(env: LabEnv, requests: int, instant_only: bool) -> dict:
+    """instant_*, preempt_* and reject_* (see the module's doc)."""
     # No headroom: the node's memory (gigabytes) holds the new VM beside its victim, so it starts at once.
     controller = ControllerProcess(env, name="bench-ctl", settings=dict(use_prediction=False, host_headroom_mib=0))
     controller.start()
@@ -105,13 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         stub = controller.stub()
         wait_for(lambda: controller.node_state("bench-node") == "up", 30, "the agent to report")
         stub.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, vcpus=1, grace_seconds=10))
-        instant = preemptions(controller, agent, args.requests, "instant")
+        instant = preemptions(controller, agent, requests, "instant")
+        if instant["paths"] != ["instant"]:
+            raise SystemExit(f"paths taken with no headroom: {instant['paths']}")
+        if instant_only:
+            return {"requests": len(instant["times"]), **instant_summary(instant)}
         # A headroom of the node's whole memory: no VM fits beside its victims, the launch waits for them.
         controller.stop()
         controller.settings["host_headroom_mib"] = 2**20
         controller.start()
         wait_for(lambda: controller.node_state("bench-node") == "up", 60, "the agent to report again")
-        waiting = preemptions(controller, agent, args.requests, "after-victims")
+        waiting = preemptions(controller, agent, requests, "after-victims")
+        if waiting["paths"] != ["after_victims"]:
+            raise SystemExit(f"paths taken with the whole memory as headroom: {waiting['paths']}")
         wait_for(lambda: booted_backfill(controller, agent, 2), 300, "two booted backfill VMs")
         before = {l.lease_id for l in controller.leases()}
         preemptions_before = len(controller.events("vm.preempted"))
@@ -127,21 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         agent.stop()
         controller.stop()
         remove_test_domains()
-        env.remove()
-    if instant["paths"] != ["instant"] or waiting["paths"] != ["after_victims"]:
-        raise SystemExit(f"paths taken: {instant['paths']} and {waiting['paths']}")
     preempt = waiting["times"]
-    print(json.dumps({
-        "requests": len(preempt), "instant_p50_s": round(statistics.median(instant["times"]), 3),
-        "instant_p99_s": round(percentile(instant["times"], 99), 3), "instant_max_s": round(max(instant["times"]), 3),
-        "instant_clean_shutdowns": instant["clean"],
+    return {
+        "requests": len(preempt), **instant_summary(instant),
         "preempt_p50_s": round(statistics.median(preempt), 3),
         "preempt_p99_s": round(percentile(preempt, 99), 3), "preempt_max_s": round(max(preempt), 3),
         "preempt_min_s": round(min(preempt), 3), "clean_shutdowns": waiting["clean"],
         "work_lost_vcpu_s_p50": round(statistics.median(waiting["work_lost"] + instant["work_lost"]), 1),
         "reject_ms": round(reject_ms, 2), "reject_decision_ms": round(reply.decision_ms, 3),
-        "reject_terminations": terminations}))
-    return 0
+        "reject_terminations": terminations}
 
 
 if __name__ == "__main__":

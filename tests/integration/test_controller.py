@@ -142,6 +142,23 @@ def test_release_brings_backfill_back(pool):
     assert status["backfill_vcpus"] == 2 and status["on_demand_vcpus"] == 0 and status["preemptions"] >= 1
 
 
+def test_calls_answer_before_the_callers_deadline_and_can_be_asked_again(pool):
+    controller, _agent = pool
+    wait_for(lambda: running_backfill(controller, 2), 60, "a node full of backfill")
+    stub = controller.stub()
+    request = controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="alice", request_id="e2e-soon")
+    # 1.05 s leaves the controller 50 ms: no launch is that quick, so the answer is "pending" (not
+    # DEADLINE_EXCEEDED), and asking again with the same id gives the VM, not a second one.
+    assert stub.RequestVm(request, timeout=1.05).outcome == "pending"
+    placed = stub.RequestVm(request, timeout=120)
+    assert placed.outcome == "placed" and len(controller.leases("on_demand")) == 1
+    released = stub.Release(controller_pb2.ReleaseRequest(lease_id=placed.lease.lease_id), timeout=1.05)
+    assert released.lease.state == "stopping"   # a clean shutdown takes longer than 50 ms
+    ended = wait_for(lambda: [l for l in controller.leases("on_demand")] == [] or None, 60, "the release to end")
+    assert ended and placed.lease.vm_name not in domain_states()
+    wait_for(lambda: running_backfill(controller, 2), 60, "backfill to refill the released room")
+
+
 def test_a_restarted_controller_keeps_its_leases(pool):
     controller, _agent = pool
     before = {(l.lease_id, l.vm_name, l.state) for l in controller.leases()}

@@ -136,6 +136,26 @@ def test_settings_changed_behind_the_agents_back_are_put_back(agent, stub):
         watcher.close()
 
 
+def test_a_launch_under_way_is_not_taken_for_drift(test_env):
+    """A reconcile pass between a domain's start and its class being put on finds the class not
+    yet applied: that is a launch under way, not drift. The agent pauses there for 2.5 s (its
+    passes run every second) to let passes run exactly then."""
+    agent = AgentProcess(test_env, name="launch-drift").start(env={"GLEANER_AGENT_PAUSE_AT": "launch.after_start:2.5"})
+    watcher = EventWatcher(agent)
+    try:
+        name = unique_name("paused-vol")
+        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER), timeout=60)
+        assert "point=launch.after_start" in agent.log_text()
+        assert cpu_knobs(name)[0] == 1   # the launch put the volunteer class on
+        time.sleep(2.5)                  # passes after the launch: nothing to correct either
+        while not watcher.events.empty():
+            watcher.seen.append(watcher.events.get())
+        assert not [e.detail for e in watcher.seen if e.kind == "drift.corrected"]
+    finally:
+        watcher.close()
+        agent.stop()
+
+
 def test_set_class_checks_its_fields(stub):
     for request, code in [
         (agent_pb2.SetDomainClassRequest(name="a/b", priority_class=agent_pb2.ROLE_FOREGROUND),

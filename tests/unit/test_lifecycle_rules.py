@@ -44,7 +44,7 @@ class _FakeInventory:
     def running(self):
         return self._running
 
-    def set_info(self, info):
+    def set_info(self, info, keep=frozenset()):
         self.info = info
 
     def note_change(self, name):
@@ -94,3 +94,7 @@ def test_a_reconcile_pass_publishes_one_drift_event_per_domain_with_all_its_chan
     assert published[0].fields == {"class": "volunteer"}
     assert len(hv.disk_calls) == 1 and inventory.changed == ["vm-drifted"]
     assert set(inventory.info) == {"vm-drifted", "vm-fine"}
+    # A domain whose launch is under way has not had its class put on yet: not drift.
+    with enforcement.launching("vm-drifted"):
+        assert enforcement.reconcile() == {}
+    assert list(enforcement.reconcile()) == ["vm-drifted"]
