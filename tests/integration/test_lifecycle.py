@@ -61,6 +61,11 @@ def test_launches_foreground_and_volunteer_with_their_roles(agent, stub):
     info = json.loads(subprocess.run(["qemu-img", "info", "-U", "--output=json", str(overlay_of(agent, vol))],
                                      check=True, capture_output=True, text=True).stdout)
     assert info["backing-filename"].endswith("tiny/disk.qcow2")
+    # The log says what each step of the launch took: what an admin looks at when launches are slow.
+    line = next(l for l in agent.log_text().splitlines() if "event=domain.launched" in l and f"domain={fg}" in l)
+    steps = dict(part.split("=") for part in line.split('steps_ms="')[1].split('"')[0].split(","))
+    assert list(steps) == ["overlay", "define", "start", "mark_started", "read_back", "class"]
+    assert all(int(ms) >= 0 for ms in steps.values())
 
 
 def test_launch_is_idempotent_and_refuses_a_different_spec(stub):
