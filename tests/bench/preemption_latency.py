@@ -96,7 +96,8 @@ def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, 
                              f"not the most recent backfill VM {youngest.lease_id}")
         victim = youngest.vm_name
         wait_for(lambda: domain_state(victim) is None, 60, "the victim to be gone")
-        event = [e for e in controller.events("vm.preempted") if e.lease_id == youngest.lease_id][-1]
+        event = wait_for(lambda: [e for e in controller.events("vm.preempted") if e.lease_id == youngest.lease_id],
+                         30, "the victim's stop to be confirmed")[-1]
         detail = json.loads(event.detail_json)
         clean += detail["stopped"] == "clean_shutdown"
         paths.add(detail["path"])
