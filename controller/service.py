@@ -30,15 +30,13 @@ from gleaner_common.logs import log_event
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig
-from .core.ledger import (VICTIM, Ask, Effect, Launch, Lease, Ledger, LedgerSettings, LeaseError, NodeState,
-                          RequestRecord, Reserve, Stop, Write, work)
+from .core.ledger import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, Ledger, LedgerSettings, LeaseError,
+                          NodeState, RequestRecord, Reserve, Stop, Write, work)
 from .core.policy import BackfillConfig, NodeView, VmRole
 from .store import LeaseConflict, Store
 
 log = logging.getLogger(__name__)
 REFUSAL_AUDIT_SECONDS = 60.0  # one report.refused audit event per node this often, however many come
-FILL_EVENTS = {"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released", "vm.recycled",
-               "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired"}
 
 
 class LeaseNotFound(LookupError):

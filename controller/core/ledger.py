@@ -39,11 +39,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-import numpy as np
-
-from .policy import (BackfillConfig, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     place_on_demand, plan_backfill)
-from .selection import moving_average, potential_productivity, select_volunteers
+from .policy import (BackfillConfig, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
+                     backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
+from .selection import potential_productivity, select_volunteers
+from .selection_rows import SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
@@ -52,6 +51,11 @@ STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 ZERO = Size(0, 0)
+MAX_LAUNCH_BACKOFF_SECONDS = 300.0
+# Audit events after which the backfill launcher runs at once (room was freed or a node came),
+# rather than at its next retry: the live controller and the simulator both read this.
+FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
+                         "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired"})
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -281,6 +285,9 @@ class Ledger:
         self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
         self.unconfirmed: set[str] = set()     # victims whose stop was never confirmed
         self.retry_at: dict[str, float] = {}   # lease -> when to try its failed stop again
+        # node -> (until, failures in a row): a node whose launches fail gets no backfill for a
+        # while, doubling, so a broken image or agent is not asked again at once, forever.
+        self.launch_backoff: dict[str, tuple[float, int]] = {}
         self.stop_calls: set[str] = set()       # leases whose stop was asked and not yet answered
         self.gone_since: dict[str, float] = {}  # ... and that a report already showed gone
         self.started_at: float | None = None
@@ -289,9 +296,14 @@ class Ledger:
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
         self._dirty: set[str] = set()
+        self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
+        self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
+        self._columns = NodeArrays([])           # the views as columns, row by row
+        self._backfill_roomy: set[str] = set()   # nodes where a backfill VM of the size below fits
+        self._backfill_roomy_size = backfill.size
         self.selected: tuple[str, ...] = ()
-        self.productivity: dict[str, float] = {}
-        self.predicted: dict[str, float] = {}
+        self.productivity: Mapping[str, float] = {}
+        self.predicted: Mapping[str, float] = {}
         self.churn = 0
         for lease in ended:
             self._retire(lease, lease.ended_at or 0.0)
@@ -348,35 +360,58 @@ class Ledger:
         self._dirty.update(self.nodes)
 
     def _refresh_views(self) -> None:
-        for node_id in self._dirty:
+        regroup = False   # a node came or went: the columns are built afresh, in the views' order
+        for node_id in sorted(self._dirty):   # the views' order, the pool's, is the same in every process
             node = self.nodes.get(node_id)
             if node is None:
+                regroup = regroup or node_id in self._node_views
                 self._node_views.pop(node_id, None)
                 self._vm_views.pop(node_id, None)
+                self._backfill_roomy.discard(node_id)
                 continue
-            vms, total, pinned, newest = [], node.unexplained, node.unexplained, None
+            vms = []
             for l in self.by_node.get(node_id, {}).values():
                 held = l.held
                 if held == ZERO:
                     continue
                 preemptible = l.role == "backfill" and l.state == "running"
-                vm = VmView(l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at, preemptible)
-                vms.append(vm)
-                total += held
-                if not preemptible:
-                    pinned += held
-                elif newest is None or vm.launched_at > newest:
-                    newest = vm.launched_at
+                vms.append(VmView(l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
+                                  preemptible))
             reserve = self.reserve_for(node_id)
             self._vm_views[node_id] = vms
-            self._node_views[node_id] = NodeView(node_id, node.capacity, node.state == "up",
-                                                 Size(reserve.vcpus, reserve.memory_mib), reserve.whole_node,
-                                                 total, pinned, newest)
+            view = self._node_views[node_id] = summed(
+                NodeView(node_id, node.capacity, node.state == "up", Size(reserve.vcpus, reserve.memory_mib),
+                         reserve.whole_node), vms, node.unexplained)
+            self._note_backfill_room(view)
+            row = self._columns.position.get(node_id)
+            if row is None:
+                regroup = True
+            elif not regroup:
+                self._columns.set_row(row, view)
+        if regroup:
+            self._columns = NodeArrays(list(self._node_views.values()))
+        self._rebuilt |= self._dirty
         self._dirty.clear()
+
+    def _note_backfill_room(self, view: NodeView) -> None:
+        """Keep the set of nodes with room for a backfill VM of the size it was kept for."""
+        if fitting_count(backfill_room(view), self._backfill_roomy_size):
+            self._backfill_roomy.add(view.node_id)
+        else:
+            self._backfill_roomy.discard(view.node_id)
+
+    def _nodes_with_backfill_room(self, size: Size) -> set[str]:
+        """The nodes where at least one backfill VM of `size` fits (views up to date)."""
+        if size != self._backfill_roomy_size:
+            self._backfill_roomy_size = size
+            self._backfill_roomy.clear()
+            for view in self._node_views.values():
+                self._note_backfill_room(view)
+        return self._backfill_roomy
 
     def snapshot(self, now: float) -> Pool:
         self._refresh_views()
-        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now)
+        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, self._columns.copy())
 
     def view(self, node_id: str) -> NodeView:
         self._refresh_views()
@@ -510,9 +545,22 @@ class Ledger:
                 return [self._end(lease, "ended", f"released before it started; the launch failed: {detail}", now)]
             return self._stop(lease, self.backfill.grace_seconds, now, "released while starting", launched=now)
         if not ok:
-            ended = self._end(lease, "failed", detail, now, kind="vm.launch_failed")
+            detail_of = dict(vm=lease.vm_name, reason=detail)
+            if lease.role == "backfill":
+                detail_of["backfill_paused_s"] = self._back_off(lease.node_id, now)
+            ended = self._end(lease, "failed", detail, now, kind="vm.launch_failed", detail=detail_of)
             return [replace(ended, requests=self._resolve(lease.request_id, "failed", detail))]
+        self.launch_backoff.pop(lease.node_id, None)
         return [self._running(lease, now, launched_at=now)]
+
+    def _back_off(self, node_id: str, now: float) -> float:
+        """No backfill on this node for a while after a failed launch; returns for how long."""
+        until, failures = self.launch_backoff.get(node_id, (0.0, 0))
+        if now < until:
+            return round(until - now, 3)   # launches asked together failing together: one pause
+        pause = min(self.settings.retry_seconds * 2 ** failures, MAX_LAUNCH_BACKOFF_SECONDS)
+        self.launch_backoff[node_id] = (now + pause, failures + 1)
+        return pause
 
     def _running(self, lease: Lease, now: float, launched_at: float | None) -> Write:
         """Only the agent's answer to the launch makes a lease running (a report may show the VM
@@ -850,9 +898,14 @@ class Ledger:
         if not config.enabled:
             return []
         effects: list[Effect] = self.select(now, evaluation=False)
-        pool = self.able(self.snapshot(now), config.memory_mb, config.image)
-        cpu_room = dict(self.productivity) if self.settings.use_prediction else None
-        plan = plan_backfill(pool, config, list(self.selected), cpu_room)
+        pool = self.snapshot(now)
+        # The plan reads only the selected nodes with room for one VM (the others would get none)
+        # that can boot one; the VMs of every node still count and are recycled.
+        unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
+        targets = [n for n in self.selected if n in roomy and n not in unable
+                   and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
+        cpu_room = self.productivity if self.settings.use_prediction else None
+        plan = plan_backfill(pool, config, targets, cpu_room)
         for vm_id in plan.recycles:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
@@ -868,29 +921,20 @@ class Ledger:
         between them, after a burst of node churn, the last choice stands."""
         config = self.backfill
         self._refresh_views()
-        ids = [n for n, node in self.nodes.items() if node.state == "up"]
-        window = self.settings.prediction_window
-        samples = np.full((len(ids), window), np.nan)
-        for row, node_id in enumerate(ids):
-            recent = list(self.nodes[node_id].fg_samples)[-window:]
-            if recent:
-                samples[row, -len(recent):] = recent
-        predicted = moving_average(samples, window)
-        views = [self._node_views[n] for n in ids]
-        cpu_max = np.array([v.capacity.vcpus for v in views], dtype=float)
-        on_demand_memory = np.array([sum(vm.size.memory_mib for vm in self._vm_views[n]
-                                         if vm.role is VmRole.ON_DEMAND) for n in ids], dtype=float)
-        free_memory = np.array([v.capacity.memory_mib - v.reserve.memory_mib for v in views]) - on_demand_memory
-        p = potential_productivity(cpu_max, predicted, free_memory, config.memory_mb)
-        p[[i for i, v in enumerate(views) if v.backfill_excluded]] = 0.0
+        rows = self._selection_rows
+        rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now)
+        self._rebuilt = set()
+        ids, predicted = rows.ids, rows.predicted
+        p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
+        p[rows.excluded] = 0.0
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
         result = select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
         if evaluation:
             self.churn = 0
         self.selected = result.chosen
-        self.productivity = dict(zip(ids, p.tolist()))
-        self.predicted = dict(zip(ids, predicted.tolist()))
+        self.productivity = rows.by_node(p)
+        self.predicted = rows.by_node(predicted)
         if not result.swaps:
             return []
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(

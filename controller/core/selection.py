@@ -10,6 +10,7 @@ burst, the previous selection stands until the evaluation interval ends.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -46,11 +47,14 @@ def select_volunteers(node_ids: list[str], productivity: np.ndarray, previous: t
     `threshold` cores; new slots go to the best unused nodes. With `churn_deferred`, the previous
     choice stands (less any node that is gone) until the evaluation interval ends.
     """
+    if count >= len(node_ids) and not churn_deferred:
+        return Selection(tuple(_all_best_first(node_ids, productivity)))
     index = {node: i for i, node in enumerate(node_ids)}
-    kept = [node for node in previous if node in index and productivity[index[node]] > 0]
+    p = productivity.tolist()   # plain floats: reading numpy scalars one by one is slow
+    kept = [node for node in previous if node in index and p[index[node]] > 0]
     if churn_deferred:
-        return Selection(tuple(_best_first(kept, productivity, index)), deferred=True)
-    kept = _best_first(kept, productivity, index)[:max(count, 0)]
+        return Selection(tuple(_best_first(kept, p, index)), deferred=True)
+    kept = _best_first(kept, p, index)[:max(count, 0)]
     used = np.zeros(len(node_ids), dtype=bool)
     used[[index[n] for n in kept]] = True
     candidates = _unused_by_p(productivity, used)
@@ -62,12 +66,29 @@ def select_volunteers(node_ids: list[str], productivity: np.ndarray, previous: t
     for best in remaining:  # best unused first, against the worst used
         if not chosen:
             break
-        worst = min(chosen, key=lambda n: (productivity[index[n]], n))
-        if productivity[best] - productivity[index[worst]] <= threshold:
+        worst = min(chosen, key=lambda n: (p[index[n]], n))
+        if p[best] - p[index[worst]] <= threshold:
             break
         chosen[chosen.index(worst)] = node_ids[best]
         swaps.append((worst, node_ids[best]))
-    return Selection(tuple(_best_first(chosen, productivity, index)), tuple(swaps))
+    return Selection(tuple(_best_first(chosen, p, index)), tuple(swaps))
+
+
+def _all_best_first(node_ids: list[str], productivity: np.ndarray) -> list[str]:
+    """Every node with P > 0, best first (ties by node id): the choice whenever there is room for
+    all of them, whatever was chosen before (all are kept or added, none is left to swap in)."""
+    positive = np.flatnonzero(productivity > 0)
+    order = np.lexsort((_name_ranks(tuple(node_ids))[positive], -productivity[positive]))
+    return [node_ids[i] for i in positive[order].tolist()]
+
+
+@lru_cache(maxsize=4)
+def _name_ranks(node_ids: tuple[str, ...]) -> np.ndarray:
+    """Each id's rank in sorted order (a pool's ids rarely change between passes: kept)."""
+    ranks = np.empty(len(node_ids), dtype=np.int64)
+    ranks[sorted(range(len(node_ids)), key=node_ids.__getitem__)] = np.arange(len(node_ids))
+    ranks.flags.writeable = False
+    return ranks
 
 
 def _unused_by_p(productivity: np.ndarray, used: np.ndarray) -> np.ndarray:
@@ -76,5 +97,8 @@ def _unused_by_p(productivity: np.ndarray, used: np.ndarray) -> np.ndarray:
     return free[np.argsort(-productivity[free], kind="stable")]
 
 
-def _best_first(nodes: list[str], productivity: np.ndarray, index: dict[str, int]) -> list[str]:
-    return sorted(nodes, key=lambda n: (-productivity[index[n]], n))
+def _best_first(nodes: list[str], productivity: list[float], index: dict[str, int]) -> list[str]:
+    """Highest P first, ties by node id: sorted by id, then (stably) by P."""
+    ordered = sorted(nodes)
+    ordered.sort(key=lambda n: -productivity[index[n]])
+    return ordered

@@ -20,7 +20,8 @@ from ..core.policy import BackfillConfig, Policy
 from ..gleanctl import UsageError, parse_backfill_setting
 from ..service import ledger_settings
 from . import traces
-from .engine import DAY, SimSettings, Simulation, progress_to_stderr
+from .engine import DAY, SimSettings, Simulation
+from .progress import ProgressBar
 from .workload import stretch_to_load
 
 AZURE_DEFAULT_LOAD = 0.6
@@ -70,8 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-seconds", type=float, default=60.0, help="report period with --demand (default 60)")
     p.add_argument("--compare", help="POLICY[,POLICY...]: run each termination policy on the same trace and print "
                                      "one table (" + ", ".join(x.value for x in Policy) + ")")
-    p.add_argument("--out", type=Path, help="directory for summary.json and vms.csv (one subdirectory per policy "
-                                            "with --compare)")
+    p.add_argument("--out", type=Path, help="directory for summary.json, vms.csv (one row per VM) and timeline.csv "
+                                            "(utilization and lost work over time); one subdirectory per policy "
+                                            "with --compare")
+    p.add_argument("--plots", action="store_true", help="with --out: draw utilization.png, lost_work.png, "
+                                                        "wait_cdf.png and survival.png there (controller/sim/plots.py)")
     p.add_argument("--max-wall-seconds", type=float, default=0.0,
                    help="stop a run after this much wall time; its figures cover the days simulated")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -130,16 +134,23 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
 
 def run_one(requests, inputs, settings, backfill, config, demand) -> Simulation:
     sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs,
-                     progress=progress_to_stderr if settings.progress_seconds else None)
+                     progress=ProgressBar() if settings.progress_seconds else None)
     sim.run()
     return sim
 
 
-def write_outputs(sim: Simulation, summary: dict[str, Any], out: Path) -> None:
+def write_outputs(sim: Simulation, summary: dict[str, Any], out: Path, plots: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    rows = sim.vm_rows()
-    with open(out / "vms.csv", "w", newline="") as f:
+    write_csv(out / "vms.csv", sim.vm_rows())
+    write_csv(out / "timeline.csv", sim.timeline_rows())
+    if plots:
+        from .plots import plot_run   # matplotlib loads only for plots
+        plot_run(out)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["lease_id"])
         writer.writeheader()
         writer.writerows(rows)
@@ -172,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:   # a policy name not known
         print(f"controller.sim: {exc}", file=sys.stderr)
         return 2
+    if args.plots and not args.out:
+        print("controller.sim: --plots needs --out (the plots are drawn from the files written there)",
+              file=sys.stderr)
+        return 2
     results = []
     for policy in policies:
         policy_backfill = dataclasses.replace(backfill, termination_policy=policy)
@@ -179,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = sim.summary()
         results.append((policy, summary))
         if args.out:
-            write_outputs(sim, summary, args.out / policy.value if args.compare else args.out)
+            write_outputs(sim, summary, args.out / policy.value if args.compare else args.out, args.plots)
     if args.compare:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
   (the VM then exists on its node and ``ledger.launch_done`` is called); a Stop completes after
   ``stop_seconds`` capped by its grace (the VM is gone and ``ledger.stop_done`` is called).
 - ``ledger.fill`` runs every backfill ``retry_seconds`` and right after any Write carrying one of
-  the service's FILL_EVENTS (a release, a stop, a preemption...), as the live launcher does.
+  the ledger's FILL_EVENTS (a release, a stop, a preemption...), as the live launcher does.
 - ``ledger.select(evaluation=True)`` runs every ``selection_interval_seconds`` (backfill enabled).
 - Reports: a node reports when its VMs change (its foreground CPU being its on-demand vCPUs), or,
   with demand series, every ``report_seconds`` as well (all nodes in one event). Node failures are
@@ -20,6 +20,11 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
 Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at their arrival;
 a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work is
 VM-level (BackfillWork below): a VM's work is its runtime x vCPUs, lost when it is preempted.
+
+Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
+``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
+far, per bucket of simulated time); the CLI writes them as summary.json, vms.csv and
+timeline.csv, and controller/sim/plots.py draws them.
 
 Extension points, not built yet: ``BackfillWork`` (task-level backfill from SWF jobs would run
 jobs inside backfill VMs and count the jobs' lost and finished work) and ``ReservePlanner``
@@ -32,7 +37,6 @@ import heapq
 import itertools
 import math
 import re
-import sys
 import time
 import zlib
 from collections import Counter
@@ -40,10 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ..core.ledger import (Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError, RequestRecord, Reserve, Stop,
-                           Write)
+from ..core.ledger import (FILL_EVENTS, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError, RequestRecord,
+                           Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Size
-from ..service import FILL_EVENTS
 from .traces import DemandSeries, OnDemandRequest
 
 HOUR = 3600.0
@@ -67,7 +70,8 @@ class SimSettings:
     selection_interval_seconds: float = 60.0
     report_seconds: float = 60.0      # periodic reports, only with demand series
     on_demand_image: str = "tiny"
-    progress_seconds: float = 5.0     # wall seconds between progress lines (0: none)
+    progress_seconds: float = 5.0     # wall seconds between progress updates (0: none)
+    timeline_seconds: float = 0.0     # width of the timeline's buckets (0: the run / 720, at least a minute)
     max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
 
     @property
@@ -225,6 +229,47 @@ class VmLevelWork:
         )
 
 
+# -- what happened over time -----------------------------------------------------------------------
+
+class Timeline:
+    """Allocated vCPU-seconds (on-demand, backfill) and backfill work lost, per bucket of simulated
+    time: what the plots draw. The totals are the summary's own (the same integration, split at
+    bucket edges)."""
+
+    def __init__(self, duration: float, bucket_seconds: float = 0.0) -> None:
+        self.bucket = bucket_seconds or max(60.0, duration / 720)
+        count = max(math.ceil(duration / self.bucket), 1)
+        self.on_demand = [0.0] * count
+        self.backfill = [0.0] * count
+        self.lost = [0.0] * count
+
+    def allocated(self, start: float, stop: float, on_demand: int, backfill: int) -> None:
+        """on_demand and backfill vCPUs were allocated from start to stop."""
+        while start < stop:
+            i = min(int(start // self.bucket), len(self.on_demand) - 1)
+            edge = stop if i == len(self.on_demand) - 1 else min(stop, (i + 1) * self.bucket)
+            if edge <= start:   # rounding at a bucket's edge: the rest goes to this bucket
+                edge = stop
+            self.on_demand[i] += on_demand * (edge - start)
+            self.backfill[i] += backfill * (edge - start)
+            start = edge
+
+    def lost_work(self, at: float, vcpu_seconds: float) -> None:
+        self.lost[min(int(at // self.bucket), len(self.lost) - 1)] += vcpu_seconds
+
+    def rows(self, end: float, pool_vcpus: int) -> list[dict[str, Any]]:
+        """One row per bucket up to `end`: its start, utilization by role over the bucket (the
+        last one may be cut short by the end) and the lost work so far, in vCPU-hours."""
+        rows, lost = [], 0.0
+        for i in range(min(math.ceil(end / self.bucket), len(self.on_demand))):
+            span = (min((i + 1) * self.bucket, end) - i * self.bucket) * pool_vcpus
+            lost += self.lost[i]
+            rows.append(dict(start_s=i * self.bucket, utilization_on_demand=round(self.on_demand[i] / span, 6),
+                             utilization_backfill=round(self.backfill[i] / span, 6),
+                             lost_work_vcpu_hours=round(lost / HOUR, 3)))
+        return rows
+
+
 # -- the simulation ---------------------------------------------------------------------------------
 
 def reason_group(reason: str) -> str:
@@ -246,7 +291,9 @@ class Simulation:
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
                  work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
                  inputs: Mapping[str, str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[float, str], None] | None = None) -> None:
+        """`progress(done, detail)` is called every settings.progress_seconds of wall time with the
+        share of simulated time done (ProgressBar draws it)."""
         self.settings = settings
         self.end = settings.duration
         self.requests = [r for r in requests if r.at < self.end]
@@ -288,6 +335,7 @@ class Simulation:
         self.area_at = 0.0
         self.lost_vcpu_seconds = 0.0
         self.preemptions = 0
+        self.timeline = Timeline(self.end, settings.timeline_seconds)
         self.wall = 0.0
         self.stopped_early_at: float | None = None
         # what the leases hold per node, kept from the Writes (for rejected_due_to_backfill)
@@ -329,11 +377,14 @@ class Simulation:
                     break
                 if self.progress and self.settings.progress_seconds and wall >= next_progress:
                     next_progress = wall + self.settings.progress_seconds
-                    self.progress(f"sim: day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events, "
-                                  f"{wall - started:.0f} s wall, {self.preemptions} preemptions")
+                    self.progress(when / end, f"day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events, "
+                                              f"{wall - started:.0f} s wall, {self.preemptions} preemptions")
         self.now = self.end
         self._integrate()
         self.wall = time.perf_counter() - started
+        finish = getattr(self.progress, "finish", None)
+        if finish is not None:
+            finish()
         return self.summary()
 
     # -- carrying out the ledger's effects ----------------------------------------------------------
@@ -353,8 +404,10 @@ class Simulation:
                     if kind in FILL_EVENTS:
                         fill = True
                     if kind == "vm.preempted":
+                        lost = event.detail.get("work_lost_vcpu_seconds", 0.0)
                         self.preemptions += 1
-                        self.lost_vcpu_seconds += event.detail.get("work_lost_vcpu_seconds", 0.0)
+                        self.lost_vcpu_seconds += lost
+                        self.timeline.lost_work(now, lost)
             elif type(effect) is Launch:
                 self.at(now + self._launch_seconds(effect.lease.lease_id), self._launched, effect.lease)
             elif type(effect) is Stop:
@@ -468,6 +521,7 @@ class Simulation:
         if dt > 0:
             self.od_area += self.od_alloc * dt
             self.bf_area += self.bf_alloc * dt
+            self.timeline.allocated(self.area_at, self.now, self.od_alloc, self.bf_alloc)
             self.area_at = self.now
 
     # -- the controller's periodic jobs -------------------------------------------------------------
@@ -578,7 +632,8 @@ class Simulation:
                        sim_events=self.events_run, wall_seconds=round(self.wall, 3),
                        sim_events_per_s=round(self.events_run / self.wall) if self.wall else None)
         return dict(
-            header=dict(inputs=self.inputs, sim=asdict(s), ledger=asdict(self.ledger.settings),
+            header=dict(inputs=self.inputs, sim=asdict(s), timeline_seconds=self.timeline.bucket,
+                        ledger=asdict(self.ledger.settings),
                         backfill=self.ledger.backfill.as_dict(),
                         reserves={k: asdict(v) for k, v in self.ledger.reserves.items()},
                         demand_series=len(self.demand)),
@@ -599,12 +654,22 @@ class Simulation:
         )
 
     def vm_rows(self) -> list[dict[str, Any]]:
-        """One row per lease: what the per-VM CSV holds."""
-        return [dict(lease_id=l.lease_id, role=l.role, node=l.node_id, vcpus=l.vcpus, memory_mib=l.memory_mib,
-                     launched=l.launched_at, ended=l.ended_at, state=l.state, end_reason=l.end_reason,
-                     request_id=l.request_id)
-                for l in sorted(self.store.leases.values(), key=lambda l: (l.created_at, l.lease_id))]
+        """One row per lease: what the per-VM CSV holds. wait_s: an on-demand VM's wait from its
+        request's arrival to its launch; runtime_s: from launch to its end (or the run's end);
+        preempted: a backfill VM stopped to make room (its runtime x vCPUs was lost)."""
+        rows = []
+        for l in sorted(self.store.leases.values(), key=lambda l: (l.created_at, l.lease_id)):
+            request = self.by_lease.get(l.lease_id)
+            launched = l.launched_at
+            rows.append(dict(
+                lease_id=l.lease_id, role=l.role, node=l.node_id, vcpus=l.vcpus, memory_mib=l.memory_mib,
+                launched=launched, ended=l.ended_at, state=l.state, end_reason=l.end_reason, request_id=l.request_id,
+                wait_s=round(launched - request.at, 3) if request is not None and launched is not None else None,
+                runtime_s=round((l.ended_at if l.ended_at is not None else self.end) - launched, 3)
+                if launched is not None else None,
+                preempted=l.role == "backfill" and l.end_reason.startswith("preempted")))
+        return rows
 
-
-def progress_to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    def timeline_rows(self) -> list[dict[str, Any]]:
+        """The timeline's rows (Timeline.rows) up to the run's end."""
+        return self.timeline.rows(self.end, self.settings.nodes * self.settings.node_cpus)

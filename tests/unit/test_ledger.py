@@ -278,3 +278,31 @@ def test_a_lost_stop_answer_holds_the_victims_room_only_briefly():
     events = victim_events(ledger.report(Report("n1", "n1:1", 2, 1024, still), later))
     assert events and {e.detail["stopped"] for e in events} == {"gone"}
     assert victim not in ledger.leases and not ledger.stop_calls
+
+
+def test_a_node_whose_launches_fail_gets_no_backfill_for_a_while_doubling():
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter())
+    ledger.report(Report("n1", "n1:1", 2, 1024, []), 1000.0)
+
+    def launches(now: float) -> list:
+        return [e for e in ledger.fill(now) if isinstance(e, Launch)]
+
+    def fail_all(calls: list, now: float) -> list:
+        events = []
+        for call in calls:
+            effects = ledger.launch_done(call.lease.lease_id, False, "image is corrupt", now)
+            events += [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == "vm.launch_failed"]
+        return events
+
+    events = fail_all(launches(1000.0), 1000.0)
+    assert events and events[0].detail["backfill_paused_s"] == SETTINGS.retry_seconds
+    assert launches(1000.5) == []                        # not asked again at once
+    later = 1000.0 + SETTINGS.retry_seconds
+    events = fail_all(launches(later), later)            # the pause is over: one more try
+    assert events[-1].detail["backfill_paused_s"] == 2 * SETTINGS.retry_seconds
+    assert launches(later + SETTINGS.retry_seconds) == []
+    again = launches(later + 2 * SETTINGS.retry_seconds)
+    assert again
+    for call in again:                                   # a launch that works ends the pauses
+        ledger.launch_done(call.lease.lease_id, True, "", later + 2 * SETTINGS.retry_seconds)
+    assert "n1" not in ledger.launch_backoff

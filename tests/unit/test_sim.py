@@ -1,7 +1,12 @@
 """The simulator: small scenarios worked out by hand, determinism, and a day of the Azure trace."""
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,9 +14,11 @@ import pytest
 from controller.core.ledger import LedgerSettings
 from controller.core.policy import BackfillConfig, Policy
 from controller.sim import cli, traces
-from controller.sim.engine import DAY, SimSettings, Simulation
+from controller.sim.engine import DAY, SimSettings, Simulation, Timeline
+from controller.sim.progress import ProgressBar
 from controller.sim.traces import OnDemandRequest
 from controller.sim.workload import stretch_to_load
+from tests.bench import simulate as simulate_bench
 
 # shared/ sits beside the repository (as in CI)
 AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_packing_2020" / "vm_entry_list_5000.csv.gz"
@@ -174,3 +181,103 @@ def test_the_cli_refuses_bad_backfill_settings(capsys):
     assert cli.main(["--requests", str(AZURE_SMALL), "--backfill", "vcpus=0", "--quiet"]) == 2
     assert "vcpus" in capsys.readouterr().err
     assert cli.main(["--requests", str(AZURE_SMALL), "--backfill", "colour=blue", "--quiet"]) == 2
+
+
+# -- outputs: per-VM rows, the timeline, the progress bar, the plots, the bench --------------------
+
+def test_the_vm_rows_say_each_vms_wait_runtime_and_whether_it_was_preempted():
+    sim = scenario(REQUESTS)
+    sim.run()
+    rows = {r["lease_id"]: r for r in sim.vm_rows()}
+    assert rows["od-9"]["wait_s"] == 5.0 and rows["od-9"]["runtime_s"] == 1000.0   # A: 105 to 1105
+    assert rows["bf-1"]["preempted"] and rows["bf-10"]["preempted"] and not rows["bf-3"]["preempted"]
+    assert rows["bf-10"]["runtime_s"] == 895.0 and rows["bf-10"]["wait_s"] is None
+    assert rows["bf-3"]["runtime_s"] == END - 5   # still running at the end
+
+
+def test_the_timeline_splits_time_at_bucket_edges_and_adds_up_to_the_summary():
+    timeline = Timeline(300.0, 100.0)
+    timeline.allocated(50.0, 250.0, 2, 1)
+    timeline.lost_work(120.0, 3600.0)
+    rows = timeline.rows(300.0, pool_vcpus=4)
+    assert [r["utilization_on_demand"] for r in rows] == [0.25, 0.5, 0.25]   # 2 vCPUs of 4, 50/100/50 s
+    assert [r["utilization_backfill"] for r in rows] == [0.125, 0.25, 0.125]
+    assert [r["lost_work_vcpu_hours"] for r in rows] == [0.0, 1.0, 1.0]
+    sim = scenario(REQUESTS)
+    f = sim.run()["figures"]
+    rows = sim.timeline_rows()
+    spans = [min(sim.timeline.bucket, END - r["start_s"]) for r in rows]
+    assert sum(r["utilization_on_demand"] * s for r, s in zip(rows, spans)) / END == pytest.approx(
+        f["utilization_on_demand"], abs=1e-5)
+    assert rows[-1]["lost_work_vcpu_hours"] == f["lost_work_vcpu_hours"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
+    log = io.StringIO()
+    bar = ProgressBar(log, width=10)
+    bar(0.5, "day 15 of 30")
+    bar(1.0, "done")
+    bar.finish()
+    assert log.getvalue() == "sim [#####.....]  50% day 15 of 30\nsim [##########] 100% done\n"
+    tty = Terminal()
+    bar = ProgressBar(tty, width=4)
+    bar(0.25, "a")
+    bar(0.75, "b")
+    bar.finish()
+    assert tty.getvalue() == "\r\x1b[Ksim [#...]  25% a\r\x1b[Ksim [###.]  75% b\n"
+
+
+def test_a_long_run_reports_its_progress(azure):
+    calls = []
+    sim = azure_day(nodes=20, days=0.2)
+    sim.settings = replace(sim.settings, progress_seconds=1e-9)   # every 1,024 events
+    sim.progress = lambda done, detail: calls.append((done, detail))
+    sim.run()
+    assert len(calls) == sim.events_run // 1024 > 0
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and 0 < calls[-1][0] <= 1
+    assert "of 0.2, " in calls[0][1]
+
+
+def test_the_cli_draws_the_plots_from_what_it_wrote(tmp_path):
+    code = cli.main(["--requests", str(AZURE_SMALL), "--format", "azure", "--nodes", "3", "--days", "1",
+                     "--backfill", "enabled=true", "--out", str(tmp_path), "--plots", "--quiet"])
+    assert code == 0
+    for name in ("utilization.png", "lost_work.png", "wait_cdf.png", "survival.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    timeline = (tmp_path / "timeline.csv").read_text().splitlines()
+    assert timeline[0] == "start_s,utilization_on_demand,utilization_backfill,lost_work_vcpu_hours"
+    assert len(timeline) == 1 + 720   # a day in buckets of two minutes
+    assert cli.main(["--requests", str(AZURE_SMALL), "--plots", "--quiet"]) == 2
+
+
+def test_the_bench_prints_one_entry_per_setting(azure, capsys):
+    assert simulate_bench.main(["--nodes", "4", "--days", "0.05", "--traces", str(azure.parents[1]), "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["wall_s"] == out["default"]["wall_s"] and out["sim_events_per_s"] > 0
+    names = {"default", "reserve_static"} | {p.value for p in Policy}
+    assert names <= set(out)
+    for name in names:
+        for key in ("utilization", "lost_work_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
+            assert key in out[name], (name, key)
+    assert out["most_recent"]["same_run_as"] == "default"
+    # all 4 nodes reserved whole (12 asked): no backfill at all
+    assert out["reserve_static"]["reserved_nodes"] == 4 and out["reserve_static"]["utilization_backfill"] == 0
+    assert out["default"]["utilization_backfill"] > 0
+    assert out["goals"]["wall_under_60_s"]["met"] is False   # not a month of 1,000 nodes
+
+
+def test_a_run_is_the_same_in_another_process(azure):
+    """The pool's order of nodes does not depend on the process's string hashing (the any policy
+    shuffles that order): two processes with different hash seeds give the same figures."""
+    code = ("import json; from tests.unit.test_sim import azure_day, figures_without_wall; "
+            "from controller.core.policy import Policy; "
+            "print(json.dumps(figures_without_wall(azure_day(nodes=10, days=0.1, policy=Policy.ANY).run())))")
+    repo = Path(__file__).resolve().parents[2]
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1 and json.loads(outputs.pop())["preemptions"] > 0

@@ -1,0 +1,108 @@
+"""Volunteer selection's per-node inputs as arrays, updated row by row.
+
+A selection pass runs before every backfill fill, and in a pool of 1,000 nodes rebuilding every
+node's prediction and room each time was most of the launcher's cost. The rows here are kept
+aligned to the up nodes and recomputed only for the nodes that reported since the last pass (their
+foreground samples changed) or whose view the ledger rebuilt (their leases, capacity, reserve or
+state changed); every figure is computed as before, row by row, so the selection is the same.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from operator import attrgetter
+from typing import Protocol
+
+import numpy as np
+
+from .policy import NodeView
+from .selection import moving_average
+
+
+class SampledNode(Protocol):
+    """What the rows read of a node's state (controller.core.ledger.NodeState)."""
+    state: str
+    last_report: float
+    fg_samples: Sequence[float]
+
+
+class SelectionRows:
+    def __init__(self) -> None:
+        self.ids: list[str] = []          # the up nodes, in the ledger's order of nodes
+        self.position: dict[str, int] = {}
+        self.states: list[SampledNode] = []
+        self.reported_at = np.zeros(0)    # each node's last report when its prediction was computed
+        self.computed_at = -math.inf      # the time of the last pass
+        self.predicted = np.zeros(0)      # moving average of foreground CPU, in cores
+        self.cpu_max = np.zeros(0)
+        self.free_memory = np.zeros(0)    # memory less the reserve and on-demand VMs, in MiB
+        self.excluded = np.zeros(0, dtype=bool)
+
+    def update(self, nodes: Mapping[str, SampledNode], views: Mapping[str, NodeView], changed: Collection[str],
+               window: int, now: float) -> None:
+        """Bring the rows up to date at `now` (not earlier than the last pass). `changed` are the
+        nodes whose view the ledger rebuilt since the last pass: a node's state changes with its
+        view, so only they can join or leave the up nodes.
+
+        A node reported since the last pass if its last report is not the one seen then, or is not
+        older than that pass (a report at the same instant); its prediction is computed again."""
+        if not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up") for n in changed):
+            self._regroup(nodes)
+            changed = self.ids
+        reported = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
+        stale = np.flatnonzero((reported >= self.computed_at) | (reported != self.reported_at))
+        if len(stale):
+            self.predicted[stale] = predictions([self.states[i].fg_samples for i in stale.tolist()], window)
+        self.reported_at, self.computed_at = reported, now
+        for node_id in changed:
+            i = self.position.get(node_id)
+            if i is not None:
+                view = views[node_id]
+                self.cpu_max[i] = view.capacity.vcpus
+                self.free_memory[i] = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
+                    float(view.on_demand_memory_mib)
+                self.excluded[i] = view.backfill_excluded
+
+    def _regroup(self, nodes: Mapping[str, SampledNode]) -> None:
+        self.ids = [n for n, node in nodes.items() if node.state == "up"]
+        self.position = {node_id: i for i, node_id in enumerate(self.ids)}
+        self.states = [nodes[n] for n in self.ids]
+        count = len(self.ids)
+        self.reported_at = np.full(count, np.nan)   # NaN equals nothing: every row is computed
+        self.predicted, self.cpu_max, self.free_memory = np.zeros(count), np.zeros(count), np.zeros(count)
+        self.excluded = np.zeros(count, dtype=bool)
+
+    def by_node(self, values: np.ndarray) -> Mapping[str, float]:
+        """Per-row values by node id, without a dict of every node per pass."""
+        return RowValues(self.position, values.tolist())
+
+
+class RowValues(Mapping):
+    """A node's figure from the last selection pass, by node id."""
+
+    def __init__(self, position: Mapping[str, int], values: list[float]) -> None:
+        self._position = position
+        self._values = values
+
+    def __getitem__(self, node_id: str) -> float:
+        return self._values[self._position[node_id]]
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._position
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._position)
+
+    def __len__(self) -> int:
+        return len(self._position)
+
+
+def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
+    """The moving average of each node's last `window` samples (NaN-padded on the left, as one
+    matrix of every node would be: each row's figure does not depend on the other rows)."""
+    samples = np.full((len(sample_lists), window), np.nan)
+    for row, node_samples in enumerate(sample_lists):
+        recent = list(node_samples)[-window:]
+        if recent:
+            samples[row, -len(recent):] = recent
+    return moving_average(samples, window)

@@ -1,0 +1,145 @@
+"""The trace-driven simulator on a month of a 1,000-node pool, once per setting compared.
+
+    python -m tests.bench.simulate [--nodes 1000] [--days 30] [--load 0.6] [--jobs 1]
+                                   [--max-wall-seconds 0] [--traces DIR] [--quiet]
+
+Prints one JSON object (and each run's progress every 30 s on stderr, unless --quiet). The workload: the on-demand VMs of the Azure Packing 2020 sample
+(`azure_packing_2020/vm_entry_list_5000.csv.gz` in --traces, ../shared/traces beside the
+repository by default), stretched and tiled so that they ask for --load of the pool's vCPUs on
+average over the run (controller/sim/workload.py, as `python -m controller.sim` does for this
+trace); nodes of 16 vCPUs and 64 GiB; VM-level backfill work (a preempted VM loses its runtime x
+vCPUs). Each setting runs the same requests through controller.sim.engine.Simulation:
+
+- default: backfill enabled, everything else at the controller's defaults (BackfillConfig and
+  ControllerConfig: most_recent, 1-vCPU 128-MiB backfill VMs, prediction on, no reserve);
+- one entry per termination policy (most_recent is the default's own run, not a second one);
+- one entry per reserve mode that exists: reserve_static, 12 whole nodes kept from backfill
+  (Balancer's figure). Hinted and predictive reserves and the wait window are not built yet.
+
+What is timed: `wall_s` and `sim_events_per_s` are the default run's alone, the wall time of
+Simulation.run() (the event loop from the first report to the summary's figures) with that
+run's event count; reading the trace and stretching it are not timed. Each entry has its own
+`wall_s`. With --jobs 2 the settings after the default run two at a time, so their wall times
+are each other's neighbours' as well. `bench_wall_s` is the whole command. --max-wall-seconds
+stops each run after that much wall time: the entry then says `complete: false` and covers the
+days it reached (`simulated_days`). This shared 2-core host is often busy with other work:
+`cpu_s` (the process's CPU time over the run) says how much of the wall time was the run's own.
+
+The issue's goals are restated under `goals`, each with the figure measured and whether it was met.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.config import ControllerConfig
+from controller.core.ledger import Reserve
+from controller.core.policy import BackfillConfig, Policy
+from controller.service import ledger_settings
+from controller.sim import traces
+from controller.sim.engine import DAY, SimSettings, Simulation
+from controller.sim.progress import ProgressBar
+from controller.sim.workload import stretch_to_load
+
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+AZURE = "azure_packing_2020/vm_entry_list_5000.csv.gz"
+RESERVED_NODES = 12               # Balancer: a reserve of 12 nodes ended on-demand rejections
+NIMBUS_UTILIZATION = 0.8382
+LOST_WORK_GOAL = 0.03
+WALL_GOAL_S = 60.0
+
+
+def settings_compared(nodes: int) -> dict[str, dict[str, Any]]:
+    """Name -> the backfill config and reserves of each setting (the default first)."""
+    width = len(str(nodes))   # the simulator's node ids: n0000 ... n0999
+    reserved = {node_id: Reserve(node_id, whole_node=True)
+                for node_id in (f"n{i:0{width}d}" for i in range(min(RESERVED_NODES, nodes)))}
+    runs: dict[str, dict[str, Any]] = {"default": dict(backfill=BackfillConfig(enabled=True), reserves={})}
+    for policy in Policy:
+        if policy is not BackfillConfig().termination_policy:
+            runs[policy.value] = dict(backfill=BackfillConfig(enabled=True, termination_policy=policy), reserves={})
+    runs["reserve_static"] = dict(backfill=BackfillConfig(enabled=True), reserves=reserved)
+    return runs
+
+
+def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: BackfillConfig,
+            reserves: dict[str, Reserve], inputs: dict[str, Any]) -> dict[str, Any]:
+    sim = Simulation(requests, sim_settings, backfill, ledger_settings(ControllerConfig()), reserves=reserves,
+                     inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None)
+    cpu = time.process_time()
+    summary = sim.run()
+    cpu = time.process_time() - cpu
+    return entry(summary["figures"], cpu, reserved_nodes=len(reserves))
+
+
+def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any]:
+    """The figures the bench prints for one run."""
+    return dict(
+        utilization=f["utilization"], utilization_on_demand=f["utilization_on_demand"],
+        utilization_backfill=f["utilization_backfill"], lost_work_share=f["lost_work_share"],
+        rejected=f["requests_rejected"], rejected_due_to_backfill=f["rejected_due_to_backfill"],
+        rejected_larger_than_node=f["rejected_larger_than_node"], requests=f["requests_arrived"],
+        on_demand_wait_p50_s=f["wait_p50_s"], on_demand_wait_p99_s=f["wait_p99_s"],
+        preemptions=f["preemptions"], preemptions_per_100_vm_hours=f["preemptions_per_100_vm_hours"],
+        backfill_goodput_vcpu_hours=f["backfill_goodput_vcpu_hours"],
+        backfill_survival_1h=f["backfill_survival_1h"], backfill_survival_1d=f["backfill_survival_1d"],
+        reserved_nodes=reserved_nodes, simulated_days=f["simulated_days"], complete=not f["stopped_early"],
+        sim_events=f["sim_events"], wall_s=f["wall_seconds"], cpu_s=round(cpu_s, 3),
+        sim_events_per_s=f["sim_events_per_s"])
+
+
+def goals(default: dict[str, Any], days: float, nodes: int) -> dict[str, Any]:
+    month = days >= 30 and nodes >= 1000 and default["complete"]
+    return dict(
+        wall_under_60_s=dict(measured_s=default["wall_s"], met=month and default["wall_s"] < WALL_GOAL_S,
+                             note="" if month else "the default run did not cover a month of 1,000 nodes"),
+        utilization_at_least_nimbus=dict(measured=default["utilization"], goal=NIMBUS_UTILIZATION,
+                                         met=(default["utilization"] or 0) >= NIMBUS_UTILIZATION),
+        lost_work_under_3_percent=dict(measured=default["lost_work_share"], goal=LOST_WORK_GOAL,
+                                       met=default["lost_work_share"] is not None and
+                                       default["lost_work_share"] < LOST_WORK_GOAL),
+        no_rejection_due_to_backfill=dict(measured=default["rejected_due_to_backfill"],
+                                          met=default["rejected_due_to_backfill"] == 0),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--days", type=float, default=30.0)
+    p.add_argument("--load", type=float, default=0.6, help="on-demand share of the pool's vCPUs (default 0.6)")
+    p.add_argument("--jobs", type=int, default=1, help="settings run at once after the default run (default 1)")
+    p.add_argument("--max-wall-seconds", type=float, default=0.0, help="stop each run after this long (0: never)")
+    p.add_argument("--traces", type=Path, default=Path(os.environ.get("GLEANER_TRACES", TRACES)))
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    path = args.traces / AZURE
+    requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load, args.nodes * 16)
+    sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
+                               max_wall_seconds=args.max_wall_seconds)
+    inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
+    runs = settings_compared(args.nodes)
+    results = {"default": run_one("default", requests, sim_settings, inputs=inputs, **runs.pop("default"))}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=inputs, **run)
+                   for name, run in runs.items()}
+        results.update((name, future.result()) for name, future in futures.items())
+    results[BackfillConfig().termination_policy.value] = dict(results["default"], same_run_as="default")
+    default = results["default"]
+    out = dict(sim_events_per_s=default["sim_events_per_s"], wall_s=default["wall_s"],
+               bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,
+               node_cpus=sim_settings.node_cpus, node_memory_mib=sim_settings.node_memory_mib, inputs=inputs,
+               goals=goals(default, args.days, args.nodes), **results)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The decisions' fast paths give the answers of the plain definitions they replace.
+
+Placement reads the nodes as numpy columns and a victim ladder per node to skip nodes that
+cannot be cheapest; the ledger keeps those columns, the selection's inputs and the set of nodes
+with backfill room row by row; volunteer selection has a path for when every node fits. Each
+is checked here against a brute-force or from-scratch computation of the same thing.
+"""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from controller.core.ledger import LedgerSettings
+from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place, Policy, Pool, Preempt, Reject,
+                                    Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
+                                    plan_backfill)
+from controller.core.selection import moving_average, select_volunteers
+from controller.core.selection_rows import SelectionRows, predictions
+from controller.sim.engine import DAY, SimSettings, Simulation
+from controller.sim.traces import OnDemandRequest
+
+NOW = 1_000_000.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- placement -----------------------------------------------------------------------------------
+
+def brute_force_placement(pool: Pool, want: Size, policy: Policy) -> Place | Preempt | None:
+    """The definition: the best fit among up nodes with room; else, over every up node, the
+    cheapest victim set by (cost, node id). None for a rejection."""
+    up = [n for n in pool.nodes if n.up]
+    fits = [n for n in up if want.fits_in(n.capacity - n.allocated)]
+    if fits:
+        best = min(fits, key=lambda n: (n.capacity.vcpus - n.allocated.vcpus, n.capacity.memory_mib -
+                                        n.allocated.memory_mib, n.node_id))
+        return Place(best.node_id)
+    options = []
+    for n in up:
+        backfill = [vm for vm in pool.on_node(n.node_id) if is_victim(vm)]
+        victims = choose_victims(backfill, want - n.room, policy, pool.now, random.Random(0))
+        if victims is not None:
+            options.append((_victim_cost(victims, policy, pool.now), n.node_id, victims))
+    if not options:
+        return None
+    _, node_id, victims = min(options, key=lambda o: o[:2])
+    return Preempt(node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
+
+
+@st.composite
+def full_pools(draw):
+    """Up to 12 nodes, mostly full of backfill VMs of mixed sizes whose launch times often tie."""
+    nodes, vms = [], []
+    launch_times = [NOW - t for t in draw(st.lists(st.floats(0, 5000), min_size=1, max_size=4))]
+    for i in range(draw(st.integers(1, 12))):
+        node = NodeView(f"n{i:02d}", Size(draw(st.integers(2, 16)), draw(st.integers(2048, 16384))),
+                        up=draw(st.booleans()) or i == 0)
+        used = Size(0, 0)
+        for j in range(draw(st.integers(0, 12))):
+            size = Size(draw(st.integers(1, 3)), draw(st.integers(128, 4096)))
+            if not (used + size).fits_in(node.capacity):
+                break
+            used += size
+            role = draw(st.sampled_from([VmRole.BACKFILL] * 4 + [VmRole.ON_DEMAND]))
+            vms.append(VmView(f"n{i:02d}-v{j}", node.node_id, role, size, draw(st.sampled_from(launch_times)),
+                              preemptible=draw(st.integers(0, 5)) > 0))
+        nodes.append(node)
+    want = Size(draw(st.integers(1, 8)), draw(st.integers(128, 8192)))
+    return Pool.of(nodes, vms, NOW), want
+
+
+@settings(max_examples=150, deadline=None)
+@given(full_pools(), st.sampled_from([Policy.MOST_RECENT, Policy.LEAST_LOSS]))
+def test_placement_is_the_brute_force_answer(case, policy):
+    pool, want = case
+    expected = brute_force_placement(pool, want, policy)
+    decision = place_on_demand(pool, want, policy)
+    if expected is None:
+        assert isinstance(decision, Reject)
+    else:
+        assert decision == expected
+
+
+@settings(max_examples=50, deadline=None)
+@given(full_pools())
+def test_hand_built_views_without_ladders_decide_the_same(case):
+    """A caller that keeps only newest_victim_at (no ladder) gets the same decision: the newest
+    victim alone still bounds the cost from below."""
+    pool, want = case
+    bare = Pool(tuple(NodeView(n.node_id, n.capacity, n.up, n.reserve, n.backfill_excluded, n.allocated, n.pinned,
+                               n.newest_victim_at) for n in pool.nodes), pool.vms_by_node, pool.now)
+    assert place_on_demand(bare, want) == place_on_demand(pool, want)
+
+
+def columns_equal(a: NodeArrays, b: NodeArrays) -> bool:
+    width = max(a.ladder_at.shape[1], b.ladder_at.shape[1])
+
+    def padded(m, fill):
+        out = np.full((m.shape[0], width), fill, dtype=m.dtype)
+        out[:, :m.shape[1]] = m
+        return out
+    same = a.ids == b.ids and all(np.array_equal(getattr(a, k), getattr(b, k), equal_nan=k.endswith("_at")) for k in (
+        "up", "capacity_vcpus", "capacity_memory", "pinned_vcpus", "pinned_memory", "allocated_vcpus",
+        "allocated_memory", "oldest_victim_at", "ladder_length", "name_rank"))
+    return same and np.array_equal(padded(a.ladder_at, np.nan), padded(b.ladder_at, np.nan), equal_nan=True) and \
+        np.array_equal(padded(a.ladder_vcpus, 2**63 - 1), padded(b.ladder_vcpus, 2**63 - 1)) and \
+        np.array_equal(padded(a.ladder_memory, 2**63 - 1), padded(b.ladder_memory, 2**63 - 1))
+
+
+def busy_simulation(policy: Policy = Policy.MOST_RECENT, use_prediction: bool = True) -> Simulation:
+    """6 small nodes and a stream of on-demand VMs of mixed sizes: many preemptions and refills."""
+    rng = random.Random(7)
+    requests = [OnDemandRequest(30.0 * i, rng.choice([1, 2, 3]), rng.choice([512, 1024, 3000]),
+                                rng.choice([60.0, 600.0, 3000.0]), "o", f"r{i}") for i in range(150)]
+    settings_ = SimSettings(nodes=6, node_cpus=4, node_memory_mib=8192, days=5000 / DAY, progress_seconds=0)
+    return Simulation(requests, settings_, BackfillConfig(enabled=True, memory_mb=512, termination_policy=policy),
+                      LedgerSettings(use_prediction=use_prediction))
+
+
+def test_the_ledgers_columns_and_rows_match_ones_built_afresh():
+    sim = busy_simulation()
+    ledger = sim.ledger
+    checked = 0
+    original_fill = ledger.fill
+
+    def fill_and_check(now):
+        nonlocal checked
+        effects = original_fill(now)
+        pool = ledger.snapshot(now)
+        assert columns_equal(pool.columns, NodeArrays(pool.nodes))
+        fresh = SelectionRows()
+        fresh.update(ledger.nodes, ledger._node_views, (), ledger.settings.prediction_window, now)
+        rows = ledger._selection_rows
+        assert fresh.ids == rows.ids
+        for name in ("predicted", "cpu_max", "free_memory", "excluded"):
+            assert np.array_equal(getattr(fresh, name), getattr(rows, name)), name
+        config = ledger.backfill
+        roomy = {n.node_id for n in pool.nodes if n.up and not n.backfill_excluded and
+                 config.size.fits_in(n.capacity - n.reserve - n.allocated)}
+        assert ledger._nodes_with_backfill_room(config.size) == roomy
+        # the plan over the roomy targets is the plan over every selected node
+        everyone = plan_backfill(pool, config, list(ledger.selected), ledger.productivity)
+        assert everyone == plan_backfill(pool, config, [n for n in ledger.selected if n in roomy], ledger.productivity)
+        checked += 1
+        return effects
+
+    ledger.fill = fill_and_check
+    f = sim.run()["figures"]
+    assert checked > 50 and f["preemptions"] > 20
+
+
+def test_recycling_reads_only_nodes_whose_oldest_victim_is_due():
+    nodes = [NodeView("a", Size(4, 4096)), NodeView("b", Size(4, 4096))]
+    vms = [VmView("old", "a", VmRole.BACKFILL, Size(1, 512), NOW - 100), VmView("new", "a", VmRole.BACKFILL,
+                                                                              Size(1, 512), NOW - 10),
+           VmView("starting", "b", VmRole.BACKFILL, Size(1, 512), NOW - 500, preemptible=False),
+           VmView("older", "b", VmRole.BACKFILL, Size(1, 512), NOW - 200)]
+    plan = plan_backfill(Pool.of(nodes, vms, NOW), BackfillConfig(enabled=True, duration_seconds=50))
+    assert plan.recycles == ("older", "old")
+
+
+# -- volunteer selection ---------------------------------------------------------------------------
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5]), min_size=1, max_size=15), st.data())
+def test_selection_with_room_for_every_node_is_every_positive_node_best_first(ps, data):
+    ids = [f"n{i}" for i in data.draw(st.permutations(range(len(ps))))]
+    previous = tuple(data.draw(st.lists(st.sampled_from(ids), unique=True)))
+    result = select_volunteers(ids, np.array(ps), previous, len(ids) + data.draw(st.integers(0, 2)), 0.5)
+    expected = sorted((n for n, p in zip(ids, ps) if p > 0), key=lambda n: (-ps[ids.index(n)], n))
+    assert result.chosen == tuple(expected) and result.swaps == ()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(0, 64), st.just(float("nan"))), max_size=12), min_size=1, max_size=8),
+       st.integers(1, 10))
+def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
+    matrix = np.full((len(sample_lists), window), np.nan)
+    for row, samples in enumerate(sample_lists):
+        recent = samples[-window:]
+        if recent:
+            matrix[row, -len(recent):] = recent
+    whole = moving_average(matrix, window)
+    for row, samples in enumerate(sample_lists):
+        assert predictions([samples], window)[0] == whole[row]
+
+
+# -- the pure core stays pure ------------------------------------------------------------------------
+
+def test_the_simulator_loads_no_grpc_sqlite_or_hypervisor_module():
+    code = ("import sys, controller.sim.engine, controller.sim.progress; "
+            "print(' '.join(m for m in ('grpc', 'sqlite3', 'libvirt', 'pyroute2', 'controller.service') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == ""
