@@ -14,17 +14,14 @@ PACKAGES=(
     busybox-static cpio kmod                                           # the guest image
 )
 
-say() { printf '[setup] %s\n' "$*"; }
+SETUP_TAG=setup
+# shellcheck source=scripts/setup-lib.sh
+source "$REPO/scripts/setup-lib.sh"
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "setup.sh: run as root (it installs packages and starts libvirtd)" >&2
-    exit 1
-fi
+require_root setup.sh "it installs packages and starts libvirtd"
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
+missing_packages "${PACKAGES[@]}"
+missing=("${MISSING[@]}")
 # The image builder asks apt which kernel is current, so the package lists must exist.
 # (Captured first: with pipefail, grep -q closing the pipe early would fail the check.)
 kernel_policy="$(apt-cache policy linux-image-cloud-amd64 2>/dev/null || true)"
@@ -33,23 +30,13 @@ if [ ${#missing[@]} -gt 0 ] || ! grep -q 'Candidate: [0-9]' <<<"$kernel_policy";
     apt-get update -q
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-    say "apt: installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    apt_install "${missing[@]}"
 else
     say "apt: all ${#PACKAGES[@]} packages already installed"
 fi
 
-if [ -e /dev/kvm ]; then
-    getent group kvm >/dev/null || groupadd --system kvm
-    if [ "$(stat -c %G:%a /dev/kvm)" != "kvm:660" ]; then
-        say "/dev/kvm: group kvm, mode 0660"
-        chgrp kvm /dev/kvm
-        chmod 0660 /dev/kvm
-    fi
-fi
-
-say "libvirt: making sure virtlogd and libvirtd run"
-bash "$REPO/scripts/libvirt-services.sh"
+kvm_device_group
+start_libvirt "$REPO/scripts"
 
 PYTHON="${PYTHON:-python3}"
 stamp="$VENV/.gleaner-installed"
@@ -69,4 +56,6 @@ fi
 
 say "image: building the tiny guest into $IMAGE_DIR"
 "$VENV/bin/python" "$REPO/images/build.py" --out "$IMAGE_DIR"
+# The test suite validates the lab's Vagrantfile, so the lab's host tools come too.
+bash "$REPO/scripts/lab-host.sh"
 say "done"

@@ -1,0 +1,46 @@
+# Shared set-up steps, sourced by scripts/setup.sh (a development host) and
+# scripts/setup-role.sh (a pool's controller and agent hosts, and the Vagrant lab's VMs).
+# Each step is idempotent. Callers set SETUP_TAG (the prefix of every message) first.
+
+say() { printf '[%s] %s\n' "${SETUP_TAG:-setup}" "$*"; }
+
+# require_root SCRIPT WHY
+require_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "$1: run as root ($2)" >&2
+        exit 1
+    fi
+}
+
+# missing_packages PKG...: sets MISSING to those not installed
+missing_packages() {
+    MISSING=()
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || MISSING+=("$pkg")
+    done
+}
+
+# apt_install PKG...: install without recommends, non-interactively
+apt_install() {
+    say "apt: installing $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+# /dev/kvm for group kvm, mode 0660, where the host has it
+kvm_device_group() {
+    if [ -e /dev/kvm ]; then
+        getent group kvm >/dev/null || groupadd --system kvm
+        if [ "$(stat -c %G:%a /dev/kvm)" != "kvm:660" ]; then
+            say "/dev/kvm: group kvm, mode 0660"
+            chgrp kvm /dev/kvm
+            chmod 0660 /dev/kvm
+        fi
+    fi
+}
+
+# start_libvirt SCRIPTS_DIR: virtlogd and libvirtd running, libvirtd answering
+start_libvirt() {
+    say "libvirt: making sure virtlogd and libvirtd run"
+    bash "$1/libvirt-services.sh"
+}
