@@ -89,7 +89,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     @rpc
     def ListNodes(self, request, context):
-        now = time.monotonic()
+        now = self.pool.clock()   # the clock the service stamps reports with
         reply = controller_pb2.ListNodesResponse()
         selected = set(self.pool.selected)
         for node, view, on_demand, backfill in self.pool.node_rows():
