@@ -139,9 +139,10 @@ class Write:
     updated: tuple[Lease, ...] = ()
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Audit, ...] = ()
+    hints: tuple[Hint, ...] | None = None   # the reserves' hints now, replacing the stored ones (None: unchanged)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.updated or self.requests or self.events)
+        return bool(self.created or self.updated or self.requests or self.events or self.hints is not None)
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,10 @@ class Ledger:
         self.reserves: dict[str, Reserve] = dict(reserves)
         self.reserve_settings = reserve_settings.validate()
         self.hints: list[Hint] = list(hints)
-        self.history = history or DemandHistory(reserve_settings.slot_seconds, reserve_settings.utc_offset_seconds)
+        slots = (reserve_settings.slot_seconds, reserve_settings.utc_offset_seconds)
+        # A history kept with other slots cannot be read by these: it starts afresh.
+        self.history = history if history is not None and \
+            (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
         self.reserved_nodes: frozenset[str] = frozenset()   # kept free of backfill by the reserves
         self.reserve_now: ReserveTarget | None = None        # the last target fill computed
         # Requests that found no room, oldest first: request_id -> (the ask, when it was queued).
@@ -1052,7 +1056,7 @@ class Ledger:
         note = late_hint_note(hint, now, lead)
         if note:
             detail["note"] = note
-        return Write(events=(Audit("reserve.hint", detail=detail),))
+        return Write(events=(Audit("reserve.hint", detail=detail),), hints=tuple(self.hints))
 
     def cancel_hints(self, label: str, now: float) -> Write:
         """Drop the live hints with this label (every one when the label is empty)."""
@@ -1060,8 +1064,8 @@ class Ledger:
         kept = [h for h in live if label and h.label != label]
         dropped = len(live) - len(kept)
         self.hints = kept
-        return Write(events=(Audit("reserve.hint_cancelled", detail=dict(label=label, dropped=dropped)),)) \
-            if dropped else Write()
+        return Write(events=(Audit("reserve.hint_cancelled", detail=dict(label=label, dropped=dropped)),),
+                     hints=tuple(kept)) if dropped else Write()
 
     def set_reserve_settings(self, settings: ReserveSettings) -> None:
         self.reserve_settings = settings.validate()
