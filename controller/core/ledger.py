@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
                      backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
-from .reserves import (DemandHistory, Hint, ReserveSettings, ReserveTarget, late_hint_note, live_hints, may_wait,
+from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note, live_hints, may_wait,
                        on_demand_share, plan_for_pool, reserve_target, validate_hint, wait_decision)
 from .selection import potential_productivity, select_volunteers
 from .selection_rows import SelectionRows
@@ -1020,6 +1020,9 @@ class Ledger:
         """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark
         them, and give their running backfill notice."""
         self.hints = list(live_hints(self.hints, now))
+        s = self.reserve_settings
+        if not (s.static_nodes or s.predictive is not PredictiveMode.OFF or self.hints or self.reserved_nodes):
+            return []   # nothing reserved, nothing to release: the common case costs no snapshot
         state_of = lambda vm_id: self.leases[vm_id].state if vm_id in self.leases else "ended"   # noqa: E731
         target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of)
         self.reserve_now = target
