@@ -211,8 +211,10 @@ class PoolService:
             return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
 
     def request_wait(self) -> float:
-        """Long enough for the slowest path: the victims' grace, then the launch."""
-        return self.ledger.settings.launch_timeout + self.ledger.backfill.grace_seconds + 15
+        """Long enough for the slowest path: the wait window for room, the victims' grace, then the
+        launch (the caller's own deadline still caps it: a request still waiting answers pending)."""
+        return self.ledger.reserve_settings.wait_seconds + self.ledger.settings.launch_timeout + \
+            self.ledger.backfill.grace_seconds + 15
 
     def _result(self, record: RequestRecord, seconds: float) -> RequestResult:
         lease = self._lease(record.lease_id) if record.lease_id else None

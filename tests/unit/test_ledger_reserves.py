@@ -180,3 +180,21 @@ def test_a_restart_queues_the_waiting_requests_again_from_when_they_were_made():
     # ... and one that finds room after the restart is placed.
     again = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL, requests=[record])
     assert events(again.fill(T0 + 2), "request.placed")
+
+
+def test_the_predictive_reserve_keeps_free_what_on_demand_used_in_the_same_slot_yesterday():
+    from controller.core.reserves import DAY, PredictiveMode
+    ledger = ledger_with(ReserveSettings(predictive=PredictiveMode.DAY, slot_seconds=6 * 3600, lead_seconds=60))
+    effects = ledger.request(Ask(2, 1024, "tiny", "alice", "busy1"), T0)
+    effects += ledger.request(Ask(2, 1024, "tiny", "alice", "busy2"), T0)
+    confirm(ledger, effects, T0)
+    confirm(ledger, ledger.fill(T0 + 1), T0 + 1)          # samples 2 nodes of on-demand demand
+    for lease in [l for l in ledger.leases.values() if l.role == "on_demand"]:
+        confirm(ledger, ledger.release(lease.lease_id, True, T0 + 2)[1], T0 + 3)
+    confirm(ledger, ledger.fill(T0 + 4), T0 + 5)          # and then none: backfill everywhere
+    assert backfill_on(ledger) == set(NODES) and not ledger.reserved_nodes
+    assert ledger.reserve_target(T0 + 4).predicted == 0   # no history of the day before yet
+    effects = ledger.fill(T0 + DAY)                       # the same slot a day later
+    assert ledger.reserve_target(T0 + DAY).predicted == 2 and len(ledger.reserved_nodes) == 2
+    stops = {e.lease.node_id for e in effects if isinstance(e, Stop)}
+    assert stops == set(ledger.reserved_nodes) and not launched_nodes(effects) & ledger.reserved_nodes
