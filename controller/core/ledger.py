@@ -517,9 +517,10 @@ class Ledger:
     @staticmethod
     def _may_fit(pool: Pool, ask: Ask) -> bool:
         """Whether some node could ever hold the request (a bad size or one larger than every node
-        is rejected at once: waiting would not help)."""
-        return ask.vcpus > 0 and ask.memory_mib > 0 and any(
-            ask.vcpus <= n.capacity.vcpus and ask.memory_mib <= n.capacity.memory_mib for n in pool.nodes)
+        is rejected at once: waiting would not help). With no node known yet (a controller just
+        started), nodes may still come."""
+        return ask.vcpus > 0 and ask.memory_mib > 0 and (not pool.nodes or any(
+            ask.vcpus <= n.capacity.vcpus and ask.memory_mib <= n.capacity.memory_mib for n in pool.nodes))
 
     def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float, created_at: float | None = None,
                 **detail: Any) -> list[Effect]:

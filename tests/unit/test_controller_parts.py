@@ -319,3 +319,27 @@ def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_fie
                        ({"static_nodes": "two"}, "reserves.static_nodes")):
         with pytest.raises(ConfigError, match=field):
             parse_config({"reserves": bad})
+
+
+def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(tmp_path):
+    from controller.core.reserves import ReserveSettings
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              reserves=ReserveSettings(wait_seconds=3600))
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                          images=["tiny"], min_memory_mib=32))
+    assert pool.request(2, 512, "tiny", "alice", "first", wait_seconds=0).lease is not None
+    waiting = pool.request(2, 512, "tiny", "bob", "second", wait_seconds=0)
+    assert waiting.record.outcome == "pending" and waiting.record.path == "queued" and waiting.lease is None
+    assert store.count_events("request.queued") == 1
+    pool.close()
+    store.close()
+    reopened = Store(config.store_path)
+    [record] = [r for r in reopened.pending_requests() if r.request_id == "second"]
+    again = PoolService(config, reopened, SlowAgents())
+    assert again.ledger.waiting["second"][1] == record.created_at   # its window runs from when it was made
+    again.close()
+    reopened.close()
