@@ -54,6 +54,7 @@ TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 ZERO = Size(0, 0)
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
+AUDIT_NODES = 50          # node ids an audit event lists at most
 DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
 # Audit events after which the backfill launcher runs at once (room was freed or a node came),
 # rather than at its next retry: the live controller and the simulator both read this.
@@ -1034,8 +1035,9 @@ class Ledger:
             self.reserved_nodes = nodes
             for node_id in added + removed:
                 self._touch(node_id)
-            effects.append(Write(events=(Audit("reserve.changed", detail=dict(
-                target=target.as_dict(), added=added, removed=removed, short=chosen.short)),)))
+            effects.append(Write(events=(Audit("reserve.changed", detail=dict(   # node lists bounded: a pool is large
+                target=target.as_dict(), added=added[:AUDIT_NODES], removed=removed[:AUDIT_NODES],
+                added_count=len(added), removed_count=len(removed), short=chosen.short)),)))
         reason = DRAINED + target.explain()
         for vm_id in chosen.notices:
             lease = self.leases.get(vm_id)
