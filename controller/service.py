@@ -287,7 +287,7 @@ class PoolService:
             self._apply(self.ledger.tick(self.clock()))
 
     def request_fill(self) -> None:
-        if self.ledger.backfill.enabled:
+        if self.ledger.backfill.enabled or self.ledger.waiting:   # freed room goes to waiting requests first
             self.on_fill_wanted()
 
     def fill(self) -> int:

@@ -291,11 +291,12 @@ class Ledger:
         self.history = history if history is not None and \
             (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
         self.reserved_nodes: frozenset[str] = frozenset()   # kept free of backfill by the reserves
-        self.reserve_now: ReserveTarget | None = None        # the last target fill computed
         # Requests that found no room, oldest first: request_id -> (the ask, when it was queued).
         self.waiting: OrderedDict[str, tuple[Ask, float]] = OrderedDict()
         self._od_share: dict[str, float] = {}   # up node -> its on-demand share (the demand's running sum)
         self._od_total = 0.0
+        self._books_version = 0                 # counts changes to any node's books
+        self._waiting_seen = -1                 # ... as the last retry of the waiting requests saw them
         self.new_id = new_id
         self.nodes: dict[str, NodeState] = {}
         self.leases: dict[str, Lease] = {}
@@ -375,6 +376,7 @@ class Ledger:
         return True
 
     def _touch(self, node_id: str) -> None:
+        self._books_version += 1
         self._dirty.add(node_id)
         self.lease_version[node_id] = self.lease_version.get(node_id, 0) + 1
 
@@ -545,10 +547,17 @@ class Ledger:
             deadline=deadline, waiting=len(self.waiting))),))]
 
     def retry_waiting(self, now: float) -> list[Effect]:
-        """Requests waiting for room, oldest first: placed where room came, rejected at their deadline."""
+        """Requests waiting for room, oldest first: placed where room came, rejected at their deadline.
+        Placement is tried again only when some node's books changed since the last retry (tick
+        calls this every second), or when a request's window closes."""
         effects: list[Effect] = []
+        if not self.waiting:
+            return effects
         wait_seconds = self.reserve_settings.wait_seconds
+        changed, self._waiting_seen = self._books_version != self._waiting_seen, self._books_version
         for request_id, (ask, queued_at) in list(self.waiting.items()):
+            if not changed and now < queued_at + wait_seconds:
+                continue   # nothing freed room since it last failed, and its window is open
             decision = self._place(ask, self.snapshot(now))
             placeable = not isinstance(decision, Reject)
             verdict = wait_decision(queued_at, now, placeable, wait_seconds,
@@ -1027,7 +1036,6 @@ class Ledger:
             return []   # nothing reserved, nothing to release: the common case costs no snapshot
         state_of = lambda vm_id: self.leases[vm_id].state if vm_id in self.leases else "ended"   # noqa: E731
         target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of)
-        self.reserve_now = target
         effects: list[Effect] = []
         nodes = frozenset(chosen.nodes)
         if nodes != self.reserved_nodes:
