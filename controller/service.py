@@ -94,6 +94,7 @@ class PoolService:
                              reserve_settings=config.reserves, hints=store.hints(), history=store.history())
         warning = lead_warning(config.reserves, self.ledger.backfill.retry_seconds,
                                self.ledger.backfill.grace_seconds, self.ledger.settings.stop_timeout)
+        store.note_reserve_settings(config.reserves.as_dict())
         if warning:
             log_event(log, "reserve.lead_short", logging.WARNING, reason=warning)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")

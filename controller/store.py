@@ -296,6 +296,19 @@ class Store:
         self._write("INSERT OR REPLACE INTO reserves (node_id, vcpus, memory_mib, whole_node) VALUES (?, ?, ?, ?)",
                     (reserve.node_id, reserve.vcpus, reserve.memory_mib, int(reserve.whole_node)))
 
+    def note_reserve_settings(self, values: dict[str, Any]) -> bool:
+        """Keep the reserve settings in force and audit a change (they come from the TOML at each
+        start); returns whether they changed."""
+        text = json.dumps(values, sort_keys=True)
+        rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_settings'")
+        if rows and rows[0]["value"] == text:
+            return False
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_settings', ?)", (text,))
+            self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "", text))
+        return True
+
     def hints(self) -> list[Hint]:
         """The reserves' hints as last written (the ledger drops the ones that are over)."""
         rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_hints'")

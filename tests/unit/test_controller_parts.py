@@ -301,6 +301,7 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
     reopened = Store(config.store_path)
     assert [(h.nodes, h.label) for h in reopened.hints()] == [(2, "exam")]
     assert reopened.history() is not None and reopened.count_events("reserve.hint") == 1
+    assert reopened.count_events("reserve.configured") == 1   # the settings, audited once while they hold
     again = PoolService(config, reopened, SlowAgents())
     assert [h.label for h in again.ledger.hints] == ["exam"]
     assert again.cancel_hints("exam") == 1 and reopened.hints() == []
