@@ -41,8 +41,9 @@ from typing import Any, Protocol
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
                      backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
-from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note, live_hints, may_wait,
-                       on_demand_share, plan_for_pool, reserve_target, validate_hint, wait_decision)
+from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
+                       live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
+                       wait_decision)
 from .selection import potential_productivity, select_volunteers
 from .selection_rows import SelectionRows
 
@@ -525,14 +526,13 @@ class Ledger:
         return ask.vcpus > 0 and ask.memory_mib > 0 and (not pool.nodes or any(
             ask.vcpus <= n.capacity.vcpus and ask.memory_mib <= n.capacity.memory_mib for n in pool.nodes))
 
-    def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float, created_at: float | None = None,
-                **detail: Any) -> list[Effect]:
+    def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float) -> list[Effect]:
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
-                               "", (), reason, now if created_at is None else created_at, decided_ms)
+                               "", (), reason, now, decided_ms)
         self._remember(record)
         return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
             request_id=ask.request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
-            decided_ms=round(record.decided_ms, 3), **detail)),))]
+            decided_ms=round(record.decided_ms, 3))),))]
 
     def _queue(self, ask: Ask, cause: str, now: float, decided_ms: float) -> list[Effect]:
         """The request waits for room: written pending (path queued) before it is kept waiting, so a
@@ -573,10 +573,6 @@ class Ledger:
                 request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
                 waited_s=round(now - queued_at, 3))),)))
         return effects
-
-    def waiting_deadlines(self) -> list[float]:
-        """When each waiting request's window closes (the simulator ticks then)."""
-        return [queued_at + self.reserve_settings.wait_seconds for _ask, queued_at in self.waiting.values()]
 
     def _book_request(self, ask: Ask, decision: Decision, now: float, created_at: float,
                       decided_ms: float) -> list[Effect]:

@@ -27,7 +27,8 @@ from .workload import stretch_to_load
 
 AZURE_DEFAULT_LOAD = 0.6
 COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
-            "rejected_due_to_backfill", "requests_queued", "backfill_drained", "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
+            "rejected_due_to_backfill", "requests_queued", "backfill_drained",
+            "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
             "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
             "sim_events", "wall_seconds")
 

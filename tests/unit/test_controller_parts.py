@@ -315,7 +315,8 @@ def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_fie
     assert config.reserves.static_nodes == 3 and config.reserves.predictive is PredictiveMode.DAY
     import tomllib
     assert parse_config(tomllib.loads(to_toml(config))).reserves == config.reserves
-    for bad, field in (({"predictive": "year"}, "reserves.predictive"), ({"slot_seconds": 7000}, "reserves.slot_seconds"),
+    for bad, field in (({"predictive": "year"}, "reserves.predictive"),
+                       ({"slot_seconds": 7000}, "reserves.slot_seconds"),
                        ({"wait_seconds": -1}, "reserves.wait_seconds"), ({"static": 1}, "reserves.static"),
                        ({"static_nodes": "two"}, "reserves.static_nodes")):
         with pytest.raises(ConfigError, match=field):
