@@ -62,8 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="backfill settings as for `gleanctl backfill set` (enabled=true, max_instances, image, "
                         "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds); "
                         "the controller's defaults otherwise (backfill disabled)")
-    p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection and "
-                                               "prediction settings")
+    p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
+                                               "prediction and [reserves] settings")
     p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
     p.add_argument("--stop-seconds", type=float, default=5.0,
                    help="a clean shutdown takes this long, capped by the stop's grace (default 5)")
