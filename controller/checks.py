@@ -67,6 +67,26 @@ def reserve(node_id: str, vcpus: int, memory_mib: int, whole_node: bool) -> Rese
     return Reserve(node_id, vcpus, memory_mib, whole_node)
 
 
+MAX_HINT_NODES = 1_000_000
+MAX_HINT_HOURS = 8760                 # a year ahead, a year long
+
+
+def hint(nodes: int, in_hours: float, for_hours: float, label: str) -> tuple[int, float, float, str]:
+    """A reserve hint's fields, bounded (the ledger then checks them against the pool)."""
+    bounded(nodes, 1, MAX_HINT_NODES, "nodes")
+    bounded(in_hours, 0, MAX_HINT_HOURS, "in_hours", "h")
+    bounded(for_hours, 0, MAX_HINT_HOURS, "for_hours", "h")
+    if not for_hours > 0:
+        raise InvalidField("for_hours", "the hint must last more than 0 hours")
+    if label:
+        ids.request_id(label, "label")
+    return nodes, in_hours, for_hours, label
+
+
+def hint_label(label: str) -> str:
+    return ids.request_id(label, "label") if label else label
+
+
 def events_query(after_seq: int, limit: int, kind: str) -> tuple[int, int, str]:
     bounded(after_seq, 0, MAX_SEQ, "after_seq")
     if kind and (len(kind) > 64 or not all(c.isalnum() or c in "._-" for c in kind)):

@@ -58,6 +58,7 @@ def evaluate(pool: PoolService) -> None:
 
 
 DENIALS_AUDIT_SECONDS = 60.0
+HISTORY_SAVE_SECONDS = 3600.0
 
 
 def audit_denials(pool: PoolService, server: RunningServer) -> None:
@@ -81,6 +82,7 @@ class RunningController:
     def stop(self) -> None:
         self.scheduler.shutdown(wait=False)
         audit_denials(self.pool, self.server)
+        self.pool.save_history()
         self.server.stop(grace=5)
         self.pool.close()
         self.pool.store.close()
@@ -112,6 +114,9 @@ def start_controller(config: ControllerConfig) -> RunningController:
 
     pool.on_fill_wanted = fill_now
     server = build_server(config, pool, backfill_changed)
+    # The predictive reserve's history: losing the last hour of it in a crash costs little.
+    scheduler.add_job(logged(pool.save_history, "history"), "interval", seconds=HISTORY_SAVE_SECONDS, id="history",
+                      max_instances=1, coalesce=True)
     scheduler.add_job(logged(lambda: audit_denials(pool, server), "denials"), "interval",
                       seconds=DENIALS_AUDIT_SECONDS, id="denials", max_instances=1, coalesce=True)
     scheduler.start()

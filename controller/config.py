@@ -1,6 +1,7 @@
 """The controller's TOML configuration, checked as strictly as the agent's."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,8 @@ from gleaner_common import ids
 from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_tls, parse_sections, read_toml,
                                    sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
+
+from .core.reserves import ReserveError, ReserveSettings
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class ControllerConfig:
     use_prediction: bool = True           # cap backfill by potential productivity, not only by allocation
     notice_seconds: int = 30              # a victim's clean-shutdown notice when the new VM starts beside it
     host_headroom_mib: int = 256          # node memory the instant path leaves free
+    reserves: ReserveSettings = field(default_factory=ReserveSettings)   # [reserves]: Balancer's reserves
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -52,8 +56,23 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> ControllerConfig:
+    data = dict(data)
+    reserves = parse_reserves(data.pop("reserves", {}), source)
     values, tls = parse_sections(data, _SCHEMA, source)
-    return ControllerConfig(**values, tls=TlsConfig(**tls))
+    return ControllerConfig(**values, reserves=reserves, tls=TlsConfig(**tls))
+
+
+def parse_reserves(body: Any, source: str) -> ReserveSettings:
+    """The [reserves] section (static_nodes, predictive, slot_seconds, utc_offset_seconds,
+    wait_seconds, lead_seconds, max_waiting), checked by the reserves' own rules."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{source}: [reserves] must be a table")
+    try:
+        return ReserveSettings.from_dict(body)
+    except ReserveError as exc:
+        raise ConfigError(f"{source}: reserves.{exc}") from None
+    except TypeError as exc:   # a value of the wrong type the dataclass itself refused
+        raise ConfigError(f"{source}: [reserves]: {exc}") from None
 
 
 def load_config(path: Path) -> ControllerConfig:
@@ -61,7 +80,11 @@ def load_config(path: Path) -> ControllerConfig:
 
 
 def to_toml(config: ControllerConfig) -> str:
-    return sections_to_toml(config, _SCHEMA, config.tls)
+    text = sections_to_toml(config, _SCHEMA, config.tls)
+    if config.reserves == ReserveSettings():
+        return text
+    lines = ["[reserves]"] + [f"{key} = {json.dumps(value)}" for key, value in config.reserves.as_dict().items()]
+    return text + "\n".join(lines) + "\n"
 
 
 def check_config(config: ControllerConfig, source: str) -> None:

@@ -194,14 +194,60 @@ def cmd_backfill(stub, args):
 
 
 def cmd_reserve(stub, args):
+    if args.node in ("hint", "unhint"):
+        return cmd_hint(stub, args)
+    if args.rest:
+        raise UsageError(f"unexpected arguments after the node: {' '.join(args.rest)}")
     if args.node is None:
         reply = stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=args.timeout)
+        status = stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=args.timeout)
     else:
         reply = stub.SetReserve(controller_pb2.Reserve(node_id=args.node, vcpus=args.vcpus, memory_mib=args.memory,
                                                        whole_node=args.whole_node), timeout=args.timeout)
+        status = None
     rows = [[r.node_id, r.vcpus, r.memory_mib, "yes" if r.whole_node else ""] for r in reply.reserves]
-    text = table(rows, ["NODE", "VCPUS", "MEMORY_MIB", "WHOLE_NODE"]) if rows else "no reserves"
-    return as_dict(reply)["reserves"], text, 0
+    text = table(rows, ["NODE", "VCPUS", "MEMORY_MIB", "WHOLE_NODE"]) if rows else "no per-node reserves"
+    if status is None:
+        return as_dict(reply)["reserves"], text, 0
+    data, status_text = reserve_status(status)
+    return dict(reserves=as_dict(reply)["reserves"], **data), f"{text}\n\n{status_text}", 0
+
+
+def cmd_hint(stub, args):
+    """`reserve hint N --in H --for D [--label L]`, or `reserve unhint [--label L]` (every hint without one)."""
+    if args.node == "unhint":
+        if args.rest:
+            raise UsageError("reserve unhint takes no arguments but --label")
+        status = stub.CancelHints(controller_pb2.CancelHintsRequest(label=args.label), timeout=args.timeout)
+    else:
+        if len(args.rest) != 1 or args.in_hours is None or args.for_hours is None:
+            raise UsageError("usage: gleanctl reserve hint NODES --in HOURS --for HOURS [--label LABEL]")
+        try:
+            nodes = int(args.rest[0])
+        except ValueError:
+            raise UsageError(f"NODES must be a whole number, not {args.rest[0]!r}") from None
+        status = stub.AddHint(controller_pb2.AddHintRequest(nodes=nodes, in_hours=args.in_hours,
+                                                            for_hours=args.for_hours, label=args.label),
+                              timeout=args.timeout)
+    data, text = reserve_status(status)
+    if status.note:
+        text = f"warning: {status.note}\n{text}"
+    return data, text, 0
+
+
+def reserve_status(status) -> tuple[dict, str]:
+    """Balancer's reserves as gleanctl shows them: settings, the target and why, hints, nodes."""
+    settings = json.loads(status.settings_json)
+    data = dict(as_dict(status), settings=settings)
+    data.pop("settings_json", None)
+    lines = ["reserves   " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())),
+             f"now        {status.explain}",
+             f"reserved   {', '.join(status.reserved_nodes) or 'none'} (at the last fill pass)",
+             f"waiting    {status.waiting_requests} on-demand requests wait for room"]
+    when = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))   # noqa: E731
+    rows = [[h.nodes, when(h.start_at), when(h.until), h.label or "-"] for h in status.hints]
+    lines.append(table(rows, ["HINT_NODES", "FROM", "UNTIL", "LABEL"]) if rows else "no hints")
+    return data, "\n".join(lines)
 
 
 def cmd_events(stub, args):
@@ -261,8 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     backfill = sub.add_parser("backfill", help="show or change the backfill configuration")
     backfill.add_argument("action", choices=["show", "set", "enable", "disable"])
     backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
-    reserve = sub.add_parser("reserve", help="list reserves, or set one (capacity backfill never takes)")
-    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node")
+    reserve = sub.add_parser(
+        "reserve", help="show reserves (per node, and Balancer's: static, predictive, hints, wait window), set a "
+                        "per-node one, or `reserve hint N --in H --for D` / `reserve unhint [--label L]`")
+    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node; or hint, unhint")
+    reserve.add_argument("rest", nargs="*", help="with hint: the number of nodes")
+    reserve.add_argument("--in", dest="in_hours", type=float, help="hint: hours until the nodes are needed")
+    reserve.add_argument("--for", dest="for_hours", type=float, help="hint: hours they are needed for")
+    reserve.add_argument("--label", default="", help="hint: who or what it is for; unhint: which hints to drop")
     reserve.add_argument("--vcpus", type=int, default=0)
     reserve.add_argument("--memory", type=int, default=0, help="MiB")
     reserve.add_argument("--whole-node", action="store_true")

@@ -135,6 +135,22 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             for r in self.pool.reserves.values()])
 
     @rpc
+    def GetReserveStatus(self, request, context):
+        return reserve_status_to_proto(*self.pool.reserve_status())
+
+    @rpc
+    def AddHint(self, request, context):
+        note = self.pool.add_hint(*checks.hint(request.nodes, request.in_hours, request.for_hours, request.label))
+        reply = self.GetReserveStatus(None, context)
+        reply.note = note
+        return reply
+
+    @rpc
+    def CancelHints(self, request, context):
+        self.pool.cancel_hints(checks.hint_label(request.label))
+        return self.GetReserveStatus(None, context)
+
+    @rpc
     def ListEvents(self, request, context):
         after, limit, kind = checks.events_query(request.after_seq, request.limit, request.kind)
         events = self.pool.store.events(after, limit, kind, newest=request.newest)
@@ -162,6 +178,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         status.preemptions = self.pool.store.count_events("vm.preempted")
         status.rejections = self.pool.store.count_events("request.rejected")
         return status
+
+
+def reserve_status_to_proto(settings, target, hints, reserved_nodes, waiting) -> controller_pb2.ReserveStatus:
+    return controller_pb2.ReserveStatus(
+        settings_json=json.dumps(settings.as_dict(), sort_keys=True), explain=target.explain(),
+        target_nodes=target.nodes, static_nodes=target.static, predicted_nodes=target.predicted,
+        hinted_nodes=target.hinted, pool_nodes=target.pool, reserved_nodes=reserved_nodes, waiting_requests=waiting,
+        hints=[controller_pb2.Hint(nodes=h.nodes, start_at=h.start_at, until=h.until, label=h.label) for h in hints])
 
 
 def build_server(config: ControllerConfig, pool: PoolService, on_backfill_changed) -> RunningServer:

@@ -33,6 +33,7 @@ from .config import ControllerConfig
 from .core.ledger import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, Ledger, LedgerSettings, LeaseError,
                           NodeState, RequestRecord, Reserve, Stop, Write, work)
 from .core.policy import BackfillConfig, NodeView, VmRole
+from .core.reserves import Hint, ReserveError, ReserveSettings, ReserveTarget, hint_in_hours, lead_warning, live_hints
 from .store import LeaseConflict, Store
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,13 @@ class PoolService:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)   # notified whenever the books change
         self.ledger = Ledger(ledger_settings(config), store.backfill(), store.reserves(), random_id,
-                             store.live_leases(), store.pending_requests(), store.recently_ended())
+                             store.live_leases(), store.pending_requests(), store.recently_ended(),
+                             reserve_settings=config.reserves, hints=store.hints(), history=store.history())
+        warning = lead_warning(config.reserves, self.ledger.backfill.retry_seconds,
+                               self.ledger.backfill.grace_seconds, self.ledger.settings.stop_timeout)
+        store.note_reserve_settings(config.reserves.as_dict())
+        if warning:
+            log_event(log, "reserve.lead_short", logging.WARNING, reason=warning)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
@@ -205,8 +212,10 @@ class PoolService:
             return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
 
     def request_wait(self) -> float:
-        """Long enough for the slowest path: the victims' grace, then the launch."""
-        return self.ledger.settings.launch_timeout + self.ledger.backfill.grace_seconds + 15
+        """Long enough for the slowest path: the wait window for room, the victims' grace, then the
+        launch (the caller's own deadline still caps it: a request still waiting answers pending)."""
+        return self.ledger.reserve_settings.wait_seconds + self.ledger.settings.launch_timeout + \
+            self.ledger.backfill.grace_seconds + 15
 
     def _result(self, record: RequestRecord, seconds: float) -> RequestResult:
         lease = self._lease(record.lease_id) if record.lease_id else None
@@ -279,7 +288,7 @@ class PoolService:
             self._apply(self.ledger.tick(self.clock()))
 
     def request_fill(self) -> None:
-        if self.ledger.backfill.enabled:
+        if self.ledger.backfill.enabled or self.ledger.waiting:   # freed room goes to waiting requests first
             self.on_fill_wanted()
 
     def fill(self) -> int:
@@ -309,6 +318,39 @@ class PoolService:
             self.ledger.set_reserves(self.store.reserves())
         self.store.record("reserve.set", reserve.node_id, vcpus=reserve.vcpus, memory_mib=reserve.memory_mib,
                           whole_node=reserve.whole_node)
+
+    def add_hint(self, nodes: int, in_hours: float, for_hours: float, label: str) -> str:
+        """An admin's hint (checked, written with its audit event); returns a warning or ''."""
+        with self.lock:
+            now = self.clock()
+            try:
+                write = self.ledger.add_hint(hint_in_hours(nodes, in_hours, for_hours, now, label), now)
+            except ReserveError as exc:   # the pool or the other hints refuse it: the caller's to fix
+                raise InvalidField(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
+            self._apply([write])
+        self.request_fill()   # drain toward it now if it already counts
+        return next((e.detail.get("note", "") for e in write.events), "")
+
+    def cancel_hints(self, label: str) -> int:
+        """Drop the live hints with this label (every one when empty); returns how many."""
+        with self.lock:
+            write = self.ledger.cancel_hints(label, self.clock())
+            self._apply([write])
+        self.request_fill()
+        return next((e.detail["dropped"] for e in write.events), 0)
+
+    def save_history(self) -> None:
+        """Keep the predictive reserve's history across restarts (run periodically)."""
+        with self.lock:
+            self.store.set_history(self.ledger.history)
+
+    def reserve_status(self) -> tuple[ReserveSettings, ReserveTarget, list[Hint], list[str], int]:
+        """(settings, the target now, live hints, nodes kept free at the last fill, waiting requests)."""
+        with self.lock:
+            now = self.clock()
+            ledger = self.ledger
+            return (ledger.reserve_settings, ledger.reserve_target(now), list(live_hints(ledger.hints, now)),
+                    sorted(ledger.reserved_nodes), len(ledger.waiting))
 
     # -- reading ---------------------------------------------------------------------------------
 

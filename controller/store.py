@@ -22,6 +22,7 @@ from typing import Any
 
 from .core.ledger import Audit, Lease, RequestRecord, Reserve, Write
 from .core.policy import BackfillConfig
+from .core.reserves import MAX_HINTS, DemandHistory, Hint
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema
@@ -214,6 +215,9 @@ class Store:
                         self._db.executemany(_UPSERT_LEASE, [_lease_row(l) for l in write.updated])
                     if write.requests:
                         self._db.executemany(_UPSERT_REQUEST, [_request_row(r) for r in write.requests])
+                    if write.hints is not None:   # in the transaction of the audit event that explains it
+                        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_hints', ?)",
+                                         (json.dumps([asdict(h) for h in write.hints]),))
                     if write.events:
                         self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
                                                               json.dumps(dict(e.detail), default=str))
@@ -291,6 +295,41 @@ class Store:
             return
         self._write("INSERT OR REPLACE INTO reserves (node_id, vcpus, memory_mib, whole_node) VALUES (?, ?, ?, ?)",
                     (reserve.node_id, reserve.vcpus, reserve.memory_mib, int(reserve.whole_node)))
+
+    def note_reserve_settings(self, values: dict[str, Any]) -> bool:
+        """Keep the reserve settings in force and audit a change (they come from the TOML at each
+        start); returns whether they changed."""
+        text = json.dumps(values, sort_keys=True)
+        rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_settings'")
+        if rows and rows[0]["value"] == text:
+            return False
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_settings', ?)", (text,))
+            self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "", text))
+        return True
+
+    def hints(self) -> list[Hint]:
+        """The reserves' hints as last written (the ledger drops the ones that are over)."""
+        rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_hints'")
+        values = json.loads(rows[0]["value"]) if rows else []
+        return [Hint(int(h["nodes"]), float(h["start_at"]), float(h["until"]), str(h.get("label", "")))
+                for h in values[:MAX_HINTS]]
+
+    def history(self) -> DemandHistory | None:
+        """The predictive reserve's demand history as last saved, or None (none saved, or saved with
+        other slots: it starts afresh)."""
+        rows = self._rows("SELECT value FROM settings WHERE key = 'demand_history'")
+        if not rows:
+            return None
+        try:
+            return DemandHistory.from_snapshot(json.loads(rows[0]["value"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def set_history(self, history: DemandHistory) -> None:
+        self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('demand_history', ?)",
+                    (json.dumps(history.snapshot()),))
 
     # -- audit log --------------------------------------------------------------------------------
 

@@ -69,10 +69,13 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}Release": Rule(ADMINS),
     f"{CONTROLLER_API}SetBackfill": Rule(ADMINS),
     f"{CONTROLLER_API}SetReserve": Rule(ADMINS),
+    f"{CONTROLLER_API}AddHint": Rule(ADMINS),
+    f"{CONTROLLER_API}CancelHints": Rule(ADMINS),
     f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),
     f"{CONTROLLER_API}ListVms": Rule(PEOPLE),
     f"{CONTROLLER_API}GetBackfill": Rule(PEOPLE),
     f"{CONTROLLER_API}ListReserves": Rule(PEOPLE),
+    f"{CONTROLLER_API}GetReserveStatus": Rule(PEOPLE),
     f"{CONTROLLER_API}ListEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}Status": Rule(PEOPLE),
     # on both: health for every identity (liveness checks), reflection for people and the controller

@@ -288,6 +288,66 @@ class ListReservesResponse(_message.Message):
     reserves: _containers.RepeatedCompositeFieldContainer[Reserve]
     def __init__(self, reserves: _Optional[_Iterable[_Union[Reserve, _Mapping]]] = ...) -> None: ...
 
+class ReserveStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AddHintRequest(_message.Message):
+    __slots__ = ("nodes", "in_hours", "for_hours", "label")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    IN_HOURS_FIELD_NUMBER: _ClassVar[int]
+    FOR_HOURS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    nodes: int
+    in_hours: float
+    for_hours: float
+    label: str
+    def __init__(self, nodes: _Optional[int] = ..., in_hours: _Optional[float] = ..., for_hours: _Optional[float] = ..., label: _Optional[str] = ...) -> None: ...
+
+class CancelHintsRequest(_message.Message):
+    __slots__ = ("label",)
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    def __init__(self, label: _Optional[str] = ...) -> None: ...
+
+class Hint(_message.Message):
+    __slots__ = ("nodes", "start_at", "until", "label")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    nodes: int
+    start_at: float
+    until: float
+    label: str
+    def __init__(self, nodes: _Optional[int] = ..., start_at: _Optional[float] = ..., until: _Optional[float] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ReserveStatus(_message.Message):
+    __slots__ = ("settings_json", "explain", "target_nodes", "static_nodes", "predicted_nodes", "hinted_nodes", "pool_nodes", "hints", "reserved_nodes", "waiting_requests", "note")
+    SETTINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    TARGET_NODES_FIELD_NUMBER: _ClassVar[int]
+    STATIC_NODES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_NODES_FIELD_NUMBER: _ClassVar[int]
+    HINTED_NODES_FIELD_NUMBER: _ClassVar[int]
+    POOL_NODES_FIELD_NUMBER: _ClassVar[int]
+    HINTS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_NODES_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    settings_json: str
+    explain: str
+    target_nodes: int
+    static_nodes: int
+    predicted_nodes: int
+    hinted_nodes: int
+    pool_nodes: int
+    hints: _containers.RepeatedCompositeFieldContainer[Hint]
+    reserved_nodes: _containers.RepeatedScalarFieldContainer[str]
+    waiting_requests: int
+    note: str
+    def __init__(self, settings_json: _Optional[str] = ..., explain: _Optional[str] = ..., target_nodes: _Optional[int] = ..., static_nodes: _Optional[int] = ..., predicted_nodes: _Optional[int] = ..., hinted_nodes: _Optional[int] = ..., pool_nodes: _Optional[int] = ..., hints: _Optional[_Iterable[_Union[Hint, _Mapping]]] = ..., reserved_nodes: _Optional[_Iterable[str]] = ..., waiting_requests: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
 class ListEventsRequest(_message.Message):
     __slots__ = ("after_seq", "limit", "kind", "newest")
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]

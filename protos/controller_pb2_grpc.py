@@ -79,6 +79,21 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.ListReservesRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ListReservesResponse.FromString,
                 _registered_method=True)
+        self.GetReserveStatus = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/GetReserveStatus',
+                request_serializer=protos_dot_controller__pb2.ReserveStatusRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ReserveStatus.FromString,
+                _registered_method=True)
+        self.AddHint = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/AddHint',
+                request_serializer=protos_dot_controller__pb2.AddHintRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ReserveStatus.FromString,
+                _registered_method=True)
+        self.CancelHints = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/CancelHints',
+                request_serializer=protos_dot_controller__pb2.CancelHintsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ReserveStatus.FromString,
+                _registered_method=True)
         self.ListEvents = channel.unary_unary(
                 '/gleaner.controller.v1.Controller/ListEvents',
                 request_serializer=protos_dot_controller__pb2.ListEventsRequest.SerializeToString,
@@ -154,6 +169,27 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReserveStatus(self, request, context):
+        """Balancer's reserves: what is kept free of backfill now and why, the hints, the waiting requests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddHint(self, request, context):
+        """N nodes will be needed in H hours for D hours: backfill drains toward it in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelHints(self, request, context):
+        """Drop the live hints with a label (every one when the label is empty).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListEvents(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -213,6 +249,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ListReserves,
                     request_deserializer=protos_dot_controller__pb2.ListReservesRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.ListReservesResponse.SerializeToString,
+            ),
+            'GetReserveStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReserveStatus,
+                    request_deserializer=protos_dot_controller__pb2.ReserveStatusRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ReserveStatus.SerializeToString,
+            ),
+            'AddHint': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddHint,
+                    request_deserializer=protos_dot_controller__pb2.AddHintRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ReserveStatus.SerializeToString,
+            ),
+            'CancelHints': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelHints,
+                    request_deserializer=protos_dot_controller__pb2.CancelHintsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ReserveStatus.SerializeToString,
             ),
             'ListEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvents,
@@ -468,6 +519,87 @@ class Controller:
             '/gleaner.controller.v1.Controller/ListReserves',
             protos_dot_controller__pb2.ListReservesRequest.SerializeToString,
             protos_dot_controller__pb2.ListReservesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReserveStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/GetReserveStatus',
+            protos_dot_controller__pb2.ReserveStatusRequest.SerializeToString,
+            protos_dot_controller__pb2.ReserveStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddHint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/AddHint',
+            protos_dot_controller__pb2.AddHintRequest.SerializeToString,
+            protos_dot_controller__pb2.ReserveStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelHints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/CancelHints',
+            protos_dot_controller__pb2.CancelHintsRequest.SerializeToString,
+            protos_dot_controller__pb2.ReserveStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,8 +39,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .policy import (BackfillConfig, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
+from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
                      backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
+from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
+                       live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
+                       wait_decision)
 from .selection import potential_productivity, select_volunteers
 from .selection_rows import SelectionRows
 
@@ -52,10 +55,13 @@ TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 ZERO = Size(0, 0)
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
+AUDIT_NODES = 50          # node ids an audit event lists at most
+DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
 # Audit events after which the backfill launcher runs at once (room was freed or a node came),
 # rather than at its next retry: the live controller and the simulator both read this.
 FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
-                         "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired"})
+                         "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired",
+                         "vm.drained"})
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -107,7 +113,7 @@ class RequestRecord:
     reason: str
     created_at: float
     decided_ms: float
-    path: str = ""               # free | instant | after_victims ("" when rejected)
+    path: str = ""               # free | instant | after_victims | queued (waits for room) ("" when rejected)
 
 
 @dataclass(frozen=True)
@@ -135,9 +141,10 @@ class Write:
     updated: tuple[Lease, ...] = ()
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Audit, ...] = ()
+    hints: tuple[Hint, ...] | None = None   # the reserves' hints now, replacing the stored ones (None: unchanged)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.updated or self.requests or self.events)
+        return bool(self.created or self.updated or self.requests or self.events or self.hints is not None)
 
 
 @dataclass(frozen=True)
@@ -265,14 +272,32 @@ class LeaseError(ValueError):
 class Ledger:
     def __init__(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Reserve],
                  new_id: Callable[[str], str], leases: Iterable[Lease] = (),
-                 requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = ()) -> None:
+                 requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = (),
+                 reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
+                 history: DemandHistory | None = None) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
-        re-drives it (launch or stop again) when it next reports. `ended` are the most recently
-        ended leases: a VM a node still runs under one of them is stopped, not adopted."""
+        re-drives it (launch or stop again) when it next reports; a pending request without a
+        lease waits for room again from when it was made (its window may be over: the next retry
+        rejects it). `ended` are the most recently ended leases: a VM a node still runs under one
+        of them is stopped, not adopted. `reserve_settings`, `hints` and `history` are Balancer's
+        reserves (controller.core.reserves): with the defaults nothing is reserved."""
         self.settings = settings
         self.backfill = backfill
         self.reserves: dict[str, Reserve] = dict(reserves)
+        self.reserve_settings = reserve_settings.validate()
+        self.hints: list[Hint] = list(hints)
+        slots = (reserve_settings.slot_seconds, reserve_settings.utc_offset_seconds)
+        # A history kept with other slots cannot be read by these: it starts afresh.
+        self.history = history if history is not None and \
+            (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
+        self.reserved_nodes: frozenset[str] = frozenset()   # kept free of backfill by the reserves
+        # Requests that found no room, oldest first: request_id -> (the ask, when it was queued).
+        self.waiting: OrderedDict[str, tuple[Ask, float]] = OrderedDict()
+        self._od_share: dict[str, float] = {}   # up node -> its on-demand share (the demand's running sum)
+        self._od_total = 0.0
+        self._books_version = 0                 # counts changes to any node's books
+        self._waiting_seen = -1                 # ... as the last retry of the waiting requests saw them
         self.new_id = new_id
         self.nodes: dict[str, NodeState] = {}
         self.leases: dict[str, Lease] = {}
@@ -312,6 +337,9 @@ class Ledger:
         for record in requests:
             if record.outcome == "pending":
                 self.requests[record.request_id] = record
+                if record.lease_id is None:   # it waited for room when the controller stopped
+                    self.waiting[record.request_id] = (Ask(record.vcpus, record.memory_mib, record.image,
+                                                           record.owner, record.request_id), record.created_at)
         self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting"}}
 
     # -- the books --------------------------------------------------------------------------------
@@ -349,6 +377,7 @@ class Ledger:
         return True
 
     def _touch(self, node_id: str) -> None:
+        self._books_version += 1
         self._dirty.add(node_id)
         self.lease_version[node_id] = self.lease_version.get(node_id, 0) + 1
 
@@ -368,6 +397,7 @@ class Ledger:
                 self._node_views.pop(node_id, None)
                 self._vm_views.pop(node_id, None)
                 self._backfill_roomy.discard(node_id)
+                self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
             vms = []
             for l in self.by_node.get(node_id, {}).values():
@@ -381,8 +411,11 @@ class Ledger:
             self._vm_views[node_id] = vms
             view = self._node_views[node_id] = summed(
                 NodeView(node_id, node.capacity, node.state == "up", Size(reserve.vcpus, reserve.memory_mib),
-                         reserve.whole_node), vms, node.unexplained)
+                         reserve.whole_node or node_id in self.reserved_nodes), vms, node.unexplained)
             self._note_backfill_room(view)
+            share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
+            self._od_total += share - self._od_share.get(node_id, 0.0)
+            self._od_share[node_id] = share
             row = self._columns.position.get(node_id)
             if row is None:
                 regroup = True
@@ -467,20 +500,86 @@ class Ledger:
         return self.requests.get(request_id)
 
     def request(self, ask: Ask, now: float, timer: Callable[[], float] = lambda: 0.0) -> list[Effect]:
-        """Decide an on-demand request and book it: the new lease and its victims, before any call."""
+        """Decide an on-demand request and book it: the new lease and its victims, before any call.
+        One that finds no room even by preemption waits for room up to the wait window (if any)."""
         started = timer()
-        policy = self.backfill.termination_policy
         pool = self.snapshot(now)
+        unbootable = self.unbootable(pool, ask.memory_mib, ask.image)
+        decision = unbootable or self._place(ask, pool)
+        if not isinstance(decision, Reject):
+            return self._book_request(ask, decision, now, now, (timer() - started) * 1000)
+        if unbootable is None and self._may_fit(pool, ask) and \
+                may_wait(len(self.waiting), self.reserve_settings) is None:
+            return self._queue(ask, decision.reason, now, (timer() - started) * 1000)
+        return self._reject(ask, decision.reason, now, (timer() - started) * 1000)
+
+    def _place(self, ask: Ask, pool: Pool) -> Decision:
         want = Size(ask.vcpus, ask.memory_mib)
-        decision = self.unbootable(pool, ask.memory_mib, ask.image) or \
-            place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, policy, seed=stable_seed(ask.request_id))
-        if isinstance(decision, Reject):
-            record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
-                                   "", (), decision.reason, now, (timer() - started) * 1000)
-            self._remember(record)
-            return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
-                request_id=ask.request_id, reason=decision.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
-                decided_ms=round(record.decided_ms, 3))),))]
+        return place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, self.backfill.termination_policy,
+                               seed=stable_seed(ask.request_id))
+
+    @staticmethod
+    def _may_fit(pool: Pool, ask: Ask) -> bool:
+        """Whether some node could ever hold the request (a bad size or one larger than every node
+        is rejected at once: waiting would not help). With no node known yet (a controller just
+        started), nodes may still come."""
+        return ask.vcpus > 0 and ask.memory_mib > 0 and (not pool.nodes or any(
+            ask.vcpus <= n.capacity.vcpus and ask.memory_mib <= n.capacity.memory_mib for n in pool.nodes))
+
+    def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float) -> list[Effect]:
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
+                               "", (), reason, now, decided_ms)
+        self._remember(record)
+        return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
+            request_id=ask.request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+            decided_ms=round(record.decided_ms, 3))),))]
+
+    def _queue(self, ask: Ask, cause: str, now: float, decided_ms: float) -> list[Effect]:
+        """The request waits for room: written pending (path queued) before it is kept waiting, so a
+        restart queues it again; its deadline is now + W."""
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending", None,
+                               "", (), cause, now, decided_ms, "queued")
+        self._remember(record)
+        self.waiting[ask.request_id] = (ask, now)
+        deadline = wait_decision(now, now, False, self.reserve_settings.wait_seconds).deadline
+        return [Write(requests=(record,), events=(Audit("request.queued", detail=dict(
+            request_id=ask.request_id, reason=cause, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+            deadline=deadline, waiting=len(self.waiting))),))]
+
+    def retry_waiting(self, now: float) -> list[Effect]:
+        """Requests waiting for room, oldest first: placed where room came, rejected at their deadline.
+        Placement is tried again only when some node's books changed since the last retry (tick
+        calls this every second), or when a request's window closes."""
+        effects: list[Effect] = []
+        if not self.waiting:
+            return effects
+        wait_seconds = self.reserve_settings.wait_seconds
+        changed, self._waiting_seen = self._books_version != self._waiting_seen, self._books_version
+        for request_id, (ask, queued_at) in list(self.waiting.items()):
+            if not changed and now < queued_at + wait_seconds:
+                continue   # nothing freed room since it last failed, and its window is open
+            decision = self._place(ask, self.snapshot(now))
+            placeable = not isinstance(decision, Reject)
+            verdict = wait_decision(queued_at, now, placeable, wait_seconds,
+                                    decision.reason if isinstance(decision, Reject) else "")
+            if verdict.action == "wait":
+                continue
+            del self.waiting[request_id]
+            if verdict.action == "place":
+                effects += self._book_request(ask, decision, now, queued_at, 0.0)
+                continue
+            records = self._resolve(request_id, "rejected", verdict.reason)
+            effects.append(Write(requests=records, events=(Audit("request.rejected", detail=dict(
+                request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+                waited_s=round(now - queued_at, 3))),)))
+        return effects
+
+    def _book_request(self, ask: Ask, decision: Decision, now: float, created_at: float,
+                      decided_ms: float) -> list[Effect]:
+        """Book a placement: the new lease and its victims, in one Write before any call."""
+        policy = self.backfill.termination_policy
+        want = Size(ask.vcpus, ask.memory_mib)
+        assert not isinstance(decision, Reject)
         node = decision.node_id
         victims = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
         path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
@@ -498,12 +597,12 @@ class Ledger:
         for v in stopped:
             self._book(v, now)
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending",
-                               lease.lease_id, node, tuple(v.lease_id for v in victims), "", now,
-                               (timer() - started) * 1000, path)
+                               lease.lease_id, node, tuple(v.lease_id for v in victims), "", created_at,
+                               decided_ms, path)
         self._remember(record)
         events = [Audit("request.placed", node, lease.lease_id, dict(
             request_id=ask.request_id, path=path, policy=policy.value, victims=[v.lease_id for v in victims],
-            decided_ms=round(record.decided_ms, 3)))]
+            decided_ms=round(record.decided_ms, 3), waited_s=round(now - created_at, 3)))]
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
                                                                   path=path, notice_s=stop_grace,
                                                                   work_lost_vcpu_seconds=round(work(v, now), 1)))
@@ -595,6 +694,8 @@ class Ledger:
             detail.update(cause=lease.end_reason.removeprefix("preempted: "), path=record.path if record else "",
                           policy=self.backfill.termination_policy.value,
                           work_lost_vcpu_seconds=round(work(lease, now), 1))
+        elif lease.end_reason.startswith(DRAINED):   # its work is lost as a victim's is
+            detail.update(work_lost_vcpu_seconds=round(work(lease, now), 1))
         write = self._end(lease, lease.ending, lease.end_reason or "stopped", now, kind=kind, detail=detail)
         return [write] + self._start_waiting(lease.node_id, now)
 
@@ -857,6 +958,7 @@ class Ledger:
             node = self.nodes.get(lease.node_id) if lease else None
             if lease is not None and lease.state in STOPS and node is not None and node.state == "up":
                 effects.append(self._ask_stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
+        effects += self.retry_waiting(now)   # windows that closed
         return [e for e in effects if not isinstance(e, Write) or e]
 
     def _lose(self, node_id: str, reason: str, now: float) -> list[Effect]:
@@ -893,12 +995,17 @@ class Ledger:
     # -- backfill and volunteer selection ---------------------------------------------------------
 
     def fill(self, now: float) -> list[Effect]:
-        """Launch backfill where the plan says, and recycle VMs past their longest life."""
+        """Give freed room to waiting requests, keep the reserves' nodes free, launch backfill where
+        the plan says, and recycle VMs past their longest life."""
         config = self.backfill
+        effects: list[Effect] = self.retry_waiting(now)   # room freed goes to waiting requests first
+        self._refresh_views()
+        self.history.record(now, max(self._od_total, 0.0))
         if not config.enabled:
-            return []
-        effects: list[Effect] = self.select(now, evaluation=False)
-        pool = self.snapshot(now)
+            return effects
+        effects += self.select(now, evaluation=False)
+        effects += self._keep_reserve(now)
+        pool = self.snapshot(now)   # afresh: the reserve may have changed the nodes and their VMs
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.
         unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
@@ -915,6 +1022,66 @@ class Ledger:
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
         return effects
+
+    def _keep_reserve(self, now: float) -> list[Effect]:
+        """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark
+        them, and give their running backfill notice."""
+        self.hints = list(live_hints(self.hints, now))
+        s = self.reserve_settings
+        if not (s.static_nodes or s.predictive is not PredictiveMode.OFF or self.hints or self.reserved_nodes):
+            return []   # nothing reserved, nothing to release: the common case costs no snapshot
+        state_of = lambda vm_id: self.leases[vm_id].state if vm_id in self.leases else "ended"   # noqa: E731
+        target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of)
+        effects: list[Effect] = []
+        nodes = frozenset(chosen.nodes)
+        if nodes != self.reserved_nodes:
+            added, removed = sorted(nodes - self.reserved_nodes), sorted(self.reserved_nodes - nodes)
+            self.reserved_nodes = nodes
+            for node_id in added + removed:
+                self._touch(node_id)
+            effects.append(Write(events=(Audit("reserve.changed", detail=dict(   # node lists bounded: a pool is large
+                target=target.as_dict(), added=added[:AUDIT_NODES], removed=removed[:AUDIT_NODES],
+                added_count=len(added), removed_count=len(removed), short=chosen.short)),)))
+        reason = DRAINED + target.explain()
+        for vm_id in chosen.notices:
+            lease = self.leases.get(vm_id)
+            if lease is not None and lease.state == "running":
+                effects += self._stop(lease, self.backfill.grace_seconds, now, reason)
+        return effects
+
+    def reserve_target(self, now: float) -> ReserveTarget:
+        """The reserve at `now` (what `gleanctl reserve` shows), without changing anything."""
+        up = sum(1 for n in self.nodes.values() if n.state == "up")
+        return reserve_target(self.reserve_settings, now, up, live_hints(self.hints, now), self.history)
+
+    def add_hint(self, hint: Hint, now: float) -> Write:
+        """An admin's hint, checked against the pool and the live hints (ReserveError naming the
+        field otherwise); the next fill drains toward it."""
+        self.hints = list(live_hints(self.hints, now))
+        up = sum(1 for n in self.nodes.values() if n.state == "up")
+        lead = self.reserve_settings.lead_seconds
+        validate_hint(hint, now, up, self.hints, lead)
+        self.hints.append(hint)
+        detail: dict[str, Any] = dict(nodes=hint.nodes, start_at=hint.start_at, until=hint.until, label=hint.label)
+        note = late_hint_note(hint, now, lead)
+        if note:
+            detail["note"] = note
+        return Write(events=(Audit("reserve.hint", detail=detail),), hints=tuple(self.hints))
+
+    def cancel_hints(self, label: str, now: float) -> Write:
+        """Drop the live hints with this label (every one when the label is empty)."""
+        live = live_hints(self.hints, now)
+        kept = [h for h in live if label and h.label != label]
+        dropped = len(live) - len(kept)
+        self.hints = kept
+        return Write(events=(Audit("reserve.hint_cancelled", detail=dict(label=label, dropped=dropped)),),
+                     hints=tuple(kept)) if dropped else Write()
+
+    def set_reserve_settings(self, settings: ReserveSettings) -> None:
+        self.reserve_settings = settings.validate()
+        if (settings.slot_seconds, settings.utc_offset_seconds) != \
+                (self.history.slot_seconds, self.history.utc_offset_seconds):
+            self.history = DemandHistory(settings.slot_seconds, settings.utc_offset_seconds)
 
     def select(self, now: float, evaluation: bool) -> list[Effect]:
         """A volunteer-selection pass (RHIC): at the end of an evaluation interval it decides afresh;
@@ -942,7 +1109,7 @@ class Ledger:
             for dropped, added in result.swaps))]
 
 
-STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"))
+STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"))
 
 
 def stop_event(lease: Lease) -> str:

@@ -17,6 +17,7 @@ from gleaner_common.ids import InvalidField
 from .. import checks
 from ..config import ControllerConfig, load_config
 from ..core.policy import BackfillConfig, Policy
+from ..core.reserves import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings, validate_hint
 from ..gleanctl import UsageError, parse_backfill_setting
 from ..service import ledger_settings
 from . import traces
@@ -26,7 +27,8 @@ from .workload import stretch_to_load
 
 AZURE_DEFAULT_LOAD = 0.6
 COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
-            "rejected_due_to_backfill", "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
+            "rejected_due_to_backfill", "requests_queued", "backfill_drained",
+            "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
             "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
             "sim_events", "wall_seconds")
 
@@ -60,8 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="backfill settings as for `gleanctl backfill set` (enabled=true, max_instances, image, "
                         "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds); "
                         "the controller's defaults otherwise (backfill disabled)")
-    p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection and "
-                                               "prediction settings")
+    p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
+                                               "prediction and [reserves] settings")
     p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
     p.add_argument("--stop-seconds", type=float, default=5.0,
                    help="a clean shutdown takes this long, capped by the stop's grace (default 5)")
@@ -69,8 +71,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                "machine_usage.csv); nodes then report every --report-seconds")
     p.add_argument("--demand-format", choices=("bitbrains", "alibaba"), default="bitbrains")
     p.add_argument("--report-seconds", type=float, default=60.0, help="report period with --demand (default 60)")
-    p.add_argument("--compare", help="POLICY[,POLICY...]: run each termination policy on the same trace and print "
-                                     "one table (" + ", ".join(x.value for x in Policy) + ")")
+    p.add_argument("--hint", action="append", default=[], metavar="NODES:IN_HOURS:FOR_HOURS",
+                   help="a reserve hint in simulated time: NODES nodes needed IN_HOURS after the start for "
+                        "FOR_HOURS (as `gleanctl reserve hint`); repeatable")
+    p.add_argument("--compare", help="SETTING[,SETTING...]: run each on the same trace and print one table. A "
+                                     "setting is a termination policy (" + ", ".join(x.value for x in Policy) +
+                                     ") or a reserve mode over the --config's [reserves]: static=N, "
+                                     "predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
+                                     "or several joined with '+' (static=12+wait=600)")
     p.add_argument("--out", type=Path, help="directory for summary.json, vms.csv (one row per VM) and timeline.csv "
                                             "(utilization and lost work over time); one subdirectory per policy "
                                             "with --compare")
@@ -85,6 +93,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def backfill_config(items: list[str]) -> BackfillConfig:
     changes = dict(parse_backfill_setting(item) for item in items)
     return checks.backfill(BackfillConfig(), changes)
+
+
+def parse_hint(text: str, pool_nodes: int, existing: list[Hint], lead_seconds: float) -> Hint:
+    """NODES:IN_HOURS:FOR_HOURS, in simulated time from the start, checked as the controller checks one."""
+    try:
+        nodes, in_hours, for_hours = text.split(":")
+        hint = Hint(int(nodes), float(in_hours) * HOUR, (float(in_hours) + float(for_hours)) * HOUR,
+                    f"hint{len(existing) + 1}")
+    except ValueError:
+        raise SimUsage(f"--hint {text!r}: expected NODES:IN_HOURS:FOR_HOURS, e.g. 12:6:2") from None
+    try:
+        return validate_hint(hint, 0.0, pool_nodes, existing, lead_seconds)
+    except ReserveError as exc:
+        raise SimUsage(f"--hint {text!r}: {exc}") from None
+
+
+def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hints: list[Hint],
+            pool_nodes: int) -> tuple[BackfillConfig, ReserveSettings, list[Hint]]:
+    """One --compare setting over the base settings: a policy, or reserve changes joined by '+'."""
+    hints = list(hints)
+    for part in name.split("+"):
+        key, _, value = part.partition("=")
+        try:
+            if not value:
+                backfill = dataclasses.replace(backfill, termination_policy=Policy(key))
+            elif key == "static":
+                reserves = dataclasses.replace(reserves, static_nodes=int(value)).validate()
+            elif key == "predictive":
+                reserves = dataclasses.replace(reserves, predictive=PredictiveMode(value)).validate()
+            elif key == "wait":
+                reserves = dataclasses.replace(reserves, wait_seconds=float(value)).validate()
+            elif key == "hint":
+                hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
+            else:
+                raise SimUsage(f"--compare {part!r}: not a policy nor static=, predictive=, wait=, hint=")
+        except (ValueError, ReserveError) as exc:
+            raise SimUsage(f"--compare {part!r}: {exc}") from None
+    return backfill, reserves, hints
 
 
 def read_requests(path: Path, fmt: str) -> list[traces.OnDemandRequest]:
@@ -132,9 +178,11 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
     return requests, inputs, settings, backfill, config, demand
 
 
-def run_one(requests, inputs, settings, backfill, config, demand) -> Simulation:
+def run_one(requests, inputs, settings, backfill, config, demand, reserves: ReserveSettings | None = None,
+            hints: list[Hint] | None = None) -> Simulation:
     sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs,
-                     progress=ProgressBar() if settings.progress_seconds else None)
+                     progress=ProgressBar() if settings.progress_seconds else None,
+                     reserve_settings=config.reserves if reserves is None else reserves, hints=hints or ())
     sim.run()
     return sim
 
@@ -174,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         requests, inputs, settings, backfill, config, demand = build(args)
-        policies = [backfill.termination_policy]
-        if args.compare:
-            policies = [Policy(name.strip()) for name in args.compare.split(",") if name.strip()]
+        hints: list[Hint] = []
+        for text in args.hint:
+            hints.append(parse_hint(text, settings.nodes, hints, config.reserves.lead_seconds))
+        names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else \
+            [backfill.termination_policy.value]
+        runs = [(name, *variant(name, backfill, config.reserves, hints, settings.nodes)) for name in names]
     except (SimUsage, UsageError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
         print(f"controller.sim: {exc}", file=sys.stderr)
         return 2
@@ -188,19 +239,18 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     results = []
-    for policy in policies:
-        policy_backfill = dataclasses.replace(backfill, termination_policy=policy)
-        sim = run_one(requests, inputs, settings, policy_backfill, config, demand)
+    for name, run_backfill, reserves, run_hints in runs:
+        sim = run_one(requests, inputs, settings, run_backfill, config, demand, reserves, run_hints)
         summary = sim.summary()
-        results.append((policy, summary))
+        results.append((name, summary))
         if args.out:
-            write_outputs(sim, summary, args.out / policy.value if args.compare else args.out, args.plots)
+            write_outputs(sim, summary, args.out / name.replace("/", "_") if args.compare else args.out, args.plots)
     if args.compare:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)
-            (args.out / "compare.json").write_text(json.dumps({p.value: s for p, s in results}, indent=2) + "\n")
+            (args.out / "compare.json").write_text(json.dumps(dict(results), indent=2) + "\n")
         rows = [[key] + [value(s["figures"].get(key)) for _, s in results] for key in COMPARED]
-        print(format_table(rows, ["figure"] + [p.value for p, _ in results]))
+        print(format_table(rows, ["figure"] + [name for name, _ in results]))
     else:
         print(json.dumps(results[0][1]["figures"], indent=2))
     return 0

@@ -26,9 +26,11 @@ Results: ``summary()`` (the header with the inputs' digests and every setting, a
 far, per bucket of simulated time); the CLI writes them as summary.json, vms.csv and
 timeline.csv, and controller/sim/plots.py draws them.
 
-Extension points, not built yet: ``BackfillWork`` (task-level backfill from SWF jobs would run
-jobs inside backfill VMs and count the jobs' lost and finished work) and ``ReservePlanner``
-(Balancer's hinted or predictive reserves would set the ledger's reserves at each evaluation).
+Balancer's reserves (static, hinted, predictive, the wait window) are the ledger's own
+(controller.core.reserves, ``reserve_settings`` and ``hints``); a request queued for room gets a
+tick at its deadline. Extension points, not built yet: ``BackfillWork`` (task-level backfill from
+SWF jobs would run jobs inside backfill VMs and count the jobs' lost and finished work) and
+``ReservePlanner`` (per-node reserves set at each evaluation).
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ..core.ledger import (FILL_EVENTS, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError, RequestRecord,
-                           Reserve, Stop, Write)
+from ..core.ledger import (DRAINED, FILL_EVENTS, VICTIM, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError,
+                           RequestRecord, Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Size
+from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, OnDemandRequest
 
 HOUR = 3600.0
@@ -290,7 +293,8 @@ class Simulation:
                  backfill: BackfillConfig = BackfillConfig(), ledger_settings: LedgerSettings | None = None,
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
                  work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
-                 inputs: Mapping[str, str] | None = None,
+                 inputs: Mapping[str, str] | None = None, reserve_settings: ReserveSettings = ReserveSettings(),
+                 hints: Sequence[Hint] = (),
                  progress: Callable[[float, str], None] | None = None) -> None:
         """`progress(done, detail)` is called every settings.progress_seconds of wall time with the
         share of simulated time done (ProgressBar draws it)."""
@@ -301,7 +305,9 @@ class Simulation:
         self.inputs = dict(inputs or {})
         numbers = itertools.count(1)
         self.ledger = Ledger(sim_ledger_settings(ledger_settings), backfill, dict(reserves or {}),
-                             lambda prefix: f"{prefix}-{next(numbers)}")
+                             lambda prefix: f"{prefix}-{next(numbers)}", reserve_settings=reserve_settings,
+                             hints=hints)
+        self.hints = tuple(hints)
         self.store = Store()
         self.work: BackfillWork = work or VmLevelWork()
         self.reserve_planner = reserve_planner
@@ -321,6 +327,9 @@ class Simulation:
         self.fill_at: float | None = None     # a fill asked for and not yet run
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
+        self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
+        self.queued = 0
+        self.drained = 0
         self.waits: list[float] = []
         self.rejections: Counter = Counter()
         self.rejected_due_to_backfill = 0
@@ -399,20 +408,29 @@ class Simulation:
                     self._hold(lease)
                     if lease.deadline is not None:
                         self.at(lease.deadline, self._deadline, lease.lease_id)
+                for record in effect.requests:
+                    if record.request_id in self.unanswered:
+                        self._answered(record)
                 for event in effect.events:
                     kind = event.kind
                     if kind in FILL_EVENTS:
                         fill = True
-                    if kind == "vm.preempted":
+                    if kind == "vm.preempted" or kind == "vm.drained":   # a reserve's drain loses work too
                         lost = event.detail.get("work_lost_vcpu_seconds", 0.0)
-                        self.preemptions += 1
+                        if kind == "vm.preempted":
+                            self.preemptions += 1
+                        else:
+                            self.drained += 1
                         self.lost_vcpu_seconds += lost
                         self.timeline.lost_work(now, lost)
+                    elif kind == "request.queued":   # its window closes then: a tick rejects it
+                        self.queued += 1
+                        self.at(event.detail["deadline"], self._safety_tick, False)
             elif type(effect) is Launch:
                 self.at(now + self._launch_seconds(effect.lease.lease_id), self._launched, effect.lease)
             elif type(effect) is Stop:
                 self._stopping(effect)
-        if fill and self.ledger.backfill.enabled and self.fill_at is None:
+        if fill and (self.ledger.backfill.enabled or self.ledger.waiting) and self.fill_at is None:
             self.fill_at = now
             self.at(now, self._fill)
 
@@ -494,7 +512,8 @@ class Simulation:
             else:
                 if not vm.noticed:
                     self.bf_alloc -= vm.vcpus
-                self.work.vm_ended(vm, self.now, preempted=lease.state in ("on_notice", "preempting"))
+                self.work.vm_ended(vm, self.now, preempted=lease.state in VICTIM or
+                                   lease.end_reason.startswith(DRAINED))
         self.apply(self.ledger.stop_done(lease.lease_id, outcome, True, seconds, "", self.now))
         if vm is not None:
             self.report(node)
@@ -552,9 +571,10 @@ class Simulation:
         if lease is not None and lease.deadline is not None and lease.deadline <= self.now:
             self.apply(self.ledger.tick(self.now))
 
-    def _safety_tick(self, _arg: Any) -> None:
+    def _safety_tick(self, again: Any = True) -> None:
         self.apply(self.ledger.tick(self.now))
-        self.at(self.now + SAFETY_TICK_S, self._safety_tick)
+        if again is not False:   # False: a one-off tick at a waiting request's deadline
+            self.at(self.now + SAFETY_TICK_S, self._safety_tick)
 
     # -- the workload -------------------------------------------------------------------------------
 
@@ -565,18 +585,23 @@ class Simulation:
             self.at(self.requests[index + 1].at, self._arrive, index + 1)
         ask = Ask(request.vcpus, request.memory_mib, self.settings.on_demand_image, request.owner,
                   request.request_id)
-        effects = self.ledger.request(ask, self.now)
-        record = next((r for e in effects if type(e) is Write for r in e.requests
-                       if r.request_id == request.request_id), None)
-        if record is not None and record.outcome == "rejected":
+        self.unanswered[request.request_id] = request
+        self.apply(self.ledger.request(ask, self.now))
+
+    def _answered(self, record: RequestRecord) -> None:
+        """A request's record as the ledger wrote it: rejected (at once or at the end of its wait),
+        or booked on a lease (whose launch ends its wait)."""
+        request = self.unanswered[record.request_id]
+        if record.outcome == "rejected":
+            del self.unanswered[record.request_id]
             self.rejections[reason_group(record.reason)] += 1
             if request.vcpus > self.settings.node_cpus or request.memory_mib > self.settings.node_memory_mib:
                 self.rejected_larger_than_node += 1
             elif self._backfill_held_room(Size(request.vcpus, request.memory_mib)):
                 self.rejected_due_to_backfill += 1
-        elif record is not None and record.lease_id:
+        elif record.lease_id:
+            del self.unanswered[record.request_id]
             self.by_lease[record.lease_id] = request
-        self.apply(effects)
 
     def _backfill_held_room(self, want: Size) -> bool:
         """Whether some up node would have held the request had every backfill VM on it (running,
@@ -623,6 +648,8 @@ class Simulation:
             rejected_larger_than_node=self.rejected_larger_than_node,
             rejected_due_to_backfill=self.rejected_due_to_backfill,
             requests_released=self.released,
+            requests_queued=self.queued,
+            backfill_drained=self.drained,
             wait_p50_s=percentile(self.waits, 50),
             wait_p99_s=percentile(self.waits, 99),
             preempted_paths=dict(Counter(d.get("path", "") for d in self.store.details.get("vm.preempted", ()))),
@@ -636,6 +663,8 @@ class Simulation:
                         ledger=asdict(self.ledger.settings),
                         backfill=self.ledger.backfill.as_dict(),
                         reserves={k: asdict(v) for k, v in self.ledger.reserves.items()},
+                        reserve_settings=self.ledger.reserve_settings.as_dict(),
+                        hints=[asdict(h) for h in self.hints],
                         demand_series=len(self.demand)),
             figures=figures,
             events=dict(sorted(self.store.events.items())),
@@ -647,7 +676,9 @@ class Simulation:
                 "backfill as free, so only backfill VMs not preemptible at that instant can cause one",
                 "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
                 "counts no vCPUs (they went to the on-demand VM beside it)",
-                "waits: from arrival to the launch answer, placed requests only",
+                "waits: from arrival to the launch answer, placed requests only (a request that waited for "
+                "room within the reserves' wait window counts its time in the queue)",
+                "lost work counts backfill VMs drained for a reserve (backfill_drained) as well as preempted ones",
                 "survival after T: of the backfill VMs launched at least T before the end, the share that ran "
                 "at least T",
             ],

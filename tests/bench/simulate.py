@@ -13,8 +13,12 @@ vCPUs). Each setting runs the same requests through controller.sim.engine.Simula
 - default: backfill enabled, everything else at the controller's defaults (BackfillConfig and
   ControllerConfig: most_recent, 1-vCPU 128-MiB backfill VMs, prediction on, no reserve);
 - one entry per termination policy (most_recent is the default's own run, not a second one);
-- one entry per reserve mode that exists: reserve_static, 12 whole nodes kept from backfill
-  (Balancer's figure). Hinted and predictive reserves and the wait window are not built yet.
+- one entry per reserve mode: reserve_static, 12 whole nodes kept from backfill (Balancer's
+  figure, as per-node reserves); reserve_balancer_static, Balancer's R = 12 (the on-demand pool's
+  size: nodes on-demand VMs use count); reserve_hint, a hint of 12 nodes each day from 08:00 for
+  10 hours (drained lead_seconds ahead); reserve_predictive_day and reserve_predictive_week, the
+  peak demand of the same 6-hour slot over the last day or week; reserve_wait, a wait window of
+  600 s before a request with no room is rejected (controller/core/reserves.py).
 
 What is timed: `wall_s` and `sim_events_per_s` are the default run's alone, the wall time of
 Simulation.run() (the event loop from the first report to the summary's figures) with that
@@ -41,6 +45,7 @@ from typing import Any
 from controller.config import ControllerConfig
 from controller.core.ledger import Reserve
 from controller.core.policy import BackfillConfig, Policy
+from controller.core.reserves import HOUR, Hint, PredictiveMode, ReserveSettings
 from controller.service import ledger_settings
 from controller.sim import traces
 from controller.sim.engine import DAY, SimSettings, Simulation
@@ -55,8 +60,9 @@ LOST_WORK_GOAL = 0.03
 WALL_GOAL_S = 60.0
 
 
-def settings_compared(nodes: int) -> dict[str, dict[str, Any]]:
-    """Name -> the backfill config and reserves of each setting (the default first)."""
+def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Name -> the backfill config, per-node reserves and Balancer's reserves of each setting (the
+    default first)."""
     width = len(str(nodes))   # the simulator's node ids: n0000 ... n0999
     reserved = {node_id: Reserve(node_id, whole_node=True)
                 for node_id in (f"n{i:0{width}d}" for i in range(min(RESERVED_NODES, nodes)))}
@@ -65,17 +71,32 @@ def settings_compared(nodes: int) -> dict[str, dict[str, Any]]:
         if policy is not BackfillConfig().termination_policy:
             runs[policy.value] = dict(backfill=BackfillConfig(enabled=True, termination_policy=policy), reserves={})
     runs["reserve_static"] = dict(backfill=BackfillConfig(enabled=True), reserves=reserved)
+    on = BackfillConfig(enabled=True)
+    hints = [Hint(min(RESERVED_NODES, nodes), d * DAY + 8 * HOUR, d * DAY + 18 * HOUR, f"day{d}")
+             for d in range(int(days) + 1)]
+    for name, settings, run_hints in (
+            ("reserve_balancer_static", ReserveSettings(static_nodes=RESERVED_NODES), []),
+            ("reserve_hint", ReserveSettings(), hints),
+            ("reserve_predictive_day", ReserveSettings(predictive=PredictiveMode.DAY), []),
+            ("reserve_predictive_week", ReserveSettings(predictive=PredictiveMode.WEEK), []),
+            ("reserve_wait", ReserveSettings(wait_seconds=600), [])):
+        runs[name] = dict(backfill=on, reserves={}, reserve_settings=settings, hints=run_hints)
     return runs
 
 
 def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: BackfillConfig,
-            reserves: dict[str, Reserve], inputs: dict[str, Any]) -> dict[str, Any]:
+            reserves: dict[str, Reserve], inputs: dict[str, Any],
+            reserve_settings: ReserveSettings = ReserveSettings(), hints: list[Hint] | None = None) -> dict[str, Any]:
     sim = Simulation(requests, sim_settings, backfill, ledger_settings(ControllerConfig()), reserves=reserves,
-                     inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None)
+                     inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None,
+                     reserve_settings=reserve_settings, hints=hints or ())
     cpu = time.process_time()
     summary = sim.run()
     cpu = time.process_time() - cpu
-    return entry(summary["figures"], cpu, reserved_nodes=len(reserves))
+    result = entry(summary["figures"], cpu, reserved_nodes=len(reserves))
+    if reserve_settings != ReserveSettings() or hints:
+        result.update(reserve_settings=reserve_settings.as_dict(), hints=len(hints or ()))
+    return result
 
 
 def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any]:
@@ -85,6 +106,7 @@ def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any
         utilization_backfill=f["utilization_backfill"], lost_work_share=f["lost_work_share"],
         rejected=f["requests_rejected"], rejected_due_to_backfill=f["rejected_due_to_backfill"],
         rejected_larger_than_node=f["rejected_larger_than_node"], requests=f["requests_arrived"],
+        queued=f["requests_queued"], backfill_drained=f["backfill_drained"],
         on_demand_wait_p50_s=f["wait_p50_s"], on_demand_wait_p99_s=f["wait_p99_s"],
         preemptions=f["preemptions"], preemptions_per_100_vm_hours=f["preemptions_per_100_vm_hours"],
         backfill_goodput_vcpu_hours=f["backfill_goodput_vcpu_hours"],
@@ -125,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
                                max_wall_seconds=args.max_wall_seconds)
     inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
-    runs = settings_compared(args.nodes)
+    runs = settings_compared(args.nodes, args.days)
     results = {"default": run_one("default", requests, sim_settings, inputs=inputs, **runs.pop("default"))}
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=inputs, **run)

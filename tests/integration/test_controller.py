@@ -248,7 +248,7 @@ def test_extra_nodes_on_the_test_driver_take_placements(pool, test_env):
         assert reply.lease.node_id in ("fake1", "fake2") and not reply.preempted
         gleanctl(controller, "reserve", "fake1", "--whole-node")
         gleanctl(controller, "reserve", "fake2", "--whole-node")
-        reserves = json.loads(gleanctl(controller, "--json", "reserve").stdout)
+        reserves = json.loads(gleanctl(controller, "--json", "reserve").stdout)["reserves"]
         assert {r["node_id"] for r in reserves if r["whole_node"]} == {"fake1", "fake2"}
     finally:
         for fake in fakes:

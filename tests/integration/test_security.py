@@ -52,6 +52,7 @@ def controller_state(controller: ControllerProcess) -> tuple:
     stub = controller.stub()
     return (stub.GetBackfill(controller_pb2.GetBackfillRequest(), timeout=10),
             stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=10),
+            stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=10).hints,
             sorted((l.lease_id, l.node_id, l.state) for l in controller.leases()),
             sorted(n.node_id for n in stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes))
 
@@ -85,6 +86,9 @@ def test_every_mutating_controller_call_needs_an_admin(controller, test_env):
         "SetBackfill": lambda s: s.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, max_instances=9),
                                                timeout=10),
         "SetReserve": lambda s: s.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=3), timeout=10),
+        "AddHint": lambda s: s.AddHint(controller_pb2.AddHintRequest(nodes=1, in_hours=1, for_hours=1, label="eve"),
+                                       timeout=10),
+        "CancelHints": lambda s: s.CancelHints(controller_pb2.CancelHintsRequest(), timeout=10),
     }
     intruders = {"viewer": test_env.pki.viewer, "agent": test_env.pki.agent("sec-a"),
                  "controller": test_env.pki.controller}

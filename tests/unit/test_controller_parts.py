@@ -260,3 +260,88 @@ def test_a_damaged_store_is_reported_and_left_untouched(tmp_path):
     with pytest.raises(StoreError, match="damaged|not a usable SQLite database"):
         Store(path)
     assert path.read_bytes() == before
+
+
+def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(tmp_path, capsys):
+    import json
+    from controller.core.reserves import PredictiveMode, ReserveSettings
+    from controller.gleanctl import EXIT_INVALID
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
+                              reserves=ReserveSettings(static_nodes=1, predictive=PredictiveMode.WEEK,
+                                                       wait_seconds=60))
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    for node_id in ("a", "b", "c"):
+        pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
+                                              memory_mib=4096, images=["tiny"]))
+    server = build_server(config, pool, lambda _config: None)
+    target = ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+    try:
+        assert gleanctl_main(target + ["--json", "reserve", "hint", "2", "--in", "1", "--for", "3",
+                                       "--label", "exam"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert [(h["nodes"], h["label"]) for h in data["hints"]] == [(2, "exam")]
+        assert data["settings"]["static_nodes"] == 1 and data["settings"]["predictive"] == "week"
+        assert gleanctl_main(target + ["reserve", "hint", "2", "--in", "1", "--for", "1"]) == EXIT_INVALID
+        assert "nodes" in capsys.readouterr().err   # with the first hint, 4 of 3 nodes: refused naming the field
+        assert gleanctl_main(target + ["reserve", "hint", "1", "--in", "-1", "--for", "1"]) == EXIT_INVALID
+        assert "in_hours" in capsys.readouterr().err
+        assert gleanctl_main(target + ["reserve"]) == 0
+        text = capsys.readouterr().out
+        assert "no per-node reserves" in text and "static 1" in text and "exam" in text
+        assert "static_nodes=1" in text and "wait_seconds=60" in text
+    finally:
+        server.stop(grace=1)
+    pool.save_history()
+    pool.close()
+    store.close()
+    reopened = Store(config.store_path)
+    assert [(h.nodes, h.label) for h in reopened.hints()] == [(2, "exam")]
+    assert reopened.history() is not None and reopened.count_events("reserve.hint") == 1
+    assert reopened.count_events("reserve.configured") == 1   # the settings, audited once while they hold
+    again = PoolService(config, reopened, SlowAgents())
+    assert [h.label for h in again.ledger.hints] == ["exam"]
+    assert again.cancel_hints("exam") == 1 and reopened.hints() == []
+    again.close()
+    reopened.close()
+
+
+def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_field():
+    from controller.core.reserves import PredictiveMode
+    config = parse_config({"reserves": {"static_nodes": 3, "predictive": "day", "wait_seconds": 120}})
+    assert config.reserves.static_nodes == 3 and config.reserves.predictive is PredictiveMode.DAY
+    import tomllib
+    assert parse_config(tomllib.loads(to_toml(config))).reserves == config.reserves
+    for bad, field in (({"predictive": "year"}, "reserves.predictive"),
+                       ({"slot_seconds": 7000}, "reserves.slot_seconds"),
+                       ({"wait_seconds": -1}, "reserves.wait_seconds"), ({"static": 1}, "reserves.static"),
+                       ({"static_nodes": "two"}, "reserves.static_nodes")):
+        with pytest.raises(ConfigError, match=field):
+            parse_config({"reserves": bad})
+
+
+def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(tmp_path):
+    from controller.core.reserves import ReserveSettings
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              reserves=ReserveSettings(wait_seconds=3600))
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                          images=["tiny"], min_memory_mib=32))
+    assert pool.request(2, 512, "tiny", "alice", "first", wait_seconds=0).lease is not None
+    waiting = pool.request(2, 512, "tiny", "bob", "second", wait_seconds=0)
+    assert waiting.record.outcome == "pending" and waiting.record.path == "queued" and waiting.lease is None
+    assert store.count_events("request.queued") == 1
+    pool.close()
+    store.close()
+    reopened = Store(config.store_path)
+    [record] = [r for r in reopened.pending_requests() if r.request_id == "second"]
+    again = PoolService(config, reopened, SlowAgents())
+    assert again.ledger.waiting["second"][1] == record.created_at   # its window runs from when it was made
+    again.close()
+    reopened.close()

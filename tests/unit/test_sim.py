@@ -259,7 +259,8 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert simulate_bench.main(["--nodes", "4", "--days", "0.05", "--traces", str(azure.parents[1]), "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["wall_s"] == out["default"]["wall_s"] and out["sim_events_per_s"] > 0
-    names = {"default", "reserve_static"} | {p.value for p in Policy}
+    names = {"default", "reserve_static", "reserve_balancer_static", "reserve_hint", "reserve_predictive_day",
+             "reserve_predictive_week", "reserve_wait"} | {p.value for p in Policy}
     assert names <= set(out)
     for name in names:
         for key in ("utilization", "lost_work_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
@@ -281,3 +282,58 @@ def test_a_run_is_the_same_in_another_process(azure):
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo,
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(outputs) == 1 and json.loads(outputs.pop())["preemptions"] > 0
+
+
+def reserve_scenario(reserve_settings, hints=(), backfill=True) -> Simulation:
+    """The pool full of on-demand VMs until 600 s (and backfill beside them with backfill on); a
+    third request at 200 s finds no room."""
+    from controller.core.reserves import ReserveSettings
+    requests = [OnDemandRequest(100.0, 4, 2048, 500.0, "alice", "X1"),
+                OnDemandRequest(100.0, 4, 2048, 500.0, "alice", "X2"),
+                OnDemandRequest(200.0, 4, 2048, 100.0, "bob", "Y")]
+    settings = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
+    config = BackfillConfig(enabled=backfill, vcpus=1, memory_mb=1024, grace_seconds=10)
+    return Simulation(requests, settings, config, LedgerSettings(use_prediction=False),
+                      reserve_settings=reserve_settings or ReserveSettings(), hints=hints)
+
+
+def test_the_wait_window_turns_a_rejection_into_a_wait_in_the_simulator():
+    from controller.core.reserves import ReserveSettings
+    at_once = reserve_scenario(ReserveSettings()).run()["figures"]
+    assert at_once["requests_rejected"] == 1 and at_once["requests_queued"] == 0
+    waited = reserve_scenario(ReserveSettings(wait_seconds=900)).run()
+    figures = waited["figures"]
+    assert figures["requests_rejected"] == 0 and figures["requests_placed"] == 3 and figures["requests_queued"] == 1
+    assert figures["wait_p99_s"] >= 400   # Y waited from 200 s until X's room was free after 600 s
+    assert waited["header"]["reserve_settings"]["wait_seconds"] == 900
+    short = reserve_scenario(ReserveSettings(wait_seconds=100)).run()["figures"]
+    assert short["requests_rejected"] == 1 and short["requests_queued"] == 1
+    assert short["rejection_reasons"] and "wait window" in next(iter(short["rejection_reasons"]))
+
+
+def test_a_static_reserve_keeps_nodes_from_backfill_in_the_simulator():
+    from controller.core.reserves import Hint, ReserveSettings
+    free = reserve_scenario(ReserveSettings(), backfill=True).run()["figures"]
+    kept = reserve_scenario(ReserveSettings(static_nodes=1), backfill=True).run()["figures"]
+    assert kept["utilization_backfill"] < free["utilization_backfill"]
+    hinted = reserve_scenario(ReserveSettings(lead_seconds=600), hints=[Hint(2, 2000.0, 3000.0)]).run()
+    assert hinted["figures"]["backfill_drained"] > 0 and hinted["header"]["hints"][0]["nodes"] == 2
+    assert hinted["figures"]["utilization_backfill"] < free["utilization_backfill"]
+
+
+def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_path, capsys):
+    config = tmp_path / "controller.toml"
+    config.write_text("[reserves]\nwait_seconds = 60\n")
+    code = cli.main(["--requests", str(Path(__file__).parent.parent / "data" / "traces" / "requests.csv"),
+                     "--format", "csv", "--nodes", "2", "--days", "0.1", "--backfill", "enabled=true",
+                     "--config", str(config), "--hint", "1:0.5:0.5",
+                     "--compare", "most_recent,static=1,predictive=day+wait=0,hint=1:1:1", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1"]
+    assert any(line.startswith("requests_queued") for line in out)
+    assert cli.main(["--requests", str(AZURE_SMALL), "--compare", "static=x", "--quiet"]) == 2
+    assert "static=x" in capsys.readouterr().err
+    assert cli.main(["--requests", str(AZURE_SMALL), "--nodes", "2", "--hint", "3:1:1", "--quiet"]) == 2
+    assert "nodes" in capsys.readouterr().err

@@ -1,0 +1,200 @@
+"""The ledger with Balancer's reserves: reserved nodes get no backfill and their backfill gets
+notice, a hinted reserve is drained by its start, a request with no room waits up to W, and a
+restart queues the waiting requests again."""
+from __future__ import annotations
+
+import pytest
+
+from controller.core.ledger import Ask, Launch, Ledger, RequestRecord, Stop, Write
+from controller.core.policy import BackfillConfig
+from controller.core.reserves import Hint, ReserveError, ReserveSettings
+
+from .test_ledger import BACKFILL, SETTINGS, Report, counter
+
+NODES = {"n1": (2, 1024), "n2": (2, 1024), "n3": (2, 1024)}
+T0 = 1000.0
+
+
+def ledger_with(reserves: ReserveSettings, backfill: BackfillConfig = BACKFILL, **kwargs) -> Ledger:
+    ledger = Ledger(SETTINGS, backfill, {}, counter(), reserve_settings=reserves, **kwargs)
+    for node_id, (cpus, memory) in NODES.items():
+        ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), T0)
+    return ledger
+
+
+def events(effects, kind: str) -> list:
+    return [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == kind]
+
+
+def launched_nodes(effects) -> set[str]:
+    return {e.lease.node_id for e in effects if isinstance(e, Launch)}
+
+
+def confirm(ledger: Ledger, effects, now: float) -> None:
+    """The agents do what they were asked: launches succeed, stops end clean."""
+    for effect in effects:
+        if isinstance(effect, Launch):
+            ledger.launch_done(effect.lease.lease_id, True, "", now)
+        elif isinstance(effect, Stop):
+            ledger.stop_done(effect.lease.lease_id, "clean_shutdown", True, 1.0, "", now)
+
+
+def backfill_on(ledger: Ledger) -> set[str]:
+    return {l.node_id for l in ledger.leases.values() if l.role == "backfill"}
+
+
+def test_without_reserves_every_node_gets_backfill():
+    ledger = ledger_with(ReserveSettings())
+    assert launched_nodes(ledger.fill(T0)) == set(NODES)
+    assert not ledger.reserved_nodes
+
+
+def test_a_static_reserve_keeps_its_nodes_free_of_backfill():
+    ledger = ledger_with(ReserveSettings(static_nodes=1))
+    effects = ledger.fill(T0)
+    assert len(ledger.reserved_nodes) == 1
+    assert launched_nodes(effects) == set(NODES) - ledger.reserved_nodes
+    [changed] = events(effects, "reserve.changed")
+    assert changed.detail["added"] == sorted(ledger.reserved_nodes) and changed.detail["target"]["static"] == 1
+
+
+def test_a_reserved_nodes_backfill_gets_notice_and_its_work_counts_as_lost():
+    ledger = ledger_with(ReserveSettings())
+    confirm(ledger, ledger.fill(T0), T0 + 1)
+    assert backfill_on(ledger) == set(NODES)
+    ledger.set_reserve_settings(ReserveSettings(static_nodes=1))
+    effects = ledger.fill(T0 + 100)
+    [reserved] = ledger.reserved_nodes
+    stops = [e for e in effects if isinstance(e, Stop)]
+    assert stops and {s.lease.node_id for s in stops} == {reserved}
+    assert all(s.lease.end_reason.startswith("reserved: ") for s in stops)
+    assert not launched_nodes(effects)
+    drained = []
+    for stop in stops:
+        drained += events(ledger.stop_done(stop.lease.lease_id, "clean_shutdown", True, 1.0, "", T0 + 102),
+                          "vm.drained")
+    assert len(drained) == len(stops) and all(e.detail["work_lost_vcpu_seconds"] > 0 for e in drained)
+    assert reserved not in launched_nodes(ledger.fill(T0 + 103))   # freed room stays free
+    assert reserved not in backfill_on(ledger)
+
+
+def test_a_hinted_reserve_is_free_of_backfill_by_its_start():
+    lead = 120.0
+    ledger = ledger_with(ReserveSettings(lead_seconds=lead))
+    confirm(ledger, ledger.fill(T0), T0 + 1)
+    start = T0 + 1000
+    write = ledger.add_hint(Hint(2, start, start + 3600, "exam"), T0 + 10)
+    assert events([write], "reserve.hint")[0].detail["label"] == "exam"
+    ledger.fill(start - lead - 1)
+    assert not ledger.reserved_nodes   # not yet: it counts from start - lead
+    effects = ledger.fill(start - lead)
+    assert len(ledger.reserved_nodes) == 2
+    confirm(ledger, effects, start - lead + 5)
+    ledger.fill(start - lead + 6)
+    assert not backfill_on(ledger) & ledger.reserved_nodes
+    assert ledger.reserve_target(start).hinted == 2
+    # Once the hint is over its nodes take backfill again.
+    ledger.fill(start + 3600)
+    assert not ledger.reserved_nodes
+
+
+def test_a_hint_larger_than_the_pool_is_refused_naming_the_field():
+    ledger = ledger_with(ReserveSettings())
+    with pytest.raises(ReserveError) as error:
+        ledger.add_hint(Hint(4, T0 + 100, T0 + 200), T0)
+    assert error.value.field == "nodes" and not ledger.hints
+
+
+def test_hints_can_be_cancelled_by_label():
+    ledger = ledger_with(ReserveSettings())
+    ledger.add_hint(Hint(1, T0 + 100, T0 + 200, "a"), T0)
+    ledger.add_hint(Hint(1, T0 + 100, T0 + 200, "b"), T0)
+    assert events([ledger.cancel_hints("a", T0)], "reserve.hint_cancelled")[0].detail["dropped"] == 1
+    assert [h.label for h in ledger.hints] == ["b"]
+
+
+NO_BACKFILL = BackfillConfig(enabled=False)
+
+
+def fill_with_on_demand(ledger: Ledger) -> list[str]:
+    leases = []
+    for i, node_id in enumerate(NODES):
+        effects = ledger.request(Ask(2, 512, "tiny", "alice", f"full{i}"), T0)
+        confirm(ledger, effects, T0)
+        leases += [e.lease.lease_id for e in effects if isinstance(e, Launch)]
+    return leases
+
+
+def test_a_request_with_no_room_waits_and_is_placed_when_room_frees():
+    ledger = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL)
+    leases = fill_with_on_demand(ledger)
+    effects = ledger.request(Ask(2, 512, "tiny", "bob", "late"), T0 + 1)
+    [queued] = events(effects, "request.queued")
+    assert queued.detail["deadline"] == T0 + 61
+    assert ledger.pending("late").outcome == "pending" and ledger.pending("late").path == "queued"
+    assert "late" in ledger.waiting
+    _lease, stop = ledger.release(leases[0], True, T0 + 10)
+    confirm(ledger, stop, T0 + 11)
+    effects = ledger.fill(T0 + 12)
+    [placed] = events(effects, "request.placed")
+    assert placed.detail["request_id"] == "late" and placed.detail["waited_s"] == 11
+    assert [e for e in effects if isinstance(e, Launch)] and not ledger.waiting
+    record = ledger.pending("late")
+    assert record.lease_id and record.created_at == T0 + 1
+
+
+def test_a_waiting_request_is_rejected_at_the_end_of_its_window():
+    ledger = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL)
+    fill_with_on_demand(ledger)
+    ledger.request(Ask(2, 512, "tiny", "bob", "late"), T0 + 1)
+    assert not events(ledger.tick(T0 + 30), "request.rejected")
+    [rejected] = events(ledger.tick(T0 + 61), "request.rejected")
+    assert rejected.detail["waited_s"] == 60 and "wait window" in rejected.detail["reason"]
+    assert ledger.pending("late").outcome == "rejected" and not ledger.waiting
+
+
+def test_without_a_window_and_for_impossible_sizes_rejection_is_immediate():
+    ledger = ledger_with(ReserveSettings(), NO_BACKFILL)
+    fill_with_on_demand(ledger)
+    assert events(ledger.request(Ask(2, 512, "tiny", "bob", "r1"), T0 + 1), "request.rejected")
+    waiting = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL)
+    assert events(waiting.request(Ask(4, 512, "tiny", "bob", "big"), T0 + 1), "request.rejected")
+    assert events(waiting.request(Ask(1, 512, "nope", "bob", "img"), T0 + 1), "request.rejected")
+    assert not waiting.waiting
+
+
+def test_the_waiting_queue_is_bounded():
+    ledger = ledger_with(ReserveSettings(wait_seconds=60, max_waiting=1), NO_BACKFILL)
+    fill_with_on_demand(ledger)
+    assert events(ledger.request(Ask(2, 512, "tiny", "bob", "a"), T0 + 1), "request.queued")
+    assert events(ledger.request(Ask(2, 512, "tiny", "bob", "b"), T0 + 1), "request.rejected")
+
+
+def test_a_restart_queues_the_waiting_requests_again_from_when_they_were_made():
+    record = RequestRecord("late", 2, 512, "tiny", "bob", "pending", None, "", (), "no room", T0 + 1, 0.1, "queued")
+    ledger = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL, requests=[record])
+    assert ledger.waiting["late"][1] == T0 + 1
+    fill_with_on_demand(ledger)
+    [rejected] = events(ledger.tick(T0 + 61), "request.rejected")
+    assert rejected.detail["request_id"] == "late"
+    # ... and one that finds room after the restart is placed.
+    again = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL, requests=[record])
+    assert events(again.fill(T0 + 2), "request.placed")
+
+
+def test_the_predictive_reserve_keeps_free_what_on_demand_used_in_the_same_slot_yesterday():
+    from controller.core.reserves import DAY, PredictiveMode
+    ledger = ledger_with(ReserveSettings(predictive=PredictiveMode.DAY, slot_seconds=6 * 3600, lead_seconds=60))
+    effects = ledger.request(Ask(2, 1024, "tiny", "alice", "busy1"), T0)
+    effects += ledger.request(Ask(2, 1024, "tiny", "alice", "busy2"), T0)
+    confirm(ledger, effects, T0)
+    confirm(ledger, ledger.fill(T0 + 1), T0 + 1)          # samples 2 nodes of on-demand demand
+    for lease in [l for l in ledger.leases.values() if l.role == "on_demand"]:
+        confirm(ledger, ledger.release(lease.lease_id, True, T0 + 2)[1], T0 + 3)
+    confirm(ledger, ledger.fill(T0 + 4), T0 + 5)          # and then none: backfill everywhere
+    assert backfill_on(ledger) == set(NODES) and not ledger.reserved_nodes
+    assert ledger.reserve_target(T0 + 4).predicted == 0   # no history of the day before yet
+    effects = ledger.fill(T0 + DAY)                       # the same slot a day later
+    assert ledger.reserve_target(T0 + DAY).predicted == 2 and len(ledger.reserved_nodes) == 2
+    stops = {e.lease.node_id for e in effects if isinstance(e, Stop)}
+    assert stops == set(ledger.reserved_nodes) and not launched_nodes(effects) & ledger.reserved_nodes
