@@ -18,13 +18,6 @@ source "$REPO/scripts/setup-lib.sh"
 
 require_root lab-host.sh "it installs packages and starts libvirtd"
 
-missing_packages "${LAB_PACKAGES[@]}"
-if [ ${#MISSING[@]} -gt 0 ]; then
-    say "apt: updating package lists"
-    apt-get update -q
-    apt_install "${MISSING[@]}"
-else
-    say "apt: all ${#LAB_PACKAGES[@]} packages already installed"
-fi
+ensure_packages "${LAB_PACKAGES[@]}"
 start_libvirt "$REPO/scripts"
 say "done"

@@ -27,6 +27,18 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
 }
 
+# ensure_packages PKG...: install those missing (updating the package lists first), else say so
+ensure_packages() {
+    missing_packages "$@"
+    if [ ${#MISSING[@]} -gt 0 ]; then
+        say "apt: updating package lists"
+        apt-get update -q
+        apt_install "${MISSING[@]}"
+    else
+        say "apt: all $# packages already installed"
+    fi
+}
+
 # /dev/kvm for group kvm, mode 0660, where the host has it
 kvm_device_group() {
     if [ -e /dev/kvm ]; then

@@ -68,14 +68,7 @@ if [ "$ROLE" = agent ]; then
 fi
 started=$(date +%s)
 
-missing_packages "${PACKAGES[@]}"
-if [ ${#MISSING[@]} -gt 0 ]; then
-    say "apt: updating package lists"
-    apt-get update -q
-    apt_install "${MISSING[@]}"
-else
-    say "apt: all ${#PACKAGES[@]} packages already installed"
-fi
+ensure_packages "${PACKAGES[@]}"
 
 if [ "$ROLE" = agent ]; then
     kvm_device_group

@@ -34,14 +34,16 @@ def libvirt_state(name: str) -> tuple[bool, bool] | None:
     """(active, marked started in our metadata) of the domain in libvirt, or None if it is not defined."""
     conn = libvirt.open(LIBVIRT_URI)
     try:
-        try:
+        try:   # the reaper may undefine it between any two of these calls
             dom = conn.lookupByName(name)
+            xml = dom.XMLDesc(0)
+            active = bool(dom.isActive())
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return None
             raise
-        started = ET.fromstring(dom.XMLDesc(0)).findtext(f"metadata/{{{NAMESPACE}}}instance/{{{NAMESPACE}}}started")
-        return bool(dom.isActive()), started != "no"
+        started = ET.fromstring(xml).findtext(f"metadata/{{{NAMESPACE}}}instance/{{{NAMESPACE}}}started")
+        return active, started != "no"
     finally:
         conn.close()
 
