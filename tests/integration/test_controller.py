@@ -47,8 +47,15 @@ def gleanctl(controller: ControllerProcess, *args: str) -> subprocess.CompletedP
 
 def domain_states() -> dict[str, int]:
     conn = libvirt.open(LIBVIRT_URI)
+    states = {}
     try:
-        return {d.name(): d.state()[0] for d in conn.listAllDomains()}
+        for dom in conn.listAllDomains():
+            try:   # a stopping domain may be undefined between the listing and this call
+                states[dom.name()] = dom.state()[0]
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+        return states
     finally:
         conn.close()
 
