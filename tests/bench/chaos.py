@@ -16,8 +16,12 @@ fault, chosen at random:
 
 The request is then asked again with its id. A run has settled when the request is answered
 (placed or failed), every lease is running with its VM on the node, and every VM of ours has a
-lease; converge_s is timed from the fault until then (polled every 0.5 s), at most
---settle-seconds. The on-demand VM is released after each run. Prints one JSON object: runs,
+lease; converge_s is timed until then (polled every 0.5 s, at most --settle-seconds) from:
+- controller_crash: the crashed controller's exit, so its restart and resumption are included;
+- agent_kill: the killed agent's exit, so its restart and the agent's own recovery are included;
+- libvirtd_restart: the end of the restart and of the release call it interrupted (both left out;
+  libvirtd's own restart is not ours to time).
+Left out everywhere: filling the node with booted backfill VMs before each run. The on-demand VM is released after each run. Prints one JSON object: runs,
 converged, max_converge_s, p50_converge_s, orphan_vms and stuck_leases (VMs without a lease and
 leases not running, in runs that did not settle), unresolved_requests, and the runs by fault.
 """

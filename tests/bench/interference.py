@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.rounds < 3:
+        print(f"WARNING: --rounds {args.rounds}: fewer than 3 alternations, a drift of the host can pass "
+              "for a difference between phases", file=sys.stderr)
     exit_cleanly_on_sigterm()
     env = LabEnv.create()
     agent = AgentProcess(env, name="bench-interference").start()

@@ -14,7 +14,11 @@ by the agent and read from the audit log. Then the victim is awaited, the on-dem
   ACPI shutdown beside it.
 - preempt_*: then the controller is restarted with a headroom of the node's whole memory, so no
   VM fits beside its victims and the launch waits for the victim's clean shutdown (as before).
-Last, a request no node can host (3 vCPUs) is timed and the terminations it caused counted.
+Last, a request no node can host (3 vCPUs) is timed and the terminations it caused counted:
+reject_ms is this process's wall time around the RequestVm call (TLS channel already open),
+reject_decision_ms the controller's own time for the decision under its lock.
+Left out of every timer: filling the host with booted backfill VMs between requests, and the
+victim's shutdown on the instant path (it runs beside the new VM; preempt_* includes it).
 Placement by allocation only (no CPU prediction): this run's own boots would otherwise decide
 how many backfill VMs fit.
 
