@@ -17,8 +17,8 @@ from gleaner_common import __version__
 from gleaner_common.config import ConfigError
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
-from gleaner_common.pki import PkiError, check_identity
-from gleaner_common.rpc import RunningServer
+from gleaner_common.pki import PkiError, check_server
+from gleaner_common.rpc import RunningServer, reload_on_sighup
 
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
@@ -131,7 +131,7 @@ def run(config: ControllerConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
-    signal.signal(signal.SIGHUP, lambda signum, _frame: running.server.authorizer.deny_list.reload())
+    reload_on_sighup(running.server)
     stop.wait()
     log_event(log, "controller.stopping", note="VMs keep running; a restarted controller takes its leases back")
     running.stop()
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(config.log_level)
     try:
-        if config.tls.files is not None:  # agents and admins would refuse any other identity
-            check_identity(config.tls.files, Role.CONTROLLER)
+        # agents and admins would refuse any other identity; a bad deny list is named here
+        check_server(config.tls.files, config.tls.deny_list, Role.CONTROLLER)
     except PkiError as exc:
         print(f"gleaner-controller: {exc}", file=sys.stderr)
         return 2

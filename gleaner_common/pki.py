@@ -36,6 +36,14 @@ class PkiError(RuntimeError):
     """The PKI directory or a certificate is missing or unusable; the message says what to do."""
 
 
+class DenyListError(PkiError):
+    """The deny list cannot be read; `path` and `line` (0: the whole file) say where."""
+
+    def __init__(self, path: Path, line: int, message: str) -> None:
+        super().__init__(f"deny list {path}" + (f", line {line}" if line else "") + f": {message}")
+        self.path, self.line = path, line
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     ca: Path
@@ -225,18 +233,24 @@ def revoke(directory: Path, target: str, reason: str = "") -> int:
 
 
 def load_deny_list(path: Path | None) -> frozenset[int]:
-    """Revoked serials; a missing file is an empty list, a bad line an error naming it."""
+    """Revoked serials; a missing file is an empty list, an unreadable file or a bad line a
+    DenyListError naming the file and line."""
     if path is None or not path.exists():
         return frozenset()
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DenyListError(path, 0, f"cannot be read ({exc})") from None
     serials = set()
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         try:
             serials.add(int(text, 16))
         except ValueError:
-            raise PkiError(f"{path}:{number}: {text[:40]!r} is not a serial number in hex") from None
+            raise DenyListError(path, number, f"{text[:40]!r} is not a certificate serial number in hex "
+                                              "(one a line; '#' starts a comment)") from None
     return frozenset(serials)
 
 
@@ -260,6 +274,14 @@ def check_identity(files: TlsFiles, role: Role, name: str | None = None) -> Iden
         raise PkiError(f"{files.cert} names {identity}, but this process is {want}; issue one with "
                        f"'gleanctl pki issue DIR {role.value} {name or 'NAME'}'")
     return identity
+
+
+def check_server(files: TlsFiles | None, deny_list: Path | None, role: Role, name: str | None = None) -> None:
+    """What a server checks before it starts: its certificate names it, and its deny list reads
+    (a server that cannot tell whom it revoked must not serve)."""
+    if files is not None:
+        check_identity(files, role, name)
+        load_deny_list(deny_list)
 
 
 LAB_PEOPLE = {Role.ADMIN: "lab-admin", Role.VIEWER: "lab-viewer"}

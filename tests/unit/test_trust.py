@@ -114,3 +114,26 @@ def test_log_lines_escape_control_characters_in_every_field(caplog):
 def test_gleanctl_pki_errors_are_usage_errors(tmp_path, capsys):
     assert gleanctl(["pki", "issue", str(tmp_path / "nothing"), "admin", "bob"]) == 2
     assert "no CA in" in capsys.readouterr().err
+
+
+def test_a_bad_deny_list_stops_a_server_at_start_naming_the_file_and_line(tmp_path):
+    from controller.config import ControllerConfig, to_toml as controller_toml
+    from gleaner_common.config import TlsConfig
+    from nodeagent.config import AgentConfig, to_toml as agent_toml
+    lab = pki.ensure_lab_pki(tmp_path / "pki", ("n1",))
+    lab.deny_list.write_text("# revoked\nabc123\nzz-top\n")
+
+    def tls(files):
+        return TlsConfig(ca=files.ca, cert=files.cert, key=files.key, deny_list=lab.deny_list)
+    configs = {"controller": controller_toml(ControllerConfig(listen="127.0.0.1:0", state_dir=tmp_path / "ctl",
+                                                              tls=tls(lab.controller))),
+               "nodeagent": agent_toml(AgentConfig(agent_id="n1", listen="127.0.0.1:0", state_dir=tmp_path / "agent",
+                                                   metrics_listen="", tls=tls(lab.agent("n1"))))}
+    for module, text in configs.items():
+        path = tmp_path / f"{module}.toml"
+        path.write_text(text)
+        done = subprocess.run([sys.executable, "-m", module, "--config", str(path)], capture_output=True, text=True,
+                              cwd=REPO, timeout=60)
+        assert done.returncode == 2, (module, done.stderr)
+        assert f"deny list {lab.deny_list}, line 3: 'zz-top' is not a certificate serial" in done.stderr, done.stderr
+    assert not (tmp_path / "ctl").exists()  # refused before the store was opened
