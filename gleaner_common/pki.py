@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .identity import Identity, Role, identity_of_certificate, server_name_for, spiffe_uri
+from .identity import TRUST_DOMAIN, Identity, Role, identity_of_certificate, server_name_for, spiffe_uri
 
 CA_DAYS = 3650
 # Short by default: services renew every few months, people every month.
@@ -116,6 +116,19 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     return cert, key  # type: ignore[return-value]
 
 
+def check_hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """Extra server names; those under .gleaner are refused: they are the identities' own
+    (controller.gleaner, NODE.agent.gleaner), and one more would let a certificate serve as
+    another identity (an agent's as the controller, or as another node)."""
+    for host in hosts:
+        label = host.lower().rstrip(".")
+        if label == TRUST_DOMAIN or label.endswith(f".{TRUST_DOMAIN}"):
+            raise PkiError(f"--host {host[:80]!r} is reserved: names under .{TRUST_DOMAIN} are given by the role "
+                           "and name (controller.gleaner, NODE.agent.gleaner); name the host's real DNS name or "
+                           "address instead")
+    return hosts
+
+
 def _alt_names(role: Role, name: str, hosts: tuple[str, ...]) -> list[x509.GeneralName]:
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_uri(role, name))]
     if role in SERVING_ROLES:
@@ -133,6 +146,7 @@ def _alt_names(role: Role, name: str, hosts: tuple[str, ...]) -> list[x509.Gener
 def sign(directory: Path, role: Role, name: str, public_key, hosts: tuple[str, ...] = (),
          days: int | None = None) -> x509.Certificate:
     """A certificate for (role, name) on `public_key`, signed by the CA in `directory`."""
+    check_hosts(hosts)
     ca_cert, ca_key = _load_ca(directory)
     days = DEFAULT_DAYS[role] if days is None else days
     if not 0 < days <= 3650:
@@ -212,7 +226,12 @@ def describe(cert_path: Path) -> dict:
 
 
 def renew(directory: Path, cert_path: Path, days: int | None = None) -> TlsFiles:
-    """Reissue a certificate: same identity and names, a new key, a fresh validity."""
+    """Reissue a certificate: same identity and names, a new key, a fresh validity. It runs where
+    the CA key is; on a node, a new key and request are made there instead (request, then sign)."""
+    if not (directory / "ca.key").exists():
+        raise PkiError(f"no CA key in {directory}: renew runs on the CA's machine. On a node, make a new key and "
+                       "request there with 'gleanctl pki request', sign it on the CA's machine with 'gleanctl pki "
+                       "sign', and put both in place (README, Trust: renewing on a node)")
     info = describe(cert_path)
     role, name = Role(info["role"]), info["name"]
     hosts = tuple(h for h in info["dns"] + info["ip"] if h != server_name_for(role, name)) \

@@ -137,3 +137,27 @@ def test_a_bad_deny_list_stops_a_server_at_start_naming_the_file_and_line(tmp_pa
         assert done.returncode == 2, (module, done.stderr)
         assert f"deny list {lab.deny_list}, line 3: 'zz-top' is not a certificate serial" in done.stderr, done.stderr
     assert not (tmp_path / "ctl").exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize("host", ["controller.gleaner", "node2.agent.gleaner", "*.agent.gleaner", "Controller.Gleaner.",
+                                  "gleaner"])
+def test_the_identities_own_server_names_cannot_be_added_as_hosts(tmp_path, capsys, host):
+    """An agent certificate carrying controller.gleaner or another node's name would serve as them."""
+    ca, node = tmp_path / "ca", tmp_path / "node"
+    assert gleanctl(["pki", "init", str(ca)]) == 0
+    assert gleanctl(["pki", "issue", str(ca), "agent", "node1", "--host", host]) == 2
+    assert "is reserved" in capsys.readouterr().err
+    assert not (ca / "agent-node1.pem").exists()
+    assert gleanctl(["pki", "request", str(node), "agent", "node1"]) == 0
+    assert gleanctl(["pki", "sign", str(ca), str(node / "agent-node1.csr"), "agent", "node1", "--host", host]) == 2
+    assert "is reserved" in capsys.readouterr().err and not (node / "agent-node1.pem").exists()
+
+
+def test_renew_away_from_the_ca_points_to_request_and_sign(tmp_path, capsys):
+    ca, node = tmp_path / "ca", tmp_path / "node"
+    assert gleanctl(["pki", "init", str(ca)]) == 0
+    assert gleanctl(["pki", "issue", str(ca), "agent", "node1", "--out", str(node)]) == 0
+    capsys.readouterr()
+    assert gleanctl(["pki", "renew", str(node), str(node / "agent-node1.pem")]) == 2
+    err = capsys.readouterr().err
+    assert "renew runs on the CA's machine" in err and "gleanctl pki request" in err
