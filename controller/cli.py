@@ -58,15 +58,20 @@ def evaluate(pool: PoolService) -> None:
 
 
 DENIALS_AUDIT_SECONDS = 60.0
+# At most 257 denial rows a minute (authz.DenialCounter), and only the newest this many kept: weeks
+# of ordinary denials, about 40 minutes of the worst flood.
+DENIAL_ROWS_KEPT = 10_000
 HISTORY_SAVE_SECONDS = 3600.0
 
 
-def audit_denials(pool: PoolService, server: RunningServer) -> None:
+def audit_denials(pool: PoolService, server: RunningServer, keep: int = DENIAL_ROWS_KEPT) -> None:
     """Denied calls since the last run, one audit event per (identity, method, reason) with its
-    count: a flood of denials costs the audit log a bounded number of rows a minute."""
-    for who, method, why, count in server.authorizer.denials.flush():
-        pool.store.record("rpc.denied", identity=who, method=method, reason=why, count=count,
-                          window_s=DENIALS_AUDIT_SECONDS)
+    count: a flood of denials costs the audit log a bounded number of rows a minute, and the
+    oldest denial rows beyond `keep` are pruned in the same transaction."""
+    rows = [dict(identity=who, method=method, reason=why, count=count, window_s=DENIALS_AUDIT_SECONDS)
+            for who, method, why, count in server.authorizer.denials.flush()]
+    if rows:
+        pool.store.record_bounded("rpc.denied", rows, keep)
 
 
 @dataclass

@@ -337,6 +337,19 @@ class Store:
                **detail: Any) -> None:
         self.apply(Write(events=(Audit(kind, node_id, lease_id, detail),)), at)
 
+    def record_bounded(self, kind: str, details: list[dict[str, Any]], keep: int, at: float | None = None) -> int:
+        """Audit events of one kind, then only the newest `keep` of that kind kept: the oldest are
+        pruned in the same transaction (a flood of them cannot grow the log without bound).
+        Returns how many were pruned."""
+        at = time.time() if at is None else at
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(_INSERT_EVENT, [(at, kind, "", "", json.dumps(d, default=str)) for d in details])
+            pruned = self._db.execute("DELETE FROM events WHERE kind = ? AND seq NOT IN "
+                                      "(SELECT seq FROM events WHERE kind = ? ORDER BY seq DESC LIMIT ?)",
+                                      (kind, kind, keep)).rowcount
+        return pruned
+
     def count_events(self, kind: str) -> int:
         return self._rows("SELECT COUNT(*) AS n FROM events WHERE kind = ?", (kind,))[0]["n"]
 

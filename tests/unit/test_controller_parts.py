@@ -345,3 +345,25 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
     assert again.ledger.waiting["second"][1] == record.created_at   # its window runs from when it was made
     again.close()
     reopened.close()
+
+
+def test_denial_rows_in_the_audit_log_are_bounded(tmp_path):
+    """Each flush adds a bounded number of rows, and the oldest denial rows past the cap go in
+    the same transaction; other events are never pruned."""
+    from types import SimpleNamespace
+    from controller.cli import audit_denials
+    from gleaner_common.authz import DenialCounter
+    store = Store(tmp_path / "controller.sqlite3")
+    store.record("node.joined", node_id="n1")
+    counter = DenialCounter()
+    server, pool = SimpleNamespace(authorizer=SimpleNamespace(denials=counter)), SimpleNamespace(store=store)
+    for minute in range(5):
+        for i in range(4):
+            counter.add(f"viewer/v{minute}-{i}", "/x/Y", "no")
+        audit_denials(pool, server, keep=6)
+    rows = store.events(kind="rpc.denied", limit=100)
+    assert [r.detail["identity"] for r in rows] == ["viewer/v3-2", "viewer/v3-3"] + [f"viewer/v4-{i}" for i in range(4)]
+    assert store.count_events("node.joined") == 1
+    audit_denials(pool, server, keep=6)   # nothing denied since: nothing written, nothing pruned
+    assert store.count_events("rpc.denied") == 6
+    store.close()
