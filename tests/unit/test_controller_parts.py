@@ -367,3 +367,32 @@ def test_denial_rows_in_the_audit_log_are_bounded(tmp_path):
     audit_denials(pool, server, keep=6)   # nothing denied since: nothing written, nothing pruned
     assert store.count_events("rpc.denied") == 6
     store.close()
+
+
+def test_a_failing_store_answers_unavailable_naming_it_not_unknown_or_internal(tmp_path):
+    import grpc
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2, controller_pb2_grpc
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0")
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    server = build_server(config, pool, lambda _config: None)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = controller_pb2_grpc.ControllerStub(channel)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=32)
+    calls = {"Report": lambda: stub.Report(iter([report]), timeout=10),
+             "RequestVm": lambda: stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
+                                                                          owner="a", request_id="r1"), timeout=10)}
+    try:
+        store._db.close()   # as far as the controller can tell, its disk is gone
+        for method, call in calls.items():
+            with pytest.raises(grpc.RpcError) as failed:
+                call()
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, (method, failed.value.details())
+            assert f"store {config.store_path} failed" in failed.value.details()
+    finally:
+        channel.close()
+        server.stop(grace=1)
+        pool.close()
