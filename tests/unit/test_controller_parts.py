@@ -396,3 +396,24 @@ def test_a_failing_store_answers_unavailable_naming_it_not_unknown_or_internal(t
         channel.close()
         server.stop(grace=1)
         pool.close()
+
+
+@pytest.mark.parametrize("args, field", [
+    (["request", "--owner", "eve\nmallory"], "owner"),
+    (["request", "--image", "../etc/passwd"], "image"),
+    (["request", "--request-id", "r/1"], "request_id"),
+    (["request", "--vcpus", "0"], "vcpus"),
+    (["request", "--memory", str(2**40)], "memory_mib"),
+    (["release", "od/../x"], "lease_id"),
+    (["reserve", "Node_1", "--vcpus", "1"], "node_id"),
+    (["reserve", "node1", "--vcpus", "100000"], "vcpus"),
+    (["reserve", "unhint", "--label", "a b"], "label"),
+])
+def test_gleanctl_checks_arguments_before_calling(args, field, capsys):
+    """Refused here with the field named (exit 4): the unreachable controller is never asked."""
+    from controller.gleanctl import EXIT_INVALID
+    target = ["--controller", f"127.0.0.1:{free_port()}", "--insecure", "--timeout", "2"]
+    assert gleanctl_main(target + args) == EXIT_INVALID
+    assert f"invalid argument {field}:" in capsys.readouterr().err
+    fine = {"request": ["request"], "release": ["release", "od-1"], "reserve": ["reserve", "node1", "--vcpus", "1"]}
+    assert gleanctl_main(target + fine[args[0]]) == EXIT_UNREACHABLE  # valid arguments do go out
