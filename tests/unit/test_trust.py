@@ -26,7 +26,8 @@ def mode(path) -> int:
 
 
 def test_the_controller_and_gleanctl_load_neither_the_agent_nor_libvirt():
-    code = ("import sys, controller.cli, controller.server, controller.service, controller.gleanctl, controller.agents;"
+    code = ("import sys, controller.cli, controller.server, controller.service, controller.gleanctl, controller.agents,"
+            " controller.demo;"
             "print(' '.join(m for m in ('nodeagent', 'libvirt', 'pyroute2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == ""
@@ -161,3 +162,37 @@ def test_renew_away_from_the_ca_points_to_request_and_sign(tmp_path, capsys):
     assert gleanctl(["pki", "renew", str(node), str(node / "agent-node1.pem")]) == 2
     err = capsys.readouterr().err
     assert "renew runs on the CA's machine" in err and "gleanctl pki request" in err
+
+
+def test_the_pool_demo_writes_an_agent_config_the_agent_accepts(tmp_path):
+    """controller.demo writes the agent's TOML without the agent's package; the agent reads it."""
+    from controller.demo import NODE, Lab
+    from nodeagent.config import check_config, load_config
+    lab = Lab(tmp_path, 7450, "qemu", tmp_path / "images")
+    config = load_config(tmp_path / "agent.toml")
+    check_config(config, "demo")
+    assert (config.agent_id, config.listen, config.metrics_listen) == (NODE, "127.0.0.1:7451", "127.0.0.1:7452")
+    assert (config.controller_address, config.controller_report_seconds) == ("127.0.0.1:7450", 1.0)
+    assert (config.domain_type, config.grace_seconds, config.state_dir) == ("qemu", 15, tmp_path / "agent")
+    assert config.tls.files == lab.pki.agent(NODE) and config.tls.deny_list == lab.pki.deny_list
+
+
+def test_every_call_of_the_agent_demo_has_a_deadline(tmp_path):
+    from nodeagent import demo
+
+    console = tmp_path / "console.log"
+    console.write_text("GLEANER-READY\n")
+    calls = []
+
+    class Stub:
+        def __getattr__(self, method):
+            def call(request, **kwargs):
+                calls.append((method, kwargs.get("timeout")))
+                domain = agent_pb2.Domain(name=getattr(request, "name", ""), console_log=str(console))
+                return {"DescribeHost": agent_pb2.HostDescription(), "ListDomains": agent_pb2.ListDomainsResponse(),
+                        "LaunchDomain": agent_pb2.LaunchDomainResponse(domain=domain, created=True),
+                        "TerminateDomain": agent_pb2.TerminateDomainResponse(name=domain.name)}[method]
+            return call
+    demo.run_demo(Stub(), once=True)
+    assert {m for m, _ in calls} == {"DescribeHost", "LaunchDomain", "ListDomains", "TerminateDomain"}
+    assert all(timeout and 0 < timeout <= 300 for _, timeout in calls), calls
