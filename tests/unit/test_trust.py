@@ -196,3 +196,14 @@ def test_every_call_of_the_agent_demo_has_a_deadline(tmp_path):
     demo.run_demo(Stub(), once=True)
     assert {m for m, _ in calls} == {"DescribeHost", "LaunchDomain", "ListDomains", "TerminateDomain"}
     assert all(timeout and 0 < timeout <= 300 for _, timeout in calls), calls
+
+
+def test_the_agent_directories_are_0711_so_qemu_reaches_its_overlay_and_the_docs_say_so(tmp_path):
+    from nodeagent.agent import make_directories
+    from nodeagent.config import AgentConfig
+    config = AgentConfig(state_dir=tmp_path / "agent")
+    make_directories(config)
+    assert mode(config.state_dir) == mode(config.overlay_dir) == 0o711 and mode(config.console_dir) == 0o700
+    readme = (REPO / "README.md").read_text()
+    assert "`overlays/` are 0711" in readme and "`.../agent` mode 0711" in readme
+    assert "StateDirectoryMode=0711" in (REPO / "deploy/systemd/gleaner-agent.service").read_text()
