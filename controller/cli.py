@@ -17,8 +17,8 @@ from gleaner_common import __version__
 from gleaner_common.config import ConfigError
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
-from gleaner_common.pki import PkiError, check_identity
-from gleaner_common.rpc import RunningServer
+from gleaner_common.pki import PkiError, check_server
+from gleaner_common.rpc import RunningServer, reload_on_sighup
 
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
@@ -58,15 +58,20 @@ def evaluate(pool: PoolService) -> None:
 
 
 DENIALS_AUDIT_SECONDS = 60.0
+# At most 257 denial rows a minute (authz.DenialCounter), and only the newest this many kept: weeks
+# of ordinary denials, about 40 minutes of the worst flood.
+DENIAL_ROWS_KEPT = 10_000
 HISTORY_SAVE_SECONDS = 3600.0
 
 
-def audit_denials(pool: PoolService, server: RunningServer) -> None:
+def audit_denials(pool: PoolService, server: RunningServer, keep: int = DENIAL_ROWS_KEPT) -> None:
     """Denied calls since the last run, one audit event per (identity, method, reason) with its
-    count: a flood of denials costs the audit log a bounded number of rows a minute."""
-    for who, method, why, count in server.authorizer.denials.flush():
-        pool.store.record("rpc.denied", identity=who, method=method, reason=why, count=count,
-                          window_s=DENIALS_AUDIT_SECONDS)
+    count: a flood of denials costs the audit log a bounded number of rows a minute, and the
+    oldest denial rows beyond `keep` are pruned in the same transaction."""
+    rows = [dict(identity=who, method=method, reason=why, count=count, window_s=DENIALS_AUDIT_SECONDS)
+            for who, method, why, count in server.authorizer.denials.flush()]
+    if rows:
+        pool.store.record_bounded("rpc.denied", rows, keep)
 
 
 @dataclass
@@ -131,7 +136,7 @@ def run(config: ControllerConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
-    signal.signal(signal.SIGHUP, lambda signum, _frame: running.server.authorizer.deny_list.reload())
+    reload_on_sighup(running.server)
     stop.wait()
     log_event(log, "controller.stopping", note="VMs keep running; a restarted controller takes its leases back")
     running.stop()
@@ -149,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(config.log_level)
     try:
-        if config.tls.files is not None:  # agents and admins would refuse any other identity
-            check_identity(config.tls.files, Role.CONTROLLER)
+        # agents and admins would refuse any other identity; a bad deny list is named here
+        check_server(config.tls.files, config.tls.deny_list, Role.CONTROLLER)
     except PkiError as exc:
         print(f"gleaner-controller: {exc}", file=sys.stderr)
         return 2

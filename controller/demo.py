@@ -22,13 +22,11 @@ from pathlib import Path
 
 import grpc
 
-from gleaner_common.config import TlsConfig
+from gleaner_common.config import TlsConfig, tls_section, toml_text
+from gleaner_common.demo import running_nested, say
 from gleaner_common.identity import Role
 from gleaner_common.pki import TlsFiles, ensure_lab_pki
 from gleaner_common.rpc import channel_to, wait_until_serving
-from nodeagent.config import AgentConfig
-from nodeagent.config import to_toml as agent_toml
-from nodeagent.demo import running_nested, say
 from protos import controller_pb2, controller_pb2_grpc
 
 from .config import ControllerConfig
@@ -53,11 +51,15 @@ class Lab:
         (state_dir / "controller.toml").write_text(controller_toml(ControllerConfig(
             listen=self.controller_address, state_dir=state_dir / "controller", vm_name_prefix="pool-",
             tls=tls_config(self.pki.controller, self.pki.deny_list))))
-        (state_dir / "agent.toml").write_text(agent_toml(AgentConfig(
-            agent_id=NODE, listen=f"127.0.0.1:{port + 1}", metrics_listen=f"127.0.0.1:{port + 2}",
-            state_dir=self.agent_dir, image_dir=image_dir, domain_type=domain_type, grace_seconds=15,
-            controller_address=self.controller_address, controller_report_seconds=1.0,
-            tls=tls_config(self.pki.agent(NODE), self.pki.deny_list))))
+        # The agent's own file, written as TOML here: the agent (a subprocess) checks it strictly,
+        # and the controller's side never imports the agent's package.
+        (state_dir / "agent.toml").write_text(toml_text({
+            "agent": {"id": NODE, "listen": f"127.0.0.1:{port + 1}", "state_dir": self.agent_dir,
+                      "image_dir": image_dir},
+            "libvirt": {"domain_type": domain_type}, "lifecycle": {"grace_seconds": 15},
+            "metrics": {"listen": f"127.0.0.1:{port + 2}"},
+            "controller": {"address": self.controller_address, "report_seconds": 1.0},
+            "tls": tls_section(tls_config(self.pki.agent(NODE), self.pki.deny_list))}))
         client = self.pki.admin
         self.gleanctl_config = state_dir / "gleanctl.toml"
         self.gleanctl_config.write_text(f'[gleanctl]\ncontroller = "{self.controller_address}"\n[tls]\n'

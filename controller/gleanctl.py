@@ -4,7 +4,8 @@
 
 Exit codes: 0 done; 1 the controller said no or not yet (a rejected or failed request, one still
 pending when --timeout ran out, or a release whose stop is not confirmed within it); 2 bad usage or configuration; 3 the controller cannot be reached; 4 the
-controller refused the input (invalid argument, unknown lease).
+input is invalid (checked here by the controller's own rules before any call, naming the field)
+or the controller refused it (invalid argument, unknown lease).
 """
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from typing import Any, Callable
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from gleaner_common import ids
 from gleaner_common.config import ConfigError, parse_sections, read_toml
 from gleaner_common.identity import Role
 from gleaner_common.pki import PkiError, TlsFiles
 from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
 
-from . import pkicmd
+from . import checks, pkicmd
 
 DEFAULT_CONFIG = Path("/etc/gleaner/gleanctl.toml")
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INVALID = 1, 2, 3, 4
@@ -68,6 +70,19 @@ def load_target(args: argparse.Namespace) -> Target:
         raise UsageError("mutual TLS needs --ca, --cert and --key (or a config file with [tls] ca, cert, key); "
                          "--insecure only works against a controller listening without TLS on a unix socket")
     return target
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The controller's own rules for what this command sends (gleaner_common.ids and the
+    bounds in checks), applied before any call: InvalidField names the field."""
+    if args.command == "request":
+        checks.request(args.vcpus, args.memory, args.image, args.owner, args.request_id or "req-new")
+    elif args.command == "release":
+        ids.lease_id(args.lease_id)
+    elif args.command == "reserve" and args.node not in (None, "hint", "unhint"):
+        checks.reserve(args.node, args.vcpus, args.memory, args.whole_node)
+    elif args.command == "reserve" and args.label:
+        checks.hint_label(args.label)
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
@@ -288,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ca", type=Path)
     parser.add_argument("--cert", type=Path)
     parser.add_argument("--key", type=Path)
-    parser.add_argument("--insecure", action="store_true", help="no TLS (a controller on loopback started so)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no TLS: only for a controller listening on a unix socket (--controller unix:PATH), "
+                             "the only place it serves without TLS")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the controller")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -336,12 +353,15 @@ COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_arguments(args)
+    except ids.InvalidField as exc:
+        print(f"gleanctl: invalid argument {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
         if args.command == "pki":  # local files only: no controller involved
             data, text = pkicmd.run(args)
             print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
             return 0
-        if getattr(args, "vcpus", 0) < 0 or getattr(args, "memory", 0) < 0:
-            raise UsageError("--vcpus and --memory must not be negative")
         target = load_target(args)
         data, text, code = COMMANDS[args.command](stub_for(target), args)
     except (UsageError, ConfigError, PkiError, OSError, ValueError) as exc:

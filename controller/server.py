@@ -16,12 +16,15 @@ from . import checks
 from .config import ControllerConfig
 from .core.policy import BackfillConfig
 from .service import LeaseNotFound, PoolService, RequestResult
-from .store import Lease, StoreError
+from .store import Lease, LeaseConflict, StoreError
 
+# Most specific first. A store that fails (disk full, I/O error) is the controller's trouble, not
+# the caller's: UNAVAILABLE, to be tried again, with the store's message; never INTERNAL/UNKNOWN.
 rpc = rpc_errors([
     (InvalidField, grpc.StatusCode.INVALID_ARGUMENT),
     (LeaseNotFound, grpc.StatusCode.NOT_FOUND),
-    (StoreError, grpc.StatusCode.INTERNAL),
+    (LeaseConflict, grpc.StatusCode.ALREADY_EXISTS),
+    (StoreError, grpc.StatusCode.UNAVAILABLE),
 ])
 
 
@@ -63,6 +66,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         self.pool = pool
         self.on_backfill_changed = on_backfill_changed
 
+    @rpc
     def Report(self, request_iterator, context):
         """The caller's node only: the authorization interceptor holds every message to it."""
         count, known = 0, set()

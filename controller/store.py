@@ -16,6 +16,8 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -190,12 +192,21 @@ class Store:
             os.close(self._owner)   # releases the lock
             self._owner = None
 
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """SQLite's own failures (disk full, I/O error, a closed database) as a StoreError that
+        names the store, so callers map one exception and admins read where to look."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"the controller's store {self.path} failed: {exc}") from None
+
     def _write(self, sql: str, args: tuple = ()) -> None:
-        with self._lock:
+        with self._failing(), self._lock:
             self._db.execute(sql, args)
 
     def _rows(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._failing(), self._lock:
             return self._db.execute(sql, args).fetchall()
 
     # -- leases -----------------------------------------------------------------------------------
@@ -205,7 +216,7 @@ class Store:
         lease id or VM name is a LeaseConflict and nothing is written), updated leases, requests and
         the audit events that explain them."""
         at = time.time() if at is None else at
-        with self._lock:
+        with self._failing(), self._lock:
             try:
                 with self._db:
                     self._db.execute("BEGIN")
@@ -303,7 +314,7 @@ class Store:
         rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_settings'")
         if rows and rows[0]["value"] == text:
             return False
-        with self._lock, self._db:
+        with self._failing(), self._lock, self._db:
             self._db.execute("BEGIN")
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_settings', ?)", (text,))
             self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "", text))
@@ -336,6 +347,19 @@ class Store:
     def record(self, kind: str, node_id: str = "", lease_id: str = "", at: float | None = None,
                **detail: Any) -> None:
         self.apply(Write(events=(Audit(kind, node_id, lease_id, detail),)), at)
+
+    def record_bounded(self, kind: str, details: list[dict[str, Any]], keep: int, at: float | None = None) -> int:
+        """Audit events of one kind, then only the newest `keep` of that kind kept: the oldest are
+        pruned in the same transaction (a flood of them cannot grow the log without bound).
+        Returns how many were pruned."""
+        at = time.time() if at is None else at
+        with self._failing(), self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(_INSERT_EVENT, [(at, kind, "", "", json.dumps(d, default=str)) for d in details])
+            pruned = self._db.execute("DELETE FROM events WHERE kind = ? AND seq NOT IN "
+                                      "(SELECT seq FROM events WHERE kind = ? ORDER BY seq DESC LIMIT ?)",
+                                      (kind, kind, keep)).rowcount
+        return pruned
 
     def count_events(self, kind: str) -> int:
         return self._rows("SELECT COUNT(*) AS n FROM events WHERE kind = ?", (kind,))[0]["n"]

@@ -5,16 +5,23 @@ identity (see identity.py) that is not revoked, the identity's role must be allo
 method, and the caller may hold only so many calls and streams at once. A method that binds a
 request field to the caller (an agent's report names its own node) is checked on every message
 of the stream. Denials are PERMISSION_DENIED naming the identity and the method; they are logged
-(the first of each kind per interval) and counted, in bounded memory, for the audit log.
+(the first of each kind per interval) and counted, in bounded memory, for the audit log (the
+controller) or a periodic summary line (the agent).
+
+Revocation reaches open streams too: a stream re-checks its caller on every message it receives
+or sends (and whenever the servicer asks is_active()), and a reload of the deny list cancels,
+after a short grace, the streams of the identities it revokes that said nothing meanwhile.
 
 The servicer reads the caller from `current_identity()`.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +29,7 @@ import grpc
 
 from .identity import Identity, IdentityCache, NotAnIdentity, Role
 from .logs import log_event
-from .pki import load_deny_list
+from .pki import PkiError, load_deny_list
 
 log = logging.getLogger(__name__)
 EVERYONE = frozenset(Role)
@@ -106,10 +113,19 @@ class DenyList:
         self.path = path
         self.serials: frozenset[int] = load_deny_list(path)
 
-    def reload(self) -> int:
-        self.serials = load_deny_list(self.path)
-        log_event(log, "tls.deny_list_loaded", path=str(self.path), revoked=len(self.serials))
-        return len(self.serials)
+    def reload(self) -> bool:
+        """Re-read the file. A bad one is logged and the list in force kept: a typo must neither
+        stop the server nor let revoked certificates back in."""
+        try:
+            serials = load_deny_list(self.path)
+        except PkiError as exc:
+            log_event(log, "tls.deny_list_rejected", logging.ERROR, file=str(self.path),
+                      line=getattr(exc, "line", 0), error=str(exc), revoked=len(self.serials),
+                      note="the list in force is kept; fix the file and send SIGHUP again")
+            return False
+        self.serials = serials
+        log_event(log, "tls.deny_list_loaded", file=str(self.path), revoked=len(self.serials))
+        return True
 
     def __contains__(self, serial: int) -> bool:
         return serial in self.serials
@@ -176,6 +192,47 @@ class _Holds:
                 self.streams_total -= 1
 
 
+class _OpenStreams:
+    """The streams being served, so that a reload of the deny list can end its identities' ones."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: dict[int, tuple[Identity, str, grpc.ServicerContext]] = {}
+
+    def add(self, identity: Identity, method: str, context: grpc.ServicerContext) -> int:
+        with self.lock:
+            self.calls[id(context)] = (identity, method, context)
+        return id(context)
+
+    def remove(self, token: int) -> None:
+        with self.lock:
+            self.calls.pop(token, None)
+
+    def of_serials(self, serials: frozenset[int]) -> list[tuple[Identity, str, grpc.ServicerContext]]:
+        with self.lock:
+            return [call for call in self.calls.values() if call[0].serial in serials]
+
+
+class _RecheckingContext:
+    """A response stream's context: is_active() first re-checks the caller, so a servicer that
+    polls it (WatchEvents does, twice a second) ends a revoked caller's stream even when quiet."""
+
+    def __init__(self, context: grpc.ServicerContext, recheck: Callable[[], None]) -> None:
+        self._context, self._recheck = context, recheck
+
+    def is_active(self) -> bool:
+        self._recheck()
+        return self._context.is_active()
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+# A revoked identity's stream that neither sends nor receives (nor polls) is cancelled this long
+# after the reload; the others end sooner, with PERMISSION_DENIED, at their next message.
+REVOKED_STREAM_GRACE = 5.0
+
+
 class Authorizer(grpc.ServerInterceptor):
     """The interceptor: `rules` (TABLE unless given) maps full method names to the roles allowed;
     anything not in it is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
@@ -187,23 +244,52 @@ class Authorizer(grpc.ServerInterceptor):
         self.limits = limits or Limits()
         self.insecure = insecure
         self.denials = DenialCounter()
+        self.revoked_stream_grace = REVOKED_STREAM_GRACE
         self._holds = _Holds(self.limits)
         self._identities = IdentityCache()
+        self._streams = _OpenStreams()
+
+    # -- revocation and denials over time --------------------------------------------------------
+
+    def reload_deny_list(self) -> bool:
+        """Re-read the deny list (servers do it on SIGHUP; never raises: a bad file keeps the list
+        in force), and end the open streams of every identity it revokes."""
+        if not self.deny_list.reload():
+            return False
+        for identity, method, context in self._streams.of_serials(self.deny_list.serials):
+            log_event(log, "rpc.stream_revoked", logging.WARNING, identity=str(identity), method=method,
+                      peer=context.peer(), grace_s=self.revoked_stream_grace)
+            timer = threading.Timer(self.revoked_stream_grace, context.cancel)  # a no-op if it ended already
+            timer.daemon = True
+            timer.start()
+        return True
+
+    def log_denials(self, window_s: float) -> int:
+        """One summary line per (identity, call, reason) denied since the last flush, with its
+        count: repeats show without a line each, and at most max_keys + 1 lines a flush."""
+        rows = self.denials.flush()
+        for who, method, why, count in rows:
+            log_event(log, "rpc.denied_summary", logging.WARNING, identity=who, method=method, reason=why,
+                      count=count, window_s=window_s)
+        return len(rows)
 
     # -- checks ---------------------------------------------------------------------------------
 
-    def identify(self, context: grpc.ServicerContext) -> Identity:
+    def identify(self, context: grpc.ServicerContext, method: str) -> Identity:
         if self.insecure:
             return LOCAL
         try:
             identity = self._identities.of_auth_context(context.auth_context())
         except NotAnIdentity as exc:
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"the caller's certificate is not a Gleaner "
-                                                           f"identity: {exc}") from None
-        if identity.serial in self.deny_list:
-            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{identity} presents a revoked certificate "
-                                                           f"(serial {identity.serial:x})")
+                                                           f"identity ({exc}); it may not call {method}") from None
+        self.check_not_revoked(identity, method)
         return identity
+
+    def check_not_revoked(self, identity: Identity, method: str) -> None:
+        if identity.serial in self.deny_list:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{identity} presents a revoked certificate (serial "
+                                                           f"{identity.serial:x}); it may not call {method}")
 
     def authorize(self, identity: Identity, method: str) -> Rule:
         rule = self.rules.get(method)
@@ -214,8 +300,7 @@ class Authorizer(grpc.ServerInterceptor):
         return rule
 
     def check_message(self, identity: Identity, method: str, rule: Rule, message) -> None:
-        if identity.serial in self.deny_list:
-            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{identity}'s certificate was revoked")
+        self.check_not_revoked(identity, method)
         if rule.node_field and identity is not LOCAL:
             claimed = getattr(message, rule.node_field)
             if claimed != identity.name:
@@ -228,6 +313,13 @@ class Authorizer(grpc.ServerInterceptor):
             log_event(log, "rpc.denied", logging.WARNING, identity=who, method=method, peer=context.peer(),
                       error=str(exc), note="further denials like it are counted, not logged, until the next flush")
         context.abort(exc.code, str(exc))
+
+    def recheck(self, identity: Identity, method: str, context: grpc.ServicerContext) -> None:
+        """Within a stream: end it (PERMISSION_DENIED) if its caller was revoked since it began."""
+        try:
+            self.check_not_revoked(identity, method)
+        except Denied as exc:
+            self.refuse(context, method, exc, str(identity))
 
     # -- the interceptor ------------------------------------------------------------------------
 
@@ -245,7 +337,7 @@ class Authorizer(grpc.ServerInterceptor):
             """(identity, the request with its messages checked); aborts the call if denied."""
             who = "(unidentified)"
             try:
-                identity = self.identify(context)
+                identity = self.identify(context, method)
                 who = str(identity)
                 rule = self.authorize(identity, method)
                 if not handler.request_streaming:
@@ -260,24 +352,33 @@ class Authorizer(grpc.ServerInterceptor):
         if handler.response_streaming:
             def behavior(request, context):
                 identity, request = admit(request, context)
-                token = _current.set(identity)
-                try:
-                    yield from original(request, context)
-                finally:
-                    _current.reset(token)
-                    self._holds.give_back(str(identity), stream)
+                recheck = functools.partial(self.recheck, identity, method, context)
+                with self._serving(identity, method, context, stream):
+                    for message in original(request, _RecheckingContext(context, recheck)):
+                        recheck()
+                        yield message
         else:
             def behavior(request, context):
                 identity, request = admit(request, context)
-                token = _current.set(identity)
-                try:
+                with self._serving(identity, method, context, stream):
                     return original(request, context)
-                finally:
-                    _current.reset(token)
-                    self._holds.give_back(str(identity), stream)
         factory = getattr(grpc, f"{kind}_rpc_method_handler")
         return factory(behavior, request_deserializer=handler.request_deserializer,
                        response_serializer=handler.response_serializer)
+
+    @contextlib.contextmanager
+    def _serving(self, identity: Identity, method: str, context, stream: bool) -> Iterator[None]:
+        """The call's identity for the servicer, and its place (a stream's entry for revocation)
+        held while it runs."""
+        token = _current.set(identity)
+        opened = self._streams.add(identity, method, context) if stream else None
+        try:
+            yield
+        finally:
+            if opened is not None:
+                self._streams.remove(opened)
+            _current.reset(token)
+            self._holds.give_back(str(identity), stream)
 
     def _checked(self, identity: Identity, rule: Rule, method: str, messages: Iterable, context) -> Iterator:
         """The request stream, each message checked as it arrives (revocation, node binding)."""

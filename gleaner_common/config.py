@@ -75,20 +75,30 @@ def parse_sections(data: dict[str, Any], schema: Schema, source: str) -> tuple[d
     return values, tls
 
 
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(str(value)) if isinstance(value, (str, Path)) else str(value)
+
+
+def toml_text(sections: dict[str, dict[str, Any]]) -> str:
+    """Sections of plain values (strings, paths, numbers, booleans) as TOML; None is left out."""
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
+    return "\n".join(lines) + "\n"
+
+
+def tls_section(tls: TlsConfig) -> dict[str, Any]:
+    return {key: getattr(tls, key) for key in _TLS_KEYS}
+
+
 def sections_to_toml(config: Any, schema: Schema, tls: TlsConfig) -> str:
     """A configuration as TOML that parse_sections reads back to the same values."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return json.dumps(str(v)) if isinstance(v, (str, Path)) else str(v)
-
-    lines = []
-    for section, keys in schema.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {value(getattr(config, attr))}" for key, (attr, _) in keys.items()]
-    lines.append("[tls]")
-    lines += [f"{key} = {value(getattr(tls, key))}" for key in _TLS_KEYS if getattr(tls, key) is not None]
-    return "\n".join(lines) + "\n"
+    sections = {section: {key: getattr(config, attr) for key, (attr, _) in keys.items()}
+                for section, keys in schema.items()}
+    return toml_text({**sections, "tls": tls_section(tls)})
 
 
 def read_toml(path: Path) -> dict[str, Any]:

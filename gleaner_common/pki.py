@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .identity import Identity, Role, identity_of_certificate, server_name_for, spiffe_uri
+from .identity import TRUST_DOMAIN, Identity, Role, identity_of_certificate, server_name_for, spiffe_uri
 
 CA_DAYS = 3650
 # Short by default: services renew every few months, people every month.
@@ -34,6 +34,14 @@ ORGANIZATION = "Gleaner"
 
 class PkiError(RuntimeError):
     """The PKI directory or a certificate is missing or unusable; the message says what to do."""
+
+
+class DenyListError(PkiError):
+    """The deny list cannot be read; `path` and `line` (0: the whole file) say where."""
+
+    def __init__(self, path: Path, line: int, message: str) -> None:
+        super().__init__(f"deny list {path}" + (f", line {line}" if line else "") + f": {message}")
+        self.path, self.line = path, line
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,19 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     return cert, key  # type: ignore[return-value]
 
 
+def check_hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """Extra server names; those under .gleaner are refused: they are the identities' own
+    (controller.gleaner, NODE.agent.gleaner), and one more would let a certificate serve as
+    another identity (an agent's as the controller, or as another node)."""
+    for host in hosts:
+        label = host.lower().rstrip(".")
+        if label == TRUST_DOMAIN or label.endswith(f".{TRUST_DOMAIN}"):
+            raise PkiError(f"--host {host[:80]!r} is reserved: names under .{TRUST_DOMAIN} are given by the role "
+                           "and name (controller.gleaner, NODE.agent.gleaner); name the host's real DNS name or "
+                           "address instead")
+    return hosts
+
+
 def _alt_names(role: Role, name: str, hosts: tuple[str, ...]) -> list[x509.GeneralName]:
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_uri(role, name))]
     if role in SERVING_ROLES:
@@ -125,6 +146,7 @@ def _alt_names(role: Role, name: str, hosts: tuple[str, ...]) -> list[x509.Gener
 def sign(directory: Path, role: Role, name: str, public_key, hosts: tuple[str, ...] = (),
          days: int | None = None) -> x509.Certificate:
     """A certificate for (role, name) on `public_key`, signed by the CA in `directory`."""
+    check_hosts(hosts)
     ca_cert, ca_key = _load_ca(directory)
     days = DEFAULT_DAYS[role] if days is None else days
     if not 0 < days <= 3650:
@@ -204,7 +226,12 @@ def describe(cert_path: Path) -> dict:
 
 
 def renew(directory: Path, cert_path: Path, days: int | None = None) -> TlsFiles:
-    """Reissue a certificate: same identity and names, a new key, a fresh validity."""
+    """Reissue a certificate: same identity and names, a new key, a fresh validity. It runs where
+    the CA key is; on a node, a new key and request are made there instead (request, then sign)."""
+    if not (directory / "ca.key").exists():
+        raise PkiError(f"no CA key in {directory}: renew runs on the CA's machine. On a node, make a new key and "
+                       "request there with 'gleanctl pki request', sign it on the CA's machine with 'gleanctl pki "
+                       "sign', and put both in place (README, Trust: renewing on a node)")
     info = describe(cert_path)
     role, name = Role(info["role"]), info["name"]
     hosts = tuple(h for h in info["dns"] + info["ip"] if h != server_name_for(role, name)) \
@@ -225,18 +252,24 @@ def revoke(directory: Path, target: str, reason: str = "") -> int:
 
 
 def load_deny_list(path: Path | None) -> frozenset[int]:
-    """Revoked serials; a missing file is an empty list, a bad line an error naming it."""
+    """Revoked serials; a missing file is an empty list, an unreadable file or a bad line a
+    DenyListError naming the file and line."""
     if path is None or not path.exists():
         return frozenset()
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DenyListError(path, 0, f"cannot be read ({exc})") from None
     serials = set()
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         try:
             serials.add(int(text, 16))
         except ValueError:
-            raise PkiError(f"{path}:{number}: {text[:40]!r} is not a serial number in hex") from None
+            raise DenyListError(path, number, f"{text[:40]!r} is not a certificate serial number in hex "
+                                              "(one a line; '#' starts a comment)") from None
     return frozenset(serials)
 
 
@@ -260,6 +293,14 @@ def check_identity(files: TlsFiles, role: Role, name: str | None = None) -> Iden
         raise PkiError(f"{files.cert} names {identity}, but this process is {want}; issue one with "
                        f"'gleanctl pki issue DIR {role.value} {name or 'NAME'}'")
     return identity
+
+
+def check_server(files: TlsFiles | None, deny_list: Path | None, role: Role, name: str | None = None) -> None:
+    """What a server checks before it starts: its certificate names it, and its deny list reads
+    (a server that cannot tell whom it revoked must not serve)."""
+    if files is not None:
+        check_identity(files, role, name)
+        load_deny_list(deny_list)
 
 
 LAB_PEOPLE = {Role.ADMIN: "lab-admin", Role.VIEWER: "lab-viewer"}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -90,6 +92,14 @@ class RunningServer:
 
     def stop(self, grace: float = 5.0) -> None:
         self.server.stop(grace=grace).wait()
+
+
+def reload_on_sighup(server: RunningServer) -> None:
+    """SIGHUP re-reads the deny list, on a thread of its own: the handler only starts it, so a
+    slow or bad reload can neither block the main thread nor kill the process."""
+    def reload(_signum, _frame) -> None:
+        threading.Thread(target=server.authorizer.reload_deny_list, name="sighup", daemon=True).start()
+    signal.signal(signal.SIGHUP, reload)
 
 
 def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:

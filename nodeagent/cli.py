@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from gleaner_common import __version__
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
-from gleaner_common.pki import PkiError, check_identity
+from gleaner_common.pki import PkiError, check_server
+from gleaner_common.rpc import reload_on_sighup
 
 from . import crashpoints
 from .agent import assemble
@@ -29,6 +30,7 @@ from .reporter import Reporter
 from .server import build_server
 
 log = logging.getLogger("nodeagent")
+DENIALS_LOG_SECONDS = 60.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,6 +87,9 @@ def run(config: AgentConfig) -> int:
     for job, what, seconds in jobs:
         scheduler.add_job(safely, "interval", args=[job, what], seconds=seconds, id=what,
                           max_instances=1, coalesce=True)
+    # Denials are logged once per kind as they happen; repeats show in a summary line a minute.
+    scheduler.add_job(server.authorizer.log_denials, "interval", args=[DENIALS_LOG_SECONDS],
+                      seconds=DENIALS_LOG_SECONDS, id="denials", max_instances=1, coalesce=True)
     # A restarted agent cleans up what stopped while it was away and re-asserts classes.
     safely(agent.reaper.reap, "reaper")
     safely(agent.enforcement.reconcile, "reconciler")
@@ -101,11 +106,12 @@ def run(config: AgentConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
-    signal.signal(signal.SIGHUP, lambda signum, _frame: server.authorizer.deny_list.reload())
+    reload_on_sighup(server)
     stop.wait()
     log_event(log, "agent.stopping", note="domains keep running; a restarted agent finds them")
     scheduler.shutdown(wait=False)
     server.stop(grace=5)
+    server.authorizer.log_denials(DENIALS_LOG_SECONDS)  # the last window's, not lost with the process
     hypervisor.close()
     return 0
 
@@ -121,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(config.log_level)
     try:
-        if config.tls.files is not None:  # a certificate for another node or role would be refused by everyone
-            check_identity(config.tls.files, Role.AGENT, config.agent_id)
+        # a certificate for another node or role would be refused by everyone; a bad deny list is named here
+        check_server(config.tls.files, config.tls.deny_list, Role.AGENT, config.agent_id)
     except PkiError as exc:
         print(f"gleaner-agent: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 
+from gleaner_common.demo import running_nested, say
 from gleaner_common.identity import Role
 from gleaner_common.pki import ensure_lab_pki
 from gleaner_common.rpc import channel_to, wait_until_serving
@@ -31,18 +32,10 @@ DEMO_VMS = (  # name, role, kernel command line
     ("demo-volunteer", agent_pb2.ROLE_VOLUNTEER, "gleaner.workload=hog"),
 )
 ROLE_NAMES = {agent_pb2.ROLE_FOREGROUND: "foreground", agent_pb2.ROLE_VOLUNTEER: "volunteer"}
-
-
-def say(text: str) -> None:
-    print(f"[demo] {text}", flush=True)
-
-
-def running_nested() -> bool:
-    """Inside a VM, nested KVM works but is far too slow to boot guests; TCG is faster."""
-    try:
-        return " hypervisor" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+# Every call has a deadline, so a stuck agent ends the demo with an error instead of a hang.
+CALL_TIMEOUT = 30.0
+LAUNCH_TIMEOUT = 120.0                                          # an overlay, then QEMU starting
+TERMINATE_TIMEOUT = AgentConfig().grace_seconds + CALL_TIMEOUT  # a clean stop may wait out the grace
 
 
 DEMO_NODE = "demo"
@@ -71,7 +64,7 @@ def wait_ready(console_log: str, launched: float, timeout: float = 120) -> float
 
 
 def print_domains(stub: agent_pb2_grpc.NodeAgentStub) -> None:
-    domains = stub.ListDomains(agent_pb2.ListDomainsRequest()).domains
+    domains = stub.ListDomains(agent_pb2.ListDomainsRequest(), timeout=CALL_TIMEOUT).domains
     print(f"{'NAME':<18}{'ROLE':<12}{'STATE':<10}{'VCPUS':>6}{'MEM MiB':>9}{'CPU s':>8}  CONSOLE")
     for d in domains:
         state = agent_pb2.DomainState.Name(d.state).removeprefix("DOMAIN_STATE_").lower()
@@ -80,14 +73,15 @@ def print_domains(stub: agent_pb2_grpc.NodeAgentStub) -> None:
 
 
 def run_demo(stub: agent_pb2_grpc.NodeAgentStub, once: bool) -> None:
-    host = stub.DescribeHost(agent_pb2.DescribeHostRequest())
+    host = stub.DescribeHost(agent_pb2.DescribeHostRequest(), timeout=CALL_TIMEOUT)
     say(f"host {host.hostname}: {host.cpus} CPUs, {host.memory_mib} MiB, libvirt {host.libvirt_version}, "
         f"QEMU {host.qemu_version}, cgroup v{host.cgroup_version}, domain type {host.domain_type}")
     consoles = {}
     for name, role, cmdline in DEMO_VMS:
         launched = time.monotonic()
         reply = stub.LaunchDomain(agent_pb2.LaunchDomainRequest(
-            name=name, role=role, vcpus=1, memory_mib=128, image="tiny", kernel_cmdline=cmdline))
+            name=name, role=role, vcpus=1, memory_mib=128, image="tiny", kernel_cmdline=cmdline),
+            timeout=LAUNCH_TIMEOUT)
         consoles[name] = (reply.domain.console_log, launched)
         say(f"launched {name} ({ROLE_NAMES[role]}, {cmdline})" + ("" if reply.created else " - already running"))
     for name, (console, launched) in consoles.items():
@@ -100,7 +94,7 @@ def run_demo(stub: agent_pb2_grpc.NodeAgentStub, once: bool) -> None:
         say("the agent keeps running; press Ctrl-C to terminate the VMs gracefully and stop")
         stop.wait()
     for name, _role, _cmdline in DEMO_VMS:
-        result = stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name))
+        result = stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name), timeout=TERMINATE_TIMEOUT)
         outcome = agent_pb2.TerminationOutcome.Name(result.outcome).removeprefix("TERMINATION_OUTCOME_").lower()
         say(f"terminated {name}: {outcome} in {result.duration_seconds:.1f}s ({result.detail})")
 

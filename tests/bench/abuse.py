@@ -1,27 +1,47 @@
 """Abuse: an attacker with valid certificates tries to stall the servers while an admin works.
 
-    python -m tests.bench.abuse [--seconds 30] [--abuser-threads 8]
+    python -m tests.bench.abuse [--seconds 30] [--abuser-threads 8] [--abuser-identities 1]
 
 A real controller process and a real agent process (on libvirt's test:/// driver, so on-demand
 VMs start at once and the figures are the servers', not QEMU's) run with mutual TLS.
 
 - The abuser (its own process, so it has its own CPU and client library) holds certificates of
-  the kinds that can reach the servers: an agent, a viewer, and a certificate from the pool's CA
-  that names no Gleaner identity. For the whole window its threads open as many long-lived
-  streams as they can (report streams to the controller, health watches to both servers,
+  the kinds that can reach the servers: agents, viewers, and a certificate from the pool's CA
+  that names no Gleaner identity. With --abuser-identities N it holds N agent and N viewer
+  certificates (issued with the project's PKI code before the window) and spreads its streams
+  and calls over them, so the per-identity limits do not stop it first and the servers' limits
+  on streams in total are what it meets: the controller takes max_agents + 8 streams (264 by
+  default) at 2 an identity, so N of 140 or more reaches it; the agent takes 16 at 4 an identity.
+  For the whole window its threads open as many long-lived streams as they can (report streams
+  to the controller, each agent identity for its own node; health watches to both servers;
   WatchEvents to the agent) and keep them open, and flood calls that must be refused: a viewer
   changing backfill settings and requesting VMs, an agent reporting for another node, the
-  anonymous certificate reading status, a viewer asking for events past the end of time.
+  anonymous certificate reading status, a viewer asking for events past the end of time, a
+  viewer terminating and launching domains on the agent.
 - The admin, meanwhile, alternates reads (Status, ListVms, ListNodes) with on-demand requests
-  (RequestVm of 1 vCPU, then Release), one call at a time, each timed by the client from the call
-  until the reply. Every error the admin sees counts in legit_errors.
+  (RequestVm of 1 vCPU, then Release), one call at a time. Every error the admin sees counts in
+  legit_errors.
 
-Printed (one JSON object): legit_calls, legit_errors, legit_p50_ms, legit_p99_ms (over every
-admin call), legit_requests (on-demand VMs placed and released), abuser_streams_opened (streams
-the servers admitted), abuser_streams_refused (RESOURCE_EXHAUSTED or PERMISSION_DENIED when
-opening), abuser_calls, abuser_calls_refused, abuser_calls_accepted (a flood call the servers
-did not refuse: must be 0), and the servers' CPU over the window. Left out: connection set-up
-before the window, and the abuser's own CPU.
+What is timed: each admin call, by the admin's client, with time.perf_counter from just before
+the stub call until it returns (gRPC client, loopback, TLS record layer, the server's work); a
+Release after a placed request is a call of its own. The admin starts 1 s after the abuser and
+works for --seconds - 2; its channel's TLS connection is made by one untimed Status before.
+Not timed: the abuser's connection set-up, and anything after the admin's window.
+
+Server CPU: psutil.Process(pid).cpu_times() of the controller and agent processes (user +
+system of all their threads; no child processes), read just before the abuser starts and again
+after it has finished and the admin's work is done; the difference over the wall-clock time
+between the two readings (cpu_window_s), in percent of one core. The abuser's own CPU is not
+counted.
+
+Printed (one JSON object): legit_calls, legit_errors, legit_p50_ms, legit_p99_ms, legit_max_ms
+(over every admin call), legit_requests (on-demand VMs placed and released),
+abuser_streams_opened (streams the servers admitted), abuser_streams_refused (RESOURCE_EXHAUSTED
+or PERMISSION_DENIED when opening), abuser_calls, abuser_calls_refused (PERMISSION_DENIED,
+INVALID_ARGUMENT or RESOURCE_EXHAUSTED), abuser_calls_accepted (a flood call the servers
+answered otherwise: must be 0), abuser_unavailable (stream openings and calls the servers did
+not answer: UNAVAILABLE or DEADLINE_EXCEEDED; not a refusal but a server that stopped
+answering, so it must be 0 too), abuser_identities, and the servers' CPU.
 """
 from __future__ import annotations
 
@@ -48,8 +68,9 @@ from tests.agentproc import AgentProcess, LabEnv, exit_cleanly_on_sigterm, odd_c
 from tests.controllerproc import ControllerProcess, agent_settings
 
 NODE = "abuse-node"
-REFUSALS = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
-            grpc.StatusCode.UNAVAILABLE}
+REFUSALS = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# Not a refusal: the server did not answer (it stopped serving, or is stalled). Counted apart.
+NOT_ANSWERED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -63,11 +84,52 @@ def anonymous_certificate(lab: pki.LabPki, out: Path) -> TlsFiles:
     return odd_certificate(lab, out, "anonymous", [x509.DNSName("nobody.example")])
 
 
+def abuser_identities(lab: pki.LabPki, out: Path, count: int) -> dict[str, list[TlsFiles]]:
+    """`count` agent and viewer certificates from the pool's CA, and one naming no identity."""
+    out.mkdir(exist_ok=True)
+    return {"agent": [pki.issue(lab.directory, Role.AGENT, f"abuse-rogue{i}", out_dir=out) for i in range(count)],
+            "viewer": [pki.issue(lab.directory, Role.VIEWER, f"abuse-viewer{i}", out_dir=out) for i in range(count)],
+            "anonymous": [anonymous_certificate(lab, out)]}
+
+
+class Clients:
+    """The abuser's stubs, one channel per (server, identity), made on first use."""
+
+    def __init__(self, controller: str, agent: str, certs: dict[str, list[TlsFiles]]) -> None:
+        self.controller, self.agent, self.certs = controller, agent, certs
+        self.channels: dict[tuple[str, str, int], grpc.Channel] = {}
+        self.lock = threading.Lock()
+
+    def channel(self, server: str, kind: str, i: int) -> grpc.Channel:
+        i %= len(self.certs[kind])
+        with self.lock:
+            if (server, kind, i) not in self.channels:
+                role, name, address = (Role.CONTROLLER, "", self.controller) if server == "controller" \
+                    else (Role.AGENT, NODE, self.agent)
+                self.channels[(server, kind, i)] = channel_to(role, name, address, self.certs[kind][i])
+            return self.channels[(server, kind, i)]
+
+    def ctl(self, kind: str, i: int = 0) -> controller_pb2_grpc.ControllerStub:
+        return controller_pb2_grpc.ControllerStub(self.channel("controller", kind, i))
+
+    def agt(self, kind: str, i: int = 0) -> agent_pb2_grpc.NodeAgentStub:
+        return agent_pb2_grpc.NodeAgentStub(self.channel("agent", kind, i))
+
+    def health(self, server: str, i: int) -> health_pb2_grpc.HealthStub:
+        return health_pb2_grpc.HealthStub(self.channel(server, "viewer", i))
+
+    def node_of(self, i: int) -> str:
+        """The node the i-th agent certificate may report for."""
+        return f"abuse-rogue{i % len(self.certs['agent'])}"
+
+
 def abuse(controller: str, agent: str, certs: dict, seconds: float, threads: int, results) -> None:
-    """The abuser's process: streams held open and a flood of calls that must be refused."""
-    tls = {k: TlsFiles(*map(Path, v)) for k, v in certs.items()}
+    """The abuser's process: streams held open and a flood of calls that must be refused, spread
+    over every identity it holds."""
+    clients = Clients(controller, agent, {k: [TlsFiles(*map(Path, files)) for files in v] for k, v in certs.items()})
     deadline = time.monotonic() + seconds
-    counts = {"streams_opened": 0, "streams_refused": 0, "calls": 0, "calls_refused": 0, "calls_accepted": 0}
+    counts = {"streams_opened": 0, "streams_refused": 0, "calls": 0, "calls_refused": 0, "calls_accepted": 0,
+              "unavailable": 0}
     lock = threading.Lock()
     held = []
 
@@ -75,64 +137,67 @@ def abuse(controller: str, agent: str, certs: dict, seconds: float, threads: int
         with lock:
             counts[key] += n
 
-    def ctl(kind: str):
-        return controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", controller, tls[kind]))
-
-    def agt(kind: str):
-        channel = channel_to(Role.AGENT, NODE, agent, tls[kind])
-        return agent_pb2_grpc.NodeAgentStub(channel), health_pb2_grpc.HealthStub(channel)
-
-    def hold_streams() -> None:
-        """Open streams until refused, keep the admitted ones open, and keep trying."""
-        report = controller_pb2.NodeReport(node_id="abuse-rogue", agent_address="127.0.0.1:1", cpus=1,
-                                           memory_mib=1024)
-        controller_agent = ctl("agent")
-        controller_health = health_pb2_grpc.HealthStub(channel_to(Role.CONTROLLER, "", controller, tls["viewer"]))
-        agent_stub, agent_health = agt("viewer")
-
-        def endless():
-            while time.monotonic() < deadline:
-                yield report
-                time.sleep(0.5)
-        openers = itertools.cycle([
-            lambda: controller_agent.Report.future(endless(), timeout=seconds + 5),
-            lambda: controller_health.Watch(health_pb2.HealthCheckRequest(), timeout=seconds + 5),
-            lambda: agent_health.Watch(health_pb2.HealthCheckRequest(), timeout=seconds + 5),
-            lambda: agent_stub.WatchEvents(agent_pb2.WatchEventsRequest(), timeout=seconds + 5),
-        ])
+    def endless(node: str):
+        report = controller_pb2.NodeReport(node_id=node, agent_address="127.0.0.1:1", cpus=1, memory_mib=1024)
         while time.monotonic() < deadline:
-            call = next(openers)()  # every kind of call here is also a grpc.Future
+            yield report
+            time.sleep(0.5)
+
+    def openers(start: int):
+        """Stream openings, cycling over the kinds and, kind by kind, over the identities."""
+        for i in itertools.count(start):
+            timeout = seconds + 5
+            yield lambda i=i: clients.ctl("agent", i).Report.future(endless(clients.node_of(i)), timeout=timeout)
+            yield lambda i=i: clients.health("controller", i).Watch(health_pb2.HealthCheckRequest(), timeout=timeout)
+            yield lambda i=i: clients.health("agent", i).Watch(health_pb2.HealthCheckRequest(), timeout=timeout)
+            yield lambda i=i: clients.agt("viewer", i).WatchEvents(agent_pb2.WatchEventsRequest(), timeout=timeout)
+
+    def hold_streams(start: int) -> None:
+        """Open streams until refused, keep the admitted ones open, and keep trying."""
+        for opener in openers(start):
+            if time.monotonic() >= deadline:
+                return
+            call = opener()  # every kind of call here is also a grpc.Future
             try:
-                refused = call.exception(timeout=0.5)   # a refusal ends the call at once
+                failed = call.exception(timeout=0.5)    # a refusal ends the call at once
             except grpc.FutureTimeoutError:
                 held.append(call)                       # still open: the server admitted it
                 count("streams_opened")
                 continue
-            count("streams_refused" if refused is not None else "streams_opened")
+            if failed is None:
+                count("streams_opened")
+            else:
+                count("unavailable" if failed.code() in NOT_ANSWERED else "streams_refused")
 
-    def flood() -> None:
-        viewer, anonymous, agent_ctl = ctl("viewer"), ctl("anonymous"), ctl("agent")
-        agent_stub, _ = agt("viewer")
-        bad = itertools.cycle([
-            lambda: viewer.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True), timeout=5),
-            lambda: viewer.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="x",
-                                                              request_id="abuse"), timeout=5),
-            lambda: anonymous.Status(controller_pb2.StatusRequest(), timeout=5),
-            lambda: viewer.ListEvents(controller_pb2.ListEventsRequest(after_seq=2**64 - 1), timeout=5),
-            lambda: agent_ctl.Report(iter([controller_pb2.NodeReport(node_id="someone-else")]), timeout=5),
-            lambda: agent_stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name="x", force=True), timeout=5),
-            lambda: agent_stub.LaunchDomain(agent_pb2.LaunchDomainRequest(name="x"), timeout=5),
-        ])
-        while time.monotonic() < deadline:
+    def bad_calls(start: int):
+        for i in itertools.count(start):
+            viewer, agent_view, agent_ctl = clients.ctl("viewer", i), clients.agt("viewer", i), clients.ctl("agent", i)
+            yield lambda: viewer.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True), timeout=5)
+            yield lambda: viewer.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
+                                                                    owner="x", request_id="abuse"), timeout=5)
+            yield lambda: clients.ctl("anonymous").Status(controller_pb2.StatusRequest(), timeout=5)
+            yield lambda: viewer.ListEvents(controller_pb2.ListEventsRequest(after_seq=2**64 - 1), timeout=5)
+            yield lambda: agent_ctl.Report(iter([controller_pb2.NodeReport(node_id="someone-else")]), timeout=5)
+            yield lambda: agent_view.TerminateDomain(agent_pb2.TerminateDomainRequest(name="x", force=True),
+                                                     timeout=5)
+            yield lambda: agent_view.LaunchDomain(agent_pb2.LaunchDomainRequest(name="x"), timeout=5)
+
+    def flood(start: int) -> None:
+        for call in bad_calls(start):
+            if time.monotonic() >= deadline:
+                return
             try:
-                next(bad)()
+                call()
                 count("calls_accepted")
             except grpc.RpcError as exc:
-                count("calls_refused" if exc.code() in REFUSALS else "calls_accepted")
+                code = exc.code()
+                count("calls_refused" if code in REFUSALS else "unavailable" if code in NOT_ANSWERED
+                      else "calls_accepted")
             count("calls")
 
-    workers = [threading.Thread(target=hold_streams) for _ in range(max(threads // 2, 1))]
-    workers += [threading.Thread(target=flood) for _ in range(max(threads - len(workers), 1))]
+    holders = max(threads // 2, 1)
+    workers = [threading.Thread(target=hold_streams, args=(i,)) for i in range(holders)]
+    workers += [threading.Thread(target=flood, args=(i,)) for i in range(max(threads - holders, 1))]
     for w in workers:
         w.start()
     for w in workers:
@@ -145,6 +210,7 @@ def abuse(controller: str, agent: str, certs: dict, seconds: float, threads: int
 def admin_work(controller: ControllerProcess, seconds: float) -> tuple[list[float], int, int]:
     """The admin's calls, one at a time: (latencies in ms, errors, on-demand VMs placed)."""
     stub = controller.stub()
+    stub.Status(controller_pb2.StatusRequest(), timeout=10)  # untimed: the channel's TLS connection
     latencies, errors, placed = [], 0, 0
     deadline = time.monotonic() + seconds
     for i in itertools.count():
@@ -187,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--abuser-threads", type=int, default=8)
+    parser.add_argument("--abuser-identities", type=int, default=1,
+                        help="agent and viewer certificates the abuser spreads its streams and calls over; "
+                             "140 or more reach the controller's limit on streams in total")
     args = parser.parse_args(argv)
     exit_cleanly_on_sigterm()
     env = LabEnv.create()
@@ -197,12 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     agent.start()
     try:
         wait_for(lambda: controller.node_state(NODE) == "up", 30, "the node to report")
-        lab = env.pki
-        certs = {"agent": lab.agent("abuse-rogue"), "viewer": lab.viewer,
-                 "anonymous": anonymous_certificate(lab, env.root)}
-        certs = {k: (str(v.ca), str(v.cert), str(v.key)) for k, v in certs.items()}
+        certs = abuser_identities(env.pki, env.root / "abuser", max(args.abuser_identities, 1))
+        certs = {k: [(str(f.ca), str(f.cert), str(f.key)) for f in v] for k, v in certs.items()}
         processes = [psutil.Process(p.process.pid) for p in (controller, agent)]
-        cpu_before = [p.cpu_times() for p in processes]
+        cpu_before, cpu_started = [p.cpu_times() for p in processes], time.monotonic()
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         abuser = context.Process(target=abuse, args=(controller.address, agent.address, certs, args.seconds,
@@ -212,21 +279,23 @@ def main(argv: list[str] | None = None) -> int:
         latencies, errors, placed = admin_work(controller, args.seconds - 2)
         counts = results.get(timeout=args.seconds + 60)
         abuser.join(30)
-        cpu_after = [p.cpu_times() for p in processes]
+        cpu_after, cpu_window = [p.cpu_times() for p in processes], time.monotonic() - cpu_started
         still_serving = controller.stub().Status(controller_pb2.StatusRequest(), timeout=10) is not None
     finally:
         agent.stop()
         controller.stop()
         env.remove()
-    used = [(a.user + a.system - b.user - b.system) / args.seconds * 100 for a, b in zip(cpu_after, cpu_before)]
+    used = [(a.user + a.system - b.user - b.system) / cpu_window * 100 for a, b in zip(cpu_after, cpu_before)]
     print(json.dumps({
         "seconds": args.seconds, "legit_calls": len(latencies), "legit_errors": errors,
         "legit_p50_ms": round(statistics.median(latencies), 2), "legit_p99_ms": round(percentile(latencies, 99), 2),
         "legit_max_ms": round(max(latencies), 2), "legit_requests": placed,
         "abuser_streams_opened": counts["streams_opened"], "abuser_streams_refused": counts["streams_refused"],
         "abuser_calls": counts["calls"], "abuser_calls_refused": counts["calls_refused"],
-        "abuser_calls_accepted": counts["calls_accepted"], "abuser_threads": args.abuser_threads,
+        "abuser_calls_accepted": counts["calls_accepted"], "abuser_unavailable": counts["unavailable"],
+        "abuser_threads": args.abuser_threads, "abuser_identities": max(args.abuser_identities, 1),
         "controller_cpu_percent": round(used[0], 1), "agent_cpu_percent": round(used[1], 1),
+        "cpu_window_s": round(cpu_window, 1),
         "still_serving": still_serving}))
     return 0
 

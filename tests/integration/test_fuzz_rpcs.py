@@ -1,9 +1,12 @@
 """Every RPC of both servers, fuzzed with hypothesis against running processes: whatever the
 message, the answer is OK or one of the codes that name the caller's mistake, never UNKNOWN or
-INTERNAL, and the servers keep answering. Messages are built from the protobuf descriptors, with
+INTERNAL, and the servers keep answering. Unary calls, the controller's report stream and the
+agent's server streams (opened by every kind of identity, read a little, cancelled) all are. Messages are built from the protobuf descriptors, with
 extreme numbers and hostile strings mixed in. The agent runs on libvirt's test:/// driver, so a
 fuzzed launch that passes every check starts no real VM."""
 from __future__ import annotations
+
+import itertools
 
 import grpc
 import pytest
@@ -18,6 +21,8 @@ from tests.controllerproc import ControllerProcess, agent_settings, rpc_code
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
            grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS,
            grpc.StatusCode.RESOURCE_EXHAUSTED}
+# A stream ends when its reader's deadline passes or the reader cancels it: the fuzzer's doing.
+STREAM_ENDS = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 NODE = "fuzz-node"
 HOSTILE = ["", "tiny", "*", NODE, "../../etc/passwd", "/etc/shadow", "a" * 300, "x\x00y", "<domain/>", "'; DROP",
            "gtest-fuzz", "od-0", "é\u2028\n", "most_recent", "least_loss", "on_demand", "backfill", "vm.preempted"]
@@ -106,6 +111,11 @@ def unary_methods(descriptor, service: str) -> list[str]:
             if not m.client_streaming and not m.server_streaming]
 
 
+def server_streaming_methods(descriptor, service: str) -> list[str]:
+    return [m.name for m in descriptor.services_by_name[service].methods
+            if m.server_streaming and not m.client_streaming]
+
+
 def fuzz_unary(stub, method: str, request_cls, count: int = 40) -> set:
     seen = set()
 
@@ -137,6 +147,38 @@ def test_every_agent_rpc_answers_fuzz_with_a_meaningful_code(servers, test_env):
     for method in unary_methods(agent_pb2.DESCRIPTOR, "NodeAgent"):
         fuzz_unary(stub, method, request_class(agent_pb2.DESCRIPTOR, "NodeAgent", method))
     assert_serving(agent, test_env)
+
+
+def test_every_agent_server_stream_answers_fuzz_with_a_meaningful_code(servers, test_env):
+    """Streams opened with fuzzed requests by every kind of identity, read for a few messages or
+    until a short deadline, or cancelled at once; the agent then still admits a stream."""
+    _controller, agent = servers
+    lab = test_env.pki
+    stubs = [agent.stub(tls) for tls in (lab.controller, lab.admin, lab.viewer, lab.agent(NODE))]
+    methods = server_streaming_methods(agent_pb2.DESCRIPTOR, "NodeAgent")
+    assert methods == ["WatchEvents"]
+    codes = set()
+    for method in methods:
+        @settings(max_examples=30, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(message(request_class(agent_pb2.DESCRIPTOR, "NodeAgent", method)), st.sampled_from(stubs),
+               st.integers(0, 3), st.sampled_from([0.05, 0.2, 0.5]))
+        def one(request, stub, reads, seconds):
+            call = getattr(stub, method)(request, timeout=seconds)
+            try:
+                list(itertools.islice(call, reads))
+                codes.add(grpc.StatusCode.OK)
+            except grpc.RpcError as exc:
+                assert exc.code() in ALLOWED | STREAM_ENDS, f"{exc.code().name}: {exc.details()}"
+                codes.add(exc.code())
+            finally:
+                call.cancel()
+        one()
+    assert grpc.StatusCode.PERMISSION_DENIED in codes   # the agent identity may not watch
+    assert_serving(agent, test_env)
+    watch = lambda: rpc_code(lambda: list(stubs[2].WatchEvents(agent_pb2.WatchEventsRequest(),  # noqa: E731
+                                                               timeout=1)))
+    wait_for(lambda: watch() == grpc.StatusCode.DEADLINE_EXCEEDED, 10, "the agent to admit a stream again")
 
 
 def test_fuzzed_report_streams_answer_with_a_meaningful_code(servers, test_env):

@@ -225,7 +225,8 @@ def test_the_systemd_units_restart_keep_state_and_are_hardened(role):
     unit = unit_settings(REPO / "deploy" / "systemd" / f"gleaner-{role}.service")
     assert unit["ExecStart"] == [f"/opt/gleaner/bin/gleaner-{role} --config /etc/gleaner/{role}.toml"]
     assert unit["Restart"] == ["on-failure"]
-    assert unit["StateDirectory"] == [f"gleaner/{role}"] and unit["StateDirectoryMode"] == ["0700"]
+    assert unit["StateDirectory"] == [f"gleaner/{role}"]
+    assert unit["StateDirectoryMode"] == ["0711" if role == "agent" else "0700"]  # QEMU traverses the agent's
     assert unit["WantedBy"] == ["multi-user.target"]
     for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "ProtectKernelModules", "RestrictSUIDSGID"):
         assert unit[key] == ["yes"], key

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -77,24 +78,27 @@ def denial_detail(call) -> str:
     return err.value.details()
 
 
+# Every call that changes the pool, as an intruder would make it.
+MUTATING_CONTROLLER_CALLS = {
+    "RequestVm": lambda s: s.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
+                                                                owner="eve", request_id="sec-req"), timeout=10),
+    "Release": lambda s: s.Release(controller_pb2.ReleaseRequest(lease_id="od-anything"), timeout=10),
+    "SetBackfill": lambda s: s.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, max_instances=9),
+                                           timeout=10),
+    "SetReserve": lambda s: s.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=3), timeout=10),
+    "AddHint": lambda s: s.AddHint(controller_pb2.AddHintRequest(nodes=1, in_hours=1, for_hours=1, label="eve"),
+                                   timeout=10),
+    "CancelHints": lambda s: s.CancelHints(controller_pb2.CancelHintsRequest(), timeout=10),
+}
+
+
 def test_every_mutating_controller_call_needs_an_admin(controller, test_env):
     before = controller_state(controller)
-    calls = {
-        "RequestVm": lambda s: s.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
-                                                                    owner="eve", request_id="sec-req"), timeout=10),
-        "Release": lambda s: s.Release(controller_pb2.ReleaseRequest(lease_id="od-anything"), timeout=10),
-        "SetBackfill": lambda s: s.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, max_instances=9),
-                                               timeout=10),
-        "SetReserve": lambda s: s.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=3), timeout=10),
-        "AddHint": lambda s: s.AddHint(controller_pb2.AddHintRequest(nodes=1, in_hours=1, for_hours=1, label="eve"),
-                                       timeout=10),
-        "CancelHints": lambda s: s.CancelHints(controller_pb2.CancelHintsRequest(), timeout=10),
-    }
     intruders = {"viewer": test_env.pki.viewer, "agent": test_env.pki.agent("sec-a"),
                  "controller": test_env.pki.controller}
     for who, tls in intruders.items():
         stub = controller.stub(tls)
-        for method, call in calls.items():
+        for method, call in MUTATING_CONTROLLER_CALLS.items():
             detail = denial_detail(lambda: call(stub))
             assert f"may not call /gleaner.controller.v1.Controller/{method}" in detail and who in detail
     assert controller_state(controller) == before
@@ -197,6 +201,115 @@ def test_revoked_and_expired_certificates_are_refused(controller, test_env, test
     expired = expired_certificate(lab, tmp_path)
     assert rpc_code(lambda: status(expired)) == grpc.StatusCode.UNAVAILABLE  # the TLS handshake refuses it
     assert rpc_code(lambda: listing(expired)) == grpc.StatusCode.UNAVAILABLE
+
+
+def serial_of(tls: TlsFiles) -> int:
+    return x509.load_pem_x509_certificate(tls.cert.read_bytes()).serial_number
+
+
+def sighup(*servers) -> None:
+    for server in servers:
+        server.process.send_signal(signal.SIGHUP)
+
+
+def test_a_bad_deny_list_on_sighup_keeps_the_one_in_force_and_the_servers_serving(controller, test_env,
+                                                                                   test_agent):
+    lab, deny = test_env.pki, test_env.pki.deny_list
+    original = deny.read_text() if deny.exists() else ""
+    ivan = pki.issue(lab.directory, Role.ADMIN, "sec-ivan")     # revoked by a good list: stays revoked
+    judy = pki.issue(lab.directory, Role.VIEWER, "sec-judy")    # named only in the bad list: stays served
+    status = lambda tls: rpc_code(lambda: controller.stub(tls).Status(controller_pb2.StatusRequest(),  # noqa: E731
+                                                                      timeout=10))
+    listing = lambda tls: rpc_code(lambda: test_agent.stub(tls).ListDomains(  # noqa: E731
+        agent_pb2.ListDomainsRequest(), timeout=10))
+    rejected = lambda server: [l for l in server.log_text().splitlines()  # noqa: E731
+                               if "event=tls.deny_list_rejected" in l]
+    try:
+        pki.revoke(lab.directory, str(ivan.cert), "test: revoked before the typo")
+        sighup(controller, test_agent)
+        wait_for(lambda: status(ivan) == DENIED and listing(ivan) == DENIED, 10, "the good list to be in force")
+        seen = {server.name: len(rejected(server)) for server in (controller, test_agent)}
+        with open(deny, "a") as handle:
+            handle.write(f"{serial_of(judy):x}\nnot-a-serial  # a typo\n")
+        bad_line = len(deny.read_text().splitlines())
+        sighup(controller, test_agent)
+        for server in (controller, test_agent):
+            wait_for(lambda: len(rejected(server)) > seen[server.name], 10, f"{server.name} to log the bad list")
+            line = rejected(server)[-1]
+            assert f"file={deny}" in line and f"line={bad_line}" in line and "level=error" in line, line
+            assert server.process.poll() is None
+        assert status(ivan) == DENIED and listing(ivan) == DENIED      # the list in force still holds
+        assert status(judy) is None and listing(judy) is None          # and the bad one was not half applied
+        assert status(lab.admin) is None and listing(lab.viewer) is None
+    finally:
+        deny.write_text(original)
+        sighup(controller, test_agent)
+
+
+def test_revocation_ends_open_streams(controller, test_env, test_agent):
+    """A revoked agent's live report stream and a revoked viewer's event stream are cut off after
+    SIGHUP, with PERMISSION_DENIED naming the call; the node's reports stop."""
+    lab = test_env.pki
+    node, watcher = lab.agent("sec-rev"), pki.issue(lab.directory, Role.VIEWER, "sec-watcher")
+    stop = threading.Event()
+
+    def reports():
+        while not stop.is_set():
+            yield report("sec-rev")
+            time.sleep(0.3)
+    with controller.channel(node) as to_controller, test_agent.channel(watcher) as to_agent:
+        try:
+            reporting = controller_pb2_grpc.ControllerStub(to_controller).Report.future(reports(), timeout=60)
+            events = agent_pb2_grpc.NodeAgentStub(to_agent).WatchEvents(agent_pb2.WatchEventsRequest(), timeout=60)
+            wait_for(lambda: controller.node_state("sec-rev") == "up", 10, "the node's reports")
+            assert not reporting.done() and events.is_active()
+            pki.revoke(lab.directory, str(node.cert), "test: a stolen node key")
+            pki.revoke(lab.directory, str(watcher.cert), "test: left the team")
+            sighup(controller, test_agent)
+            with pytest.raises(grpc.RpcError) as cut:
+                reporting.result(timeout=10)
+            assert cut.value.code() == DENIED and "revoked" in cut.value.details()
+            assert "Controller/Report" in cut.value.details()
+            with pytest.raises(grpc.RpcError) as watched:
+                list(events)
+            assert watched.value.code() == DENIED and "NodeAgent/WatchEvents" in watched.value.details()
+            wait_for(lambda: controller.node_state("sec-rev") != "up", 15, "the cut-off node to go suspect")
+        finally:
+            stop.set()
+
+
+def test_revoked_and_expired_admins_cannot_change_the_pool(controller, test_env, tmp_path):
+    lab = test_env.pki
+    kim = pki.issue(lab.directory, Role.ADMIN, "sec-kim")
+    pki.revoke(lab.directory, str(kim.cert), "test: a stolen laptop")
+    sighup(controller)
+    wait_for(lambda: rpc_code(lambda: controller.stub(kim).Status(controller_pb2.StatusRequest(), timeout=10))
+             == DENIED, 10, "the controller to reload its deny list")
+    before = controller_state(controller)
+    for tls, refused in ((kim, DENIED), (expired_certificate(lab, tmp_path), grpc.StatusCode.UNAVAILABLE)):
+        stub = controller.stub(tls)
+        for method, call in MUTATING_CONTROLLER_CALLS.items():
+            assert rpc_code(lambda: call(stub)) == refused, method
+    assert controller_state(controller) == before
+
+
+def test_the_agent_logs_a_summary_of_repeated_denials(test_env):
+    """Logged once as it happens, then counted: the summary at the end of the window (here, at
+    stop) names the identity, the call and how often."""
+    proc = AgentProcess(test_env, name="sec-deny", settings=dict(libvirt_uri="test:///default", metrics_listen=""))
+    proc.start()
+    try:
+        stub = proc.stub(test_env.pki.viewer)
+        for _ in range(30):
+            assert rpc_code(lambda: stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name="x", force=True),
+                                                         timeout=10)) == DENIED
+    finally:
+        proc.stop()
+    lines = proc.log_text().splitlines()
+    assert len([l for l in lines if "event=rpc.denied " in l]) == 1
+    (summary,) = [l for l in lines if "event=rpc.denied_summary" in l]
+    assert "identity=viewer/lab-viewer" in summary and "NodeAgent/TerminateDomain" in summary
+    assert "count=30" in summary
 
 
 def test_the_controller_reaches_a_node_only_through_that_nodes_certificate(test_env, test_agent):

@@ -345,3 +345,145 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
     assert again.ledger.waiting["second"][1] == record.created_at   # its window runs from when it was made
     again.close()
     reopened.close()
+
+
+def test_denial_rows_in_the_audit_log_are_bounded(tmp_path):
+    """Each flush adds a bounded number of rows, and the oldest denial rows past the cap go in
+    the same transaction; other events are never pruned."""
+    from types import SimpleNamespace
+    from controller.cli import audit_denials
+    from gleaner_common.authz import DenialCounter
+    store = Store(tmp_path / "controller.sqlite3")
+    store.record("node.joined", node_id="n1")
+    counter = DenialCounter()
+    server, pool = SimpleNamespace(authorizer=SimpleNamespace(denials=counter)), SimpleNamespace(store=store)
+    for minute in range(5):
+        for i in range(4):
+            counter.add(f"viewer/v{minute}-{i}", "/x/Y", "no")
+        audit_denials(pool, server, keep=6)
+    rows = store.events(kind="rpc.denied", limit=100)
+    assert [r.detail["identity"] for r in rows] == ["viewer/v3-2", "viewer/v3-3"] + [f"viewer/v4-{i}" for i in range(4)]
+    assert store.count_events("node.joined") == 1
+    audit_denials(pool, server, keep=6)   # nothing denied since: nothing written, nothing pruned
+    assert store.count_events("rpc.denied") == 6
+    store.close()
+
+
+def test_a_failing_store_answers_unavailable_naming_it_not_unknown_or_internal(tmp_path):
+    import grpc
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2, controller_pb2_grpc
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0")
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    server = build_server(config, pool, lambda _config: None)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = controller_pb2_grpc.ControllerStub(channel)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=32)
+    calls = {"Report": lambda: stub.Report(iter([report]), timeout=10),
+             "RequestVm": lambda: stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
+                                                                          owner="a", request_id="r1"), timeout=10)}
+    try:
+        store._db.close()   # as far as the controller can tell, its disk is gone
+        for method, call in calls.items():
+            with pytest.raises(grpc.RpcError) as failed:
+                call()
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, (method, failed.value.details())
+            assert f"store {config.store_path} failed" in failed.value.details()
+    finally:
+        channel.close()
+        server.stop(grace=1)
+        pool.close()
+
+
+@pytest.mark.parametrize("args, field", [
+    (["request", "--owner", "eve\nmallory"], "owner"),
+    (["request", "--image", "../etc/passwd"], "image"),
+    (["request", "--request-id", "r/1"], "request_id"),
+    (["request", "--vcpus", "0"], "vcpus"),
+    (["request", "--memory", str(2**40)], "memory_mib"),
+    (["release", "od/../x"], "lease_id"),
+    (["reserve", "Node_1", "--vcpus", "1"], "node_id"),
+    (["reserve", "node1", "--vcpus", "100000"], "vcpus"),
+    (["reserve", "unhint", "--label", "a b"], "label"),
+])
+def test_gleanctl_checks_arguments_before_calling(args, field, capsys):
+    """Refused here with the field named (exit 4): the unreachable controller is never asked."""
+    from controller.gleanctl import EXIT_INVALID
+    target = ["--controller", f"127.0.0.1:{free_port()}", "--insecure", "--timeout", "2"]
+    assert gleanctl_main(target + args) == EXIT_INVALID
+    assert f"invalid argument {field}:" in capsys.readouterr().err
+    fine = {"request": ["request"], "release": ["release", "od-1"], "reserve": ["reserve", "node1", "--vcpus", "1"]}
+    assert gleanctl_main(target + fine[args[0]]) == EXIT_UNREACHABLE  # valid arguments do go out
+
+
+def serve_pool(tmp_path, agents, leases=(), min_memory_mib=32):
+    """An in-process controller (no TLS, loopback) with node n1 of 2 vCPUs, its VMs `leases`."""
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0")
+    store = Store(config.store_path)
+    store.put_leases(list(leases))
+    pool = PoolService(config, store, agents)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=min_memory_mib)
+    for held in leases:
+        report.vms.add(name=held.vm_name, lease_id=held.lease_id, role="backfill", vcpus=1, memory_mib=128)
+    pool.ingest(report)
+    server = build_server(config, pool, lambda _config: None)
+    return pool, server, ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "30"]
+
+
+def test_a_request_no_node_can_boot_is_refused_before_any_backfill_vm_is_preempted(tmp_path, capsys):
+    import json
+    import time
+    from controller.gleanctl import EXIT_REFUSED
+    agents = SlowAgents()
+    pool, server, target = serve_pool(tmp_path, agents, [lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)],
+                                      min_memory_mib=64)
+    try:
+        for args, why in ((["--image", "missing"], "no up node has image 'missing'"),
+                          (["--memory", "32"], "32 MiB is less than the smallest VM")):
+            assert gleanctl_main(target + ["--json", "request", *args]) == EXIT_REFUSED
+            reply = json.loads(capsys.readouterr().out)
+            assert reply["outcome"] == "rejected" and why in reply["reason"] and not reply.get("preempted")
+        time.sleep(0.5)   # a victim's stop would have begun by now
+        assert agents.terminated == [] and agents.launched == []
+        assert sorted((l.lease_id, l.state) for l in pool.live_leases()) == [("bf0", "running"), ("bf1", "running")]
+        # the node really was full: a request it can boot does preempt
+        assert gleanctl_main(target + ["--json", "request", "--memory", "128"]) == 0
+        assert [p["lease_id"] for p in json.loads(capsys.readouterr().out)["preempted"]] == ["bf1"]
+    finally:
+        server.stop(grace=1)
+        pool.executor.shutdown(wait=True)
+        pool.close()
+
+
+def test_event_paging_through_gleanctl_events(tmp_path, capsys):
+    """Oldest first; --after pages on from a sequence number; without it the newest come; the
+    limit is capped at 1000 whatever is asked."""
+    import json
+    pool, server, target = serve_pool(tmp_path, SlowAgents())
+    try:
+        for i in range(1005):
+            pool.store.record("test.paged", n=i)
+        before_first = str(pool.store.events(limit=1, kind="test.paged")[0].seq - 1)
+
+        def events(*args) -> list[dict]:
+            assert gleanctl_main(target + ["--json", "events", "--kind", "test.paged", *args]) == 0
+            return json.loads(capsys.readouterr().out)
+        page = events("--after", before_first, "--limit", "3")
+        assert [e["detail"]["n"] for e in page] == [0, 1, 2]
+        following = events("--after", str(page[-1]["seq"]), "--limit", "3")
+        assert [e["detail"]["n"] for e in following] == [3, 4, 5]
+        assert [e["detail"]["n"] for e in events("--limit", "2")] == [1003, 1004]   # newest, still ascending
+        capped = events("--after", before_first, "--limit", str(2**31 - 1))
+        assert len(capped) == 1000 and [e["detail"]["n"] for e in capped[:2]] == [0, 1]
+        assert all(int(a["seq"]) < int(b["seq"]) for a, b in zip(capped, capped[1:]))  # JSON has uint64 as text
+        assert events("--after", str(2**40)) == []
+    finally:
+        server.stop(grace=1)
+        pool.close()

@@ -26,7 +26,8 @@ def mode(path) -> int:
 
 
 def test_the_controller_and_gleanctl_load_neither_the_agent_nor_libvirt():
-    code = ("import sys, controller.cli, controller.server, controller.service, controller.gleanctl, controller.agents;"
+    code = ("import sys, controller.cli, controller.server, controller.service, controller.gleanctl, controller.agents,"
+            " controller.demo;"
             "print(' '.join(m for m in ('nodeagent', 'libvirt', 'pyroute2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == ""
@@ -114,3 +115,95 @@ def test_log_lines_escape_control_characters_in_every_field(caplog):
 def test_gleanctl_pki_errors_are_usage_errors(tmp_path, capsys):
     assert gleanctl(["pki", "issue", str(tmp_path / "nothing"), "admin", "bob"]) == 2
     assert "no CA in" in capsys.readouterr().err
+
+
+def test_a_bad_deny_list_stops_a_server_at_start_naming_the_file_and_line(tmp_path):
+    from controller.config import ControllerConfig, to_toml as controller_toml
+    from gleaner_common.config import TlsConfig
+    from nodeagent.config import AgentConfig, to_toml as agent_toml
+    lab = pki.ensure_lab_pki(tmp_path / "pki", ("n1",))
+    lab.deny_list.write_text("# revoked\nabc123\nzz-top\n")
+
+    def tls(files):
+        return TlsConfig(ca=files.ca, cert=files.cert, key=files.key, deny_list=lab.deny_list)
+    configs = {"controller": controller_toml(ControllerConfig(listen="127.0.0.1:0", state_dir=tmp_path / "ctl",
+                                                              tls=tls(lab.controller))),
+               "nodeagent": agent_toml(AgentConfig(agent_id="n1", listen="127.0.0.1:0", state_dir=tmp_path / "agent",
+                                                   metrics_listen="", tls=tls(lab.agent("n1"))))}
+    for module, text in configs.items():
+        path = tmp_path / f"{module}.toml"
+        path.write_text(text)
+        done = subprocess.run([sys.executable, "-m", module, "--config", str(path)], capture_output=True, text=True,
+                              cwd=REPO, timeout=60)
+        assert done.returncode == 2, (module, done.stderr)
+        assert f"deny list {lab.deny_list}, line 3: 'zz-top' is not a certificate serial" in done.stderr, done.stderr
+    assert not (tmp_path / "ctl").exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize("host", ["controller.gleaner", "node2.agent.gleaner", "*.agent.gleaner", "Controller.Gleaner.",
+                                  "gleaner"])
+def test_the_identities_own_server_names_cannot_be_added_as_hosts(tmp_path, capsys, host):
+    """An agent certificate carrying controller.gleaner or another node's name would serve as them."""
+    ca, node = tmp_path / "ca", tmp_path / "node"
+    assert gleanctl(["pki", "init", str(ca)]) == 0
+    assert gleanctl(["pki", "issue", str(ca), "agent", "node1", "--host", host]) == 2
+    assert "is reserved" in capsys.readouterr().err
+    assert not (ca / "agent-node1.pem").exists()
+    assert gleanctl(["pki", "request", str(node), "agent", "node1"]) == 0
+    assert gleanctl(["pki", "sign", str(ca), str(node / "agent-node1.csr"), "agent", "node1", "--host", host]) == 2
+    assert "is reserved" in capsys.readouterr().err and not (node / "agent-node1.pem").exists()
+
+
+def test_renew_away_from_the_ca_points_to_request_and_sign(tmp_path, capsys):
+    ca, node = tmp_path / "ca", tmp_path / "node"
+    assert gleanctl(["pki", "init", str(ca)]) == 0
+    assert gleanctl(["pki", "issue", str(ca), "agent", "node1", "--out", str(node)]) == 0
+    capsys.readouterr()
+    assert gleanctl(["pki", "renew", str(node), str(node / "agent-node1.pem")]) == 2
+    err = capsys.readouterr().err
+    assert "renew runs on the CA's machine" in err and "gleanctl pki request" in err
+
+
+def test_the_pool_demo_writes_an_agent_config_the_agent_accepts(tmp_path):
+    """controller.demo writes the agent's TOML without the agent's package; the agent reads it."""
+    from controller.demo import NODE, Lab
+    from nodeagent.config import check_config, load_config
+    lab = Lab(tmp_path, 7450, "qemu", tmp_path / "images")
+    config = load_config(tmp_path / "agent.toml")
+    check_config(config, "demo")
+    assert (config.agent_id, config.listen, config.metrics_listen) == (NODE, "127.0.0.1:7451", "127.0.0.1:7452")
+    assert (config.controller_address, config.controller_report_seconds) == ("127.0.0.1:7450", 1.0)
+    assert (config.domain_type, config.grace_seconds, config.state_dir) == ("qemu", 15, tmp_path / "agent")
+    assert config.tls.files == lab.pki.agent(NODE) and config.tls.deny_list == lab.pki.deny_list
+
+
+def test_every_call_of_the_agent_demo_has_a_deadline(tmp_path):
+    from nodeagent import demo
+
+    console = tmp_path / "console.log"
+    console.write_text("GLEANER-READY\n")
+    calls = []
+
+    class Stub:
+        def __getattr__(self, method):
+            def call(request, **kwargs):
+                calls.append((method, kwargs.get("timeout")))
+                domain = agent_pb2.Domain(name=getattr(request, "name", ""), console_log=str(console))
+                return {"DescribeHost": agent_pb2.HostDescription(), "ListDomains": agent_pb2.ListDomainsResponse(),
+                        "LaunchDomain": agent_pb2.LaunchDomainResponse(domain=domain, created=True),
+                        "TerminateDomain": agent_pb2.TerminateDomainResponse(name=domain.name)}[method]
+            return call
+    demo.run_demo(Stub(), once=True)
+    assert {m for m, _ in calls} == {"DescribeHost", "LaunchDomain", "ListDomains", "TerminateDomain"}
+    assert all(timeout and 0 < timeout <= 300 for _, timeout in calls), calls
+
+
+def test_the_agent_directories_are_0711_so_qemu_reaches_its_overlay_and_the_docs_say_so(tmp_path):
+    from nodeagent.agent import make_directories
+    from nodeagent.config import AgentConfig
+    config = AgentConfig(state_dir=tmp_path / "agent")
+    make_directories(config)
+    assert mode(config.state_dir) == mode(config.overlay_dir) == 0o711 and mode(config.console_dir) == 0o700
+    readme = (REPO / "README.md").read_text()
+    assert "`overlays/` are 0711" in readme and "`.../agent` mode 0711" in readme
+    assert "StateDirectoryMode=0711" in (REPO / "deploy/systemd/gleaner-agent.service").read_text()
