@@ -15,11 +15,9 @@ from gleaner_common.config import ConfigError
 from gleaner_common.ids import InvalidField
 
 from .. import checks
-from ..config import ControllerConfig, load_config
+from ..config import ControllerConfig, ledger_settings, load_config
 from ..core.policy import BackfillConfig, Policy
 from ..core.reserves import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings, validate_hint
-from ..gleanctl import UsageError, parse_backfill_setting
-from ..service import ledger_settings
 from . import traces
 from .engine import DAY, SimSettings, Simulation
 from .progress import ProgressBar
@@ -91,7 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def backfill_config(items: list[str]) -> BackfillConfig:
-    changes = dict(parse_backfill_setting(item) for item in items)
+    changes = dict(checks.parse_backfill_setting(item) for item in items)
     return checks.backfill(BackfillConfig(), changes)
 
 
@@ -228,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else \
             [backfill.termination_policy.value]
         runs = [(name, *variant(name, backfill, config.reserves, hints, settings.nodes)) for name in names]
-    except (SimUsage, UsageError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
+    except (SimUsage, checks.SettingError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
         print(f"controller.sim: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:   # a policy name not known
