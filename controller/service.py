@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -357,11 +357,11 @@ class PoolService:
         return self.ledger.selected
 
     @property
-    def productivity(self) -> dict[str, float]:
+    def productivity(self) -> Mapping[str, float]:
         return self.ledger.productivity
 
     @property
-    def predicted(self) -> dict[str, float]:
+    def predicted(self) -> Mapping[str, float]:
         return self.ledger.predicted
 
     def node_rows(self) -> list[tuple[NodeState, NodeView, int, int]]:

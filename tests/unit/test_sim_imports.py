@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,3 +34,10 @@ def test_simulator_backfill_settings_parse_as_gleanctl_does():
     backfill = cli.backfill_config(["enabled=yes", "max_instances=3", "termination_policy=least_loss"])
     assert (backfill.enabled, backfill.max_instances, backfill.termination_policy.value) == \
         (True, 3, "least_loss")
+
+
+def test_the_services_node_figures_are_read_only_mappings():
+    from controller.service import PoolService
+    for name in ("productivity", "predicted"):
+        hint = typing.get_type_hints(getattr(PoolService, name).fget)["return"]
+        assert typing.get_origin(hint) is Mapping, (name, hint)
