@@ -26,6 +26,10 @@ Results: ``summary()`` (the header with the inputs' digests and every setting, a
 far, per bucket of simulated time); the CLI writes them as summary.json, vms.csv and
 timeline.csv, and controller/sim/plots.py draws them.
 
+Scripted steps (``Scripted``) sit beside the trace: a node that joins later than the start (it
+reports first then) and the release of a request's VM, as an admin would. The parity test drives
+the same steps through the live controller and through this engine.
+
 Balancer's reserves (static, hinted, predictive, the wait window) are the ledger's own
 (controller.core.reserves, ``reserve_settings`` and ``hints``); a request queued for room gets a
 tick at its deadline. Extension points, not built yet: ``BackfillWork`` (task-level backfill from
@@ -158,6 +162,19 @@ class Report:
         self.min_memory_mib = 32
         self.agent_version = "sim"
         self.vms = list(node.vms.values())
+
+
+SCRIPTED_ACTIONS = ("join", "release")
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A step at a set time beside the trace. `join`: the node `arg` reports first at `at` (not at
+    the start), as an agent started then would; `release`: the VM of request `arg` is released
+    without force, as `gleanctl release` does (nothing if it has none or ended meanwhile)."""
+    at: float
+    action: str      # join | release
+    arg: str
 
 
 # -- extension points -------------------------------------------------------------------------------
@@ -294,7 +311,7 @@ class Simulation:
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
                  work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
                  inputs: Mapping[str, str] | None = None, reserve_settings: ReserveSettings = ReserveSettings(),
-                 hints: Sequence[Hint] = (),
+                 hints: Sequence[Hint] = (), script: Sequence[Scripted] = (),
                  progress: Callable[[float, str], None] | None = None) -> None:
         """`progress(done, detail)` is called every settings.progress_seconds of wall time with the
         share of simulated time done (ProgressBar draws it)."""
@@ -320,6 +337,8 @@ class Simulation:
         if self.demand:
             for i, node in enumerate(self.nodes.values()):
                 node.series = self.demand[i % len(self.demand)]
+        self.script = sorted(script, key=lambda step: step.at)
+        self.absent = self._check_script(self.script)   # nodes that join later: silent until then
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
@@ -352,6 +371,15 @@ class Simulation:
         self.fixed_held: dict[str, list[int]] = {n: [0, 0] for n in self.nodes}   # not backfill
         self.backfill_held: Counter = Counter()                                    # backfill leases holding
 
+    def _check_script(self, script: Sequence[Scripted]) -> set[str]:
+        for step in script:
+            if step.action not in SCRIPTED_ACTIONS:
+                raise ValueError(f"scripted step {step}: the action is one of {', '.join(SCRIPTED_ACTIONS)}")
+            if step.action == "join" and step.arg not in self.nodes:
+                raise ValueError(f"scripted step {step}: no node {step.arg!r} (the nodes are {min(self.nodes)}.."
+                                 f"{max(self.nodes)})")
+        return {step.arg for step in script if step.action == "join"}
+
     # -- the clock ----------------------------------------------------------------------------------
 
     def at(self, when: float, callback: Callable, arg: Any = None) -> None:
@@ -361,7 +389,10 @@ class Simulation:
         started = time.perf_counter()
         backfill = self.ledger.backfill
         for node in self.nodes.values():
-            self.report(node)
+            if node.node_id not in self.absent:
+                self.report(node)
+        for step in self.script:
+            self.at(step.at, self._scripted, step)
         if self.requests:
             self.at(self.requests[0].at, self._arrive, 0)
         if backfill.enabled:
@@ -563,7 +594,8 @@ class Simulation:
 
     def _report_all(self, _arg: Any) -> None:
         for node in self.nodes.values():
-            self.report(node)
+            if node.node_id not in self.absent:
+                self.report(node)
         self.at(self.now + self.settings.report_seconds, self._report_all)
 
     def _deadline(self, lease_id: str) -> None:
@@ -620,6 +652,21 @@ class Simulation:
     def _release(self, lease_id: str) -> None:
         try:
             _lease, effects = self.ledger.release(lease_id, True, self.now)
+        except LeaseError:
+            return   # it ended otherwise meanwhile
+        self.released += 1
+        self.apply(effects)
+
+    def _scripted(self, step: Scripted) -> None:
+        if step.action == "join":
+            self.absent.discard(step.arg)
+            self.report(self.nodes[step.arg])
+            return
+        record = self.store.requests.get(step.arg)
+        if record is None or not record.lease_id:
+            return
+        try:
+            _lease, effects = self.ledger.release(record.lease_id, False, self.now)
         except LeaseError:
             return   # it ended otherwise meanwhile
         self.released += 1
