@@ -18,8 +18,10 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
   checked in O(1)), and once an hour as a safety net.
 
 Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at their arrival;
-a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work is
-VM-level (BackfillWork below): a VM's work is its runtime x vCPUs, lost when it is preempted.
+a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work
+(BackfillWork below) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
+preempted; or task-level (controller/sim/jobs.py): VMs run jobs from a trace and a stop loses
+only the running jobs' progress.
 
 Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
 ``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
@@ -32,9 +34,8 @@ the same steps through the live controller and through this engine.
 
 Balancer's reserves (static, hinted, predictive, the wait window) are the ledger's own
 (controller.core.reserves, ``reserve_settings`` and ``hints``); a request queued for room gets a
-tick at its deadline. Extension points, not built yet: ``BackfillWork`` (task-level backfill from
-SWF jobs would run jobs inside backfill VMs and count the jobs' lost and finished work) and
-``ReservePlanner`` (per-node reserves set at each evaluation).
+tick at its deadline. Extension point, not built yet: ``ReservePlanner`` (per-node reserves set at
+each evaluation).
 """
 from __future__ import annotations
 
@@ -180,11 +181,16 @@ class Scripted:
 # -- extension points -------------------------------------------------------------------------------
 
 class BackfillWork(Protocol):
-    """What backfill VMs do, and how their work is counted. VM-level (VmLevelWork) is built;
-    task-level backfill (SWF jobs run inside backfill VMs, a job's progress lost when its VM is
-    preempted) would implement this too and add its figures to the summary."""
+    """What backfill VMs do, and how their work is counted: VM-level (VmLevelWork, the default)
+    or task-level (controller/sim/jobs.py: jobs from a trace run inside backfill VMs)."""
+
+    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
+        """Before the first event: `schedule(at, callback, arg)` puts its own events on the clock."""
 
     def vm_started(self, vm: SimVm, now: float) -> None: ...
+
+    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
+        """A stop was asked of the VM (`preempted`: as a victim or drained for a reserve)."""
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
 
@@ -209,9 +215,15 @@ class VmLevelWork:
         self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
         self.alive: dict[str, SimVm] = {}
 
+    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
+        pass   # a VM's work needs no events of its own
+
     def vm_started(self, vm: SimVm, now: float) -> None:
         self.started += 1
         self.alive[vm.name] = vm
+
+    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
+        pass   # it works on until it is gone (its runtime counts to then)
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         self.alive.pop(vm.name, None)
@@ -401,6 +413,7 @@ class Simulation:
         if self.demand:
             self.at(self.settings.report_seconds, self._report_all)
         self.at(SAFETY_TICK_S, self._safety_tick)
+        self.work.start(self.at)
         heap, end = self.heap, self.end
         next_progress = started + self.settings.progress_seconds
         gc.freeze()
@@ -517,6 +530,8 @@ class Simulation:
         lease = stop.lease
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
+        if vm is not None and vm.role == "backfill":
+            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
             self._integrate()
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
