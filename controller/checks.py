@@ -7,13 +7,14 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from gleaner_common import ids
 from gleaner_common.config import HOST_PORT
 from gleaner_common.ids import InvalidField, bounded
 
+from .core.ledger import Reserve
 from .core.policy import BackfillConfig, Policy
-from .store import Reserve
 
 MAX_VCPUS = 1024                      # one VM; no host we know of has more
 MAX_MEMORY_MIB = 16 * 2**20           # 16 TiB
@@ -29,6 +30,12 @@ MAX_EVENTS = 1000
 MAX_SEQ = 2**63 - 1
 REPORT_ROLES = ("on_demand", "backfill")
 CLOCK_SKEW_SECONDS = 86400            # a VM's launch time may be this far in the agent's future
+BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb": int, "vcpus": int,
+                 "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int}
+
+
+class SettingError(ValueError):
+    """A KEY=VALUE setting as typed (gleanctl backfill set, controller.sim --backfill) that does not parse."""
 
 
 def request(vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
@@ -57,6 +64,28 @@ def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
     bounded(config.grace_seconds, 0, MAX_GRACE_SECONDS, "grace_seconds", "s")
     ids.image(config.image)
     return config
+
+
+def parse_backfill_setting(item: str) -> tuple[str, Any]:
+    """One KEY=VALUE backfill setting, typed; its bounds are backfill()'s to check. Here, not in
+    gleanctl, so the simulator can read the same settings without loading gRPC."""
+    key, sep, raw = item.partition("=")
+    if not sep or key not in BACKFILL_KEYS:
+        raise SettingError(f"{item!r}: expected KEY=VALUE with KEY one of {', '.join(BACKFILL_KEYS)}")
+    kind = BACKFILL_KEYS[key]
+    if kind is bool:
+        if raw.lower() not in ("true", "false", "on", "off", "yes", "no"):
+            raise SettingError(f"{key}: expected true or false, not {raw!r}")
+        return key, raw.lower() in ("true", "on", "yes")
+    if kind is int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise SettingError(f"{key}: expected a whole number, not {raw!r}") from None
+        if value < 0:
+            raise SettingError(f"{key}: must not be negative")
+        return key, value
+    return key, raw
 
 
 def reserve(node_id: str, vcpus: int, memory_mib: int, whole_node: bool) -> Reserve:

@@ -11,6 +11,7 @@ from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_t
                                    sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
+from .core.ledger import LedgerSettings
 from .core.reserves import ReserveError, ReserveSettings
 
 
@@ -53,6 +54,17 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                   "use_prediction": ("use_prediction", bool)},
     "preemption": {"notice_seconds": ("notice_seconds", int), "host_headroom_mib": ("host_headroom_mib", int)},
 }
+
+
+def ledger_settings(config: ControllerConfig) -> LedgerSettings:
+    """The ledger's share of the configuration; the service and the simulator both build theirs here."""
+    return LedgerSettings(
+        vm_name_prefix=config.vm_name_prefix, suspect_after=config.suspect_after_seconds,
+        down_after=config.down_after_seconds, launch_timeout=config.agent_timeout_seconds + 30,
+        stop_timeout=config.agent_timeout_seconds + 30, notice_seconds=config.notice_seconds,
+        headroom_mib=config.host_headroom_mib, prediction_window=config.prediction_window,
+        swap_threshold_cores=config.swap_threshold_cores, churn_burst=config.churn_burst,
+        use_prediction=config.use_prediction)
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> ControllerConfig:

@@ -29,11 +29,10 @@ from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
 
 from . import checks, pkicmd
+from .checks import parse_backfill_setting
 
 DEFAULT_CONFIG = Path("/etc/gleaner/gleanctl.toml")
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INVALID = 1, 2, 3, 4
-BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb": int, "vcpus": int,
-                 "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int}
 
 
 class UsageError(Exception):
@@ -172,26 +171,6 @@ def cmd_release(stub, args):
     text = (f"{reply.lease.lease_id} ({reply.lease.vm_name}) is still {reply.lease.state}: the controller keeps "
             f"stopping it; 'gleanctl vms' shows when it has ended")
     return as_dict(reply), text, EXIT_REFUSED
-
-
-def parse_backfill_setting(item: str) -> tuple[str, Any]:
-    key, sep, raw = item.partition("=")
-    if not sep or key not in BACKFILL_KEYS:
-        raise UsageError(f"{item!r}: expected KEY=VALUE with KEY one of {', '.join(BACKFILL_KEYS)}")
-    kind = BACKFILL_KEYS[key]
-    if kind is bool:
-        if raw.lower() not in ("true", "false", "on", "off", "yes", "no"):
-            raise UsageError(f"{key}: expected true or false, not {raw!r}")
-        return key, raw.lower() in ("true", "on", "yes")
-    if kind is int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise UsageError(f"{key}: expected a whole number, not {raw!r}") from None
-        if value < 0:
-            raise UsageError(f"{key}: must not be negative")
-        return key, value
-    return key, raw
 
 
 def cmd_backfill(stub, args):

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -29,8 +29,8 @@ from gleaner_common.logs import log_event
 
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
-from .config import ControllerConfig
-from .core.ledger import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, Ledger, LedgerSettings, LeaseError,
+from .config import ControllerConfig, ledger_settings
+from .core.ledger import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, Ledger, LeaseError,
                           NodeState, RequestRecord, Reserve, Stop, Write, work)
 from .core.policy import BackfillConfig, NodeView, VmRole
 from .core.reserves import Hint, ReserveError, ReserveSettings, ReserveTarget, hint_in_hours, lead_warning, live_hints
@@ -68,16 +68,6 @@ class RequestResult:
 
 def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def ledger_settings(config: ControllerConfig) -> LedgerSettings:
-    return LedgerSettings(
-        vm_name_prefix=config.vm_name_prefix, suspect_after=config.suspect_after_seconds,
-        down_after=config.down_after_seconds, launch_timeout=config.agent_timeout_seconds + 30,
-        stop_timeout=config.agent_timeout_seconds + 30, notice_seconds=config.notice_seconds,
-        headroom_mib=config.host_headroom_mib, prediction_window=config.prediction_window,
-        swap_threshold_cores=config.swap_threshold_cores, churn_burst=config.churn_burst,
-        use_prediction=config.use_prediction)
 
 
 class PoolService:
@@ -367,11 +357,11 @@ class PoolService:
         return self.ledger.selected
 
     @property
-    def productivity(self) -> dict[str, float]:
+    def productivity(self) -> Mapping[str, float]:
         return self.ledger.productivity
 
     @property
-    def predicted(self) -> dict[str, float]:
+    def predicted(self) -> Mapping[str, float]:
         return self.ledger.predicted
 
     def node_rows(self) -> list[tuple[NodeState, NodeView, int, int]]:

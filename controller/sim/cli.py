@@ -15,13 +15,12 @@ from gleaner_common.config import ConfigError
 from gleaner_common.ids import InvalidField
 
 from .. import checks
-from ..config import ControllerConfig, load_config
+from ..config import ControllerConfig, ledger_settings, load_config
 from ..core.policy import BackfillConfig, Policy
 from ..core.reserves import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings, validate_hint
-from ..gleanctl import UsageError, parse_backfill_setting
-from ..service import ledger_settings
 from . import traces
 from .engine import DAY, SimSettings, Simulation
+from .jobs import JobLevelWork
 from .progress import ProgressBar
 from .workload import stretch_to_load
 
@@ -30,7 +29,8 @@ COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "req
             "rejected_due_to_backfill", "requests_queued", "backfill_drained",
             "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
             "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
-            "sim_events", "wall_seconds")
+            "backfill_jobs_completed", "backfill_job_seconds_done", "backfill_job_seconds_lost",
+            "backfill_job_lost_share", "sim_events", "wall_seconds")
 
 
 class SimUsage(Exception):
@@ -62,6 +62,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="backfill settings as for `gleanctl backfill set` (enabled=true, max_instances, image, "
                         "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds); "
                         "the controller's defaults otherwise (backfill disabled)")
+    p.add_argument("--backfill-jobs", type=Path, metavar="FILE.swf",
+                   help="task-level backfill: backfill VMs run the jobs of this SWF trace (plain or gzipped) from "
+                        "one queue, first in first out by submit time, as many side by side as fit a VM's vCPUs; "
+                        "a stopped VM's running jobs lose their progress and queue again (controller/sim/jobs.py). "
+                        "Submit times are shifted so the first job arrives at the start. Default: VM-level work "
+                        "(runtime x vCPUs, all lost on preemption)")
+    p.add_argument("--backfill-jobs-queues", metavar="N[,N...]",
+                   help="with --backfill-jobs: only the jobs of these SWF queues (field 15), e.g. 4,5 for "
+                        "SDSC-SP2's low and standby queues")
     p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
                                                "prediction and [reserves] settings")
     p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
@@ -91,7 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def backfill_config(items: list[str]) -> BackfillConfig:
-    changes = dict(parse_backfill_setting(item) for item in items)
+    changes = dict(checks.parse_backfill_setting(item) for item in items)
     return checks.backfill(BackfillConfig(), changes)
 
 
@@ -145,8 +154,27 @@ def read_demand(path: Path, fmt: str) -> list[traces.DemandSeries]:
     return traces.bitbrains_series(path) if fmt == "bitbrains" else traces.alibaba_series(path)
 
 
+def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[str, Any]) -> list[traces.Job]:
+    """The --backfill-jobs trace (none: VM-level work), noted in the inputs."""
+    if args.backfill_jobs_queues and not args.backfill_jobs:
+        raise SimUsage("--backfill-jobs-queues needs --backfill-jobs")
+    if not args.backfill_jobs:
+        return []
+    if not backfill.enabled:
+        raise SimUsage("--backfill-jobs needs backfill enabled (--backfill enabled=true): no VM would run them")
+    try:
+        queues = [int(q) for q in args.backfill_jobs_queues.split(",")] if args.backfill_jobs_queues else None
+    except ValueError:
+        raise SimUsage(f"--backfill-jobs-queues {args.backfill_jobs_queues!r}: expected N[,N...]") from None
+    jobs = traces.swf_jobs(args.backfill_jobs, queues)
+    inputs.update(backfill_jobs=str(args.backfill_jobs), backfill_jobs_sha256=traces.digest(args.backfill_jobs),
+                  backfill_jobs_queues=queues, trace_jobs=len(jobs))
+    return jobs
+
+
 def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[str, Any], SimSettings,
-                                             BackfillConfig, ControllerConfig, list[traces.DemandSeries]]:
+                                             BackfillConfig, ControllerConfig, list[traces.DemandSeries],
+                                             list[traces.Job]]:
     for name in ("nodes", "node_cpus", "node_memory_mib"):
         if getattr(args, name) < 1:
             raise SimUsage(f"--{name.replace('_', '-')} must be at least 1")
@@ -170,17 +198,20 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
         demand = read_demand(args.demand, args.demand_format)
         inputs.update(demand=str(args.demand), demand_format=args.demand_format,
                       demand_sha256=traces.digest(args.demand))
+    jobs = read_jobs(args, backfill, inputs)
     settings = SimSettings(nodes=args.nodes, node_cpus=args.node_cpus, node_memory_mib=args.node_memory_mib,
                            days=args.days, launch_seconds=args.launch_seconds, stop_seconds=args.stop_seconds,
                            selection_interval_seconds=config.selection_interval_seconds,
                            report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
                            max_wall_seconds=args.max_wall_seconds)
-    return requests, inputs, settings, backfill, config, demand
+    return requests, inputs, settings, backfill, config, demand, jobs
 
 
 def run_one(requests, inputs, settings, backfill, config, demand, reserves: ReserveSettings | None = None,
-            hints: list[Hint] | None = None) -> Simulation:
-    sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs,
+            hints: list[Hint] | None = None, jobs: list[traces.Job] | None = None) -> Simulation:
+    # A fresh queue per run: --compare runs several on the same jobs.
+    work = JobLevelWork(jobs, backfill.vcpus) if jobs else None
+    sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs, work=work,
                      progress=ProgressBar() if settings.progress_seconds else None,
                      reserve_settings=config.reserves if reserves is None else reserves, hints=hints or ())
     sim.run()
@@ -221,14 +252,14 @@ def value(v: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        requests, inputs, settings, backfill, config, demand = build(args)
+        requests, inputs, settings, backfill, config, demand, jobs = build(args)
         hints: list[Hint] = []
         for text in args.hint:
             hints.append(parse_hint(text, settings.nodes, hints, config.reserves.lead_seconds))
         names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else \
             [backfill.termination_policy.value]
         runs = [(name, *variant(name, backfill, config.reserves, hints, settings.nodes)) for name in names]
-    except (SimUsage, UsageError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
+    except (SimUsage, checks.SettingError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
         print(f"controller.sim: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:   # a policy name not known
@@ -240,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = []
     for name, run_backfill, reserves, run_hints in runs:
-        sim = run_one(requests, inputs, settings, run_backfill, config, demand, reserves, run_hints)
+        sim = run_one(requests, inputs, settings, run_backfill, config, demand, reserves, run_hints, jobs)
         summary = sim.summary()
         results.append((name, summary))
         if args.out:

@@ -18,19 +18,24 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
   checked in O(1)), and once an hour as a safety net.
 
 Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at their arrival;
-a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work is
-VM-level (BackfillWork below): a VM's work is its runtime x vCPUs, lost when it is preempted.
+a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work
+(BackfillWork below) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
+preempted; or task-level (controller/sim/jobs.py): VMs run jobs from a trace and a stop loses
+only the running jobs' progress.
 
 Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
 ``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
 far, per bucket of simulated time); the CLI writes them as summary.json, vms.csv and
 timeline.csv, and controller/sim/plots.py draws them.
 
+Scripted steps (``Scripted``) sit beside the trace: a node that joins later than the start (it
+reports first then) and the release of a request's VM, as an admin would. The parity test drives
+the same steps through the live controller and through this engine.
+
 Balancer's reserves (static, hinted, predictive, the wait window) are the ledger's own
 (controller.core.reserves, ``reserve_settings`` and ``hints``); a request queued for room gets a
-tick at its deadline. Extension points, not built yet: ``BackfillWork`` (task-level backfill from
-SWF jobs would run jobs inside backfill VMs and count the jobs' lost and finished work) and
-``ReservePlanner`` (per-node reserves set at each evaluation).
+tick at its deadline. Extension point, not built yet: ``ReservePlanner`` (per-node reserves set at
+each evaluation).
 """
 from __future__ import annotations
 
@@ -160,14 +165,32 @@ class Report:
         self.vms = list(node.vms.values())
 
 
+SCRIPTED_ACTIONS = ("join", "release")
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A step at a set time beside the trace. `join`: the node `arg` reports first at `at` (not at
+    the start), as an agent started then would; `release`: the VM of request `arg` is released
+    without force, as `gleanctl release` does (nothing if it has none or ended meanwhile)."""
+    at: float
+    action: str      # join | release
+    arg: str
+
+
 # -- extension points -------------------------------------------------------------------------------
 
 class BackfillWork(Protocol):
-    """What backfill VMs do, and how their work is counted. VM-level (VmLevelWork) is built;
-    task-level backfill (SWF jobs run inside backfill VMs, a job's progress lost when its VM is
-    preempted) would implement this too and add its figures to the summary."""
+    """What backfill VMs do, and how their work is counted: VM-level (VmLevelWork, the default)
+    or task-level (controller/sim/jobs.py: jobs from a trace run inside backfill VMs)."""
+
+    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
+        """Before the first event: `schedule(at, callback, arg)` puts its own events on the clock."""
 
     def vm_started(self, vm: SimVm, now: float) -> None: ...
+
+    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
+        """A stop was asked of the VM (`preempted`: as a victim or drained for a reserve)."""
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
 
@@ -192,9 +215,15 @@ class VmLevelWork:
         self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
         self.alive: dict[str, SimVm] = {}
 
+    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
+        pass   # a VM's work needs no events of its own
+
     def vm_started(self, vm: SimVm, now: float) -> None:
         self.started += 1
         self.alive[vm.name] = vm
+
+    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
+        pass   # it works on until it is gone (its runtime counts to then)
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         self.alive.pop(vm.name, None)
@@ -294,7 +323,7 @@ class Simulation:
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
                  work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
                  inputs: Mapping[str, str] | None = None, reserve_settings: ReserveSettings = ReserveSettings(),
-                 hints: Sequence[Hint] = (),
+                 hints: Sequence[Hint] = (), script: Sequence[Scripted] = (),
                  progress: Callable[[float, str], None] | None = None) -> None:
         """`progress(done, detail)` is called every settings.progress_seconds of wall time with the
         share of simulated time done (ProgressBar draws it)."""
@@ -320,6 +349,8 @@ class Simulation:
         if self.demand:
             for i, node in enumerate(self.nodes.values()):
                 node.series = self.demand[i % len(self.demand)]
+        self.script = sorted(script, key=lambda step: step.at)
+        self.absent = self._check_script(self.script)   # nodes that join later: silent until then
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
@@ -352,6 +383,15 @@ class Simulation:
         self.fixed_held: dict[str, list[int]] = {n: [0, 0] for n in self.nodes}   # not backfill
         self.backfill_held: Counter = Counter()                                    # backfill leases holding
 
+    def _check_script(self, script: Sequence[Scripted]) -> set[str]:
+        for step in script:
+            if step.action not in SCRIPTED_ACTIONS:
+                raise ValueError(f"scripted step {step}: the action is one of {', '.join(SCRIPTED_ACTIONS)}")
+            if step.action == "join" and step.arg not in self.nodes:
+                raise ValueError(f"scripted step {step}: no node {step.arg!r} (the nodes are {min(self.nodes)}.."
+                                 f"{max(self.nodes)})")
+        return {step.arg for step in script if step.action == "join"}
+
     # -- the clock ----------------------------------------------------------------------------------
 
     def at(self, when: float, callback: Callable, arg: Any = None) -> None:
@@ -361,7 +401,10 @@ class Simulation:
         started = time.perf_counter()
         backfill = self.ledger.backfill
         for node in self.nodes.values():
-            self.report(node)
+            if node.node_id not in self.absent:
+                self.report(node)
+        for step in self.script:
+            self.at(step.at, self._scripted, step)
         if self.requests:
             self.at(self.requests[0].at, self._arrive, 0)
         if backfill.enabled:
@@ -370,6 +413,7 @@ class Simulation:
         if self.demand:
             self.at(self.settings.report_seconds, self._report_all)
         self.at(SAFETY_TICK_S, self._safety_tick)
+        self.work.start(self.at)
         heap, end = self.heap, self.end
         next_progress = started + self.settings.progress_seconds
         gc.freeze()
@@ -486,6 +530,8 @@ class Simulation:
         lease = stop.lease
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
+        if vm is not None and vm.role == "backfill":
+            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
             self._integrate()
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
@@ -563,7 +609,8 @@ class Simulation:
 
     def _report_all(self, _arg: Any) -> None:
         for node in self.nodes.values():
-            self.report(node)
+            if node.node_id not in self.absent:
+                self.report(node)
         self.at(self.now + self.settings.report_seconds, self._report_all)
 
     def _deadline(self, lease_id: str) -> None:
@@ -620,6 +667,21 @@ class Simulation:
     def _release(self, lease_id: str) -> None:
         try:
             _lease, effects = self.ledger.release(lease_id, True, self.now)
+        except LeaseError:
+            return   # it ended otherwise meanwhile
+        self.released += 1
+        self.apply(effects)
+
+    def _scripted(self, step: Scripted) -> None:
+        if step.action == "join":
+            self.absent.discard(step.arg)
+            self.report(self.nodes[step.arg])
+            return
+        record = self.store.requests.get(step.arg)
+        if record is None or not record.lease_id:
+            return
+        try:
+            _lease, effects = self.ledger.release(record.lease_id, False, self.now)
         except LeaseError:
             return   # it ended otherwise meanwhile
         self.released += 1

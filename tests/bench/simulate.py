@@ -42,11 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.config import ControllerConfig
+from controller.config import ControllerConfig, ledger_settings
 from controller.core.ledger import Reserve
 from controller.core.policy import BackfillConfig, Policy
 from controller.core.reserves import HOUR, Hint, PredictiveMode, ReserveSettings
-from controller.service import ledger_settings
 from controller.sim import traces
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.progress import ProgressBar

@@ -9,7 +9,8 @@ import pytest
 
 from controller import checks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
-from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main, parse_backfill_setting, UsageError
+from controller.checks import SettingError, parse_backfill_setting
+from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main
 from controller.core.policy import BackfillConfig, Policy
 from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, LeaseConflict, Reserve, Store, StoreError
 from gleaner_common.config import ConfigError, TlsConfig
@@ -113,7 +114,7 @@ def test_gleanctl_backfill_settings_are_checked_before_sending():
     assert parse_backfill_setting("max_instances=4") == ("max_instances", 4)
     assert parse_backfill_setting("enabled=off") == ("enabled", False)
     for bad in ("max_instances", "max_instances=four", "colour=red", "enabled=maybe", "vcpus=-1"):
-        with pytest.raises(UsageError):
+        with pytest.raises(SettingError):
             parse_backfill_setting(bad)
 
 

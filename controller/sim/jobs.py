@@ -1,0 +1,176 @@
+"""Task-level backfill work (issue 10, item 1): backfill VMs run jobs from an HTC/HPC job trace,
+as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its running jobs' progress.
+
+- One shared queue, first in first out by submit time. A job needs `procs` vCPUs; a VM runs jobs
+  side by side while their procs fit its vCPUs. A VM with free vCPUs takes the earliest queued job
+  that fits them (a job too big for the free room does not hold back smaller ones behind it); a
+  job arriving goes to the VM whose free vCPUs fit it most tightly (ties: the VM free longest).
+- A job runs for its trace run time. When its VM is asked to stop (preempted, drained for a
+  reserve, recycled), the guest's workers vacate at once: each running job's progress since it
+  started is lost and it goes back to the queue at its place by submit time (no checkpoints).
+  A VM being stopped takes no new job.
+- Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
+- Submit times are shifted so the trace's first job arrives at the start of the run.
+
+Job-seconds count a job's run time once, whatever its procs (the VM-level figures beside them
+count vCPU-seconds). Pure: time comes from the simulation's events.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .engine import SimVm, VmLevelWork
+from .traces import Job
+
+Schedule = Callable[[float, Callable[[Any], None], Any], None]
+
+
+@dataclass(eq=False)
+class Run:
+    """Job `rank` (its place in the queue's order) running in a VM since `started`; `live` turns
+    False when it is vacated, so its finish event, still in the simulation's heap, does nothing."""
+    rank: int
+    job: Job
+    vm: str
+    started: float
+    live: bool = True
+
+
+class JobLevelWork(VmLevelWork):
+    """BackfillWork where backfill VMs pull jobs from a shared queue (see the module's doc).
+    The VM-level figures stay in the summary; the job figures are added beside them."""
+
+    def __init__(self, jobs: Sequence[Job], vm_vcpus: int | None = None) -> None:
+        super().__init__()
+        first = min((j.submit for j in jobs), default=0.0)
+        ordered = sorted(jobs, key=lambda j: j.submit)   # stable: ties keep file order
+        self.too_big = sum(vm_vcpus is not None and j.procs > vm_vcpus for j in ordered)
+        self.jobs = [replace(j, submit=j.submit - first) for j in ordered
+                     if vm_vcpus is None or j.procs <= vm_vcpus]
+        self.schedule: Schedule | None = None
+        self.arrived = 0
+        self.queued: dict[int, list[int]] = {}   # procs -> heap of ranks (index in self.jobs: FIFO order)
+        self.free: dict[str, int] = {}                       # VMs that take jobs -> free vCPUs
+        self.by_free: dict[int, dict[str, None]] = {}        # free vCPUs -> those VMs, free longest first
+        self.running: dict[str, list[Run]] = {}
+        self.completed = 0
+        self.requeues = 0
+        self.done_seconds = 0.0
+        self.lost_seconds = 0.0
+        self.lost_to_preemption = 0.0
+
+    # -- BackfillWork ----------------------------------------------------------------------------
+
+    def start(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        if self.jobs:
+            schedule(self.jobs[0].submit, self._arrive, 0)
+
+    def vm_started(self, vm: SimVm, now: float) -> None:
+        super().vm_started(vm, now)
+        self.running[vm.name] = []
+        self._set_free(vm.name, vm.vcpus)
+        self._pull(vm.name, now)
+
+    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
+        self._vacate(vm.name, now, preempted)
+
+    def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
+        super().vm_ended(vm, now, preempted)
+        self._vacate(vm.name, now, preempted)   # nothing left when its stop was asked first
+
+    def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
+        figures = super().summary(end, lost_vcpu_seconds, preemptions)
+        in_progress = sum(end - r.started for runs in self.running.values() for r in runs)
+        done = self.done_seconds + in_progress   # still running at the end: not lost
+        total = done + self.lost_seconds
+        figures.update(
+            backfill_jobs_arrived=self.arrived,
+            backfill_jobs_completed=self.completed,
+            backfill_jobs_running_at_end=sum(len(runs) for runs in self.running.values()),
+            backfill_jobs_queued_at_end=sum(len(q) for q in self.queued.values()),
+            backfill_jobs_too_big=self.too_big,
+            backfill_job_requeues=self.requeues,
+            backfill_job_seconds_done=round(done, 3),
+            backfill_job_seconds_lost=round(self.lost_seconds, 3),
+            backfill_job_seconds_lost_to_preemption=round(self.lost_to_preemption, 3),
+            backfill_job_lost_share=round(self.lost_seconds / total, 6) if total else None,
+        )
+        return figures
+
+    # -- the queue -------------------------------------------------------------------------------
+
+    def _arrive(self, index: int) -> None:
+        now = self.jobs[index].submit
+        while index < len(self.jobs) and self.jobs[index].submit <= now:
+            self.arrived += 1
+            self._place(index, now)
+            index += 1
+        if index < len(self.jobs):
+            assert self.schedule is not None
+            self.schedule(self.jobs[index].submit, self._arrive, index)
+
+    def _place(self, rank: int, now: float) -> None:
+        """A job new to the queue (arrived or vacated): to the tightest free VM, or queued.
+        Every queued job is one no free VM fits, so placing it first jumps no queue."""
+        procs = self.jobs[rank].procs
+        for free in sorted(f for f, vms in self.by_free.items() if f >= procs and vms):
+            self._run(rank, next(iter(self.by_free[free])), now)
+            return
+        heapq.heappush(self.queued.setdefault(procs, []), rank)
+
+    def _pull(self, vm: str, now: float) -> None:
+        """Fill a VM's free vCPUs with the earliest queued jobs that fit them."""
+        while True:
+            free = self.free.get(vm, 0)
+            heads = [(q[0], procs) for procs, q in self.queued.items() if q and procs <= free]
+            if not heads:
+                return
+            _, procs = min(heads)
+            self._run(heapq.heappop(self.queued[procs]), vm, now)
+
+    def _run(self, rank: int, vm: str, now: float) -> None:
+        job = self.jobs[rank]
+        run = Run(rank, job, vm, now)
+        self.running[vm].append(run)
+        self._set_free(vm, self.free[vm] - job.procs)
+        assert self.schedule is not None
+        self.schedule(now + job.runtime, self._finish, run)
+
+    def _finish(self, run: Run) -> None:
+        if not run.live:
+            return   # vacated: its VM was stopped before it finished
+        now = run.started + run.job.runtime
+        self.running[run.vm].remove(run)
+        self.completed += 1
+        self.done_seconds += run.job.runtime
+        self._set_free(run.vm, self.free[run.vm] + run.job.procs)
+        self._pull(run.vm, now)
+
+    def _vacate(self, vm: str, now: float, preempted: bool) -> None:
+        """The VM takes no more jobs; its running jobs lose their progress and queue again."""
+        if vm not in self.free:
+            return
+        self._set_free(vm, None)
+        runs = self.running.pop(vm, [])
+        for run in runs:
+            run.live = False
+            lost = now - run.started
+            self.lost_seconds += lost
+            if preempted:
+                self.lost_to_preemption += lost
+            self.requeues += 1
+        for run in sorted(runs, key=lambda r: r.rank):
+            self._place(run.rank, now)
+
+    def _set_free(self, vm: str, free: int | None) -> None:
+        """Move a VM between the free-vCPU buckets (None: it takes no jobs any more)."""
+        old = self.free.pop(vm, None)
+        if old is not None:
+            self.by_free[old].pop(vm, None)
+        if free is not None:
+            self.free[vm] = free
+            self.by_free.setdefault(free, {})[vm] = None
