@@ -100,6 +100,12 @@ class PoolService:
     def _apply(self, effects: list[Effect]) -> None:
         """Under the lock: commit each Write, then start the calls it authorised."""
         fill = False
+        launch_nodes = {effect.lease.node_id for effect in effects if isinstance(effect, Launch)}
+        chained: dict[str, list[Stop]] = {}   # node -> the stops its (first) launch goes before
+        for effect in effects:
+            if isinstance(effect, Stop) and effect.after_launch and effect.lease.node_id in launch_nodes:
+                chained.setdefault(effect.lease.node_id, []).append(effect)
+        waiting = {id(stop) for stops in chained.values() for stop in stops}
         for effect in effects:
             if isinstance(effect, Write):
                 try:
@@ -112,8 +118,8 @@ class PoolService:
                     self._crash_point(f"after_write:{event.kind}")
                     fill = fill or event.kind in FILL_EVENTS
             elif isinstance(effect, Launch):
-                self.executor.submit(self._launch, effect.lease)
-            elif isinstance(effect, Stop):
+                self.executor.submit(self._launch_then_stop, effect.lease, chained.pop(effect.lease.node_id, []))
+            elif isinstance(effect, Stop) and id(effect) not in waiting:
                 self.executor.submit(self._stop, effect)
         self.changed.notify_all()
         if fill:
@@ -137,6 +143,14 @@ class PoolService:
         with self.lock:
             node = self.ledger.nodes.get(node_id)
             return node.address if node else None
+
+    def _launch_then_stop(self, lease: Lease, stops: list[Stop]) -> None:
+        """The launch, then (answered or not) the stops that wait for it (Stop.after_launch)."""
+        try:
+            self._launch(lease)
+        finally:
+            for stop in stops:
+                self.executor.submit(self._stop, stop)
 
     def _launch(self, lease: Lease) -> None:
         self._crash_point("before_call:launch")

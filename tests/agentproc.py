@@ -98,6 +98,9 @@ class LabEnv:
         return cls(root=root, image_dir=image_dir, pki=ensure_lab_pki(root / "pki"))
 
     def remove(self) -> None:
+        if os.environ.get("GLEANER_TEST_KEEP"):  # keep the logs and state of a run to read them after
+            print(f"kept {self.root} (GLEANER_TEST_KEEP)", file=sys.stderr)
+            return
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -182,6 +182,57 @@ def test_concurrent_requests_never_double_book_a_node(tmp_path):
     assert again.lease.lease_id == placed[0].lease.lease_id and len(agents.launched) == 2
 
 
+class OrderedAgents:
+    """Stands in for the agents (not under test here): records the order of calls, and a launch
+    takes a while, so a stop sent beside it (not after it) would be recorded first."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
+        import time
+        time.sleep(0.3)
+        self.calls.append(("launch", name))
+
+    def terminate(self, node_id, address, name, grace_seconds, force=False):
+        from controller.agents import Stopped
+        self.calls.append(("stop", name))
+        return Stopped("clean_shutdown", 0.0, "stand-in")
+
+
+@pytest.mark.parametrize("headroom_mib, path, first", [(0, "instant", "launch"), (4096, "after_victims", "stop")])
+def test_instant_victims_get_their_notice_once_the_new_vm_is_launched(tmp_path, headroom_mib, path, first):
+    """libvirt holds up a domain's define while another one shuts down, so on the instant path the
+    controller asks for the victims' stop after the launch; when the launch waits for the victims'
+    memory, the stop comes first."""
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              host_headroom_mib=headroom_mib)
+    store = Store(config.store_path)
+    store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
+    agents = OrderedAgents()
+    pool = PoolService(config, store, agents)
+    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                       images=["tiny"], min_memory_mib=32)
+    for i in range(2):
+        report.vms.add(name=f"vm-bf{i}", lease_id=f"bf{i}", role="backfill", vcpus=1, memory_mib=128)
+    pool.ingest(report)
+    import time
+    result = pool.request(1, 128, "tiny", "me", "r1", wait_seconds=0.0)
+    assert result.record.path == path
+    report.ClearField("vms")   # the victim is gone from the node (once its stop is answered, the
+    report.vms.add(name="vm-bf0", lease_id="bf0", role="backfill", vcpus=1, memory_mib=128)  # launch follows)
+    deadline = time.monotonic() + 5
+    while len(agents.calls) < 2 and time.monotonic() < deadline:
+        pool.ingest(report)
+        time.sleep(0.05)
+    pool.executor.shutdown(wait=True)
+    kinds = [kind for kind, _name in agents.calls]
+    assert kinds[0] == first and sorted(kinds) == ["launch", "stop"], agents.calls
+    assert ("stop", "vm-bf1") in agents.calls   # the most recent backfill VM
+
+
 def test_agent_controller_settings_are_checked():
     from nodeagent.config import AgentConfig
     from nodeagent.config import check_config as check_agent
