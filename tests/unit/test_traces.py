@@ -333,3 +333,21 @@ def test_public_alibaba_2018():
     assert by_name["m_1932"].times[0] == 386640 and by_name["m_1947"].times[-1] == 188370
     assert max(s.times[-1] for s in series) == 691180
     assert np.mean(np.concatenate([s.cpu for s in series])) == pytest.approx(0.348, abs=0.001)
+
+
+def test_the_shipped_example_is_the_azure_sample_in_gleaners_csv_and_the_readme_runs_it():
+    """controller/sim/examples/azure-on-demand.csv.gz is what the README's example reads: every
+    priority-0 request of the Azure sample, in the same order, sizes and lifetimes."""
+    repo = Path(__file__).resolve().parents[2]
+    example = repo / "controller" / "sim" / "examples" / "azure-on-demand.csv.gz"
+    shipped = csv_requests(example)
+    assert len(shipped) == 3762
+    sample = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_packing_2020" / "vm_entry_list_5000.csv.gz"
+    if sample.exists():   # beside the repository on the development machines
+        original = azure_requests(sample)
+        assert [(round(r.at, 3), r.vcpus, r.memory_mib, None if r.lifetime is None else round(r.lifetime, 3))
+                for r in original] == [(round(r.at, 3), r.vcpus, r.memory_mib,
+                                        None if r.lifetime is None else round(r.lifetime, 3)) for r in shipped]
+    readme = (repo / "README.md").read_text()
+    assert "--requests controller/sim/examples/azure-on-demand.csv.gz" in readme
+    assert (repo / "controller" / "sim" / "examples" / "week-utilization.png").exists()
