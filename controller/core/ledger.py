@@ -36,7 +36,7 @@ from __future__ import annotations
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
@@ -44,7 +44,7 @@ from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preem
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
-from .selection import potential_productivity, select_volunteers
+from .selection import BestFirst, Selection, potential_productivity, select_volunteers
 from .selection_rows import SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
@@ -62,6 +62,26 @@ DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its n
 FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
                          "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired",
                          "vm.drained"})
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def replace(record: Any, **changes: Any) -> Any:
+    """dataclasses.replace for the frozen records here (plain fields, no __post_init__): a copy of
+    the record's fields with these changed, in a third of its time (the books replace a lease at
+    every change of state)."""
+    cls = type(record)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    if not names.issuperset(changes):
+        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - names)}")
+    copy = object.__new__(cls)
+    values = copy.__dict__
+    values.update(record.__dict__)
+    values.update(changes)
+    return copy
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -320,13 +340,17 @@ class Ledger:
         self.lease_version: dict[str, int] = {}
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
+        self._vm_view_of: dict[str, tuple[Lease, VmView | None]] = {}   # live lease -> (it, its view)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
         self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
+        self._reported: set[str] = set()         # nodes that reported since the last selection
+        self._best_first = BestFirst()           # the selection when every node fits, kept row by row
         self._columns = NodeArrays([])           # the views as columns, row by row
         self._backfill_roomy: set[str] = set()   # nodes where a backfill VM of the size below fits
         self._backfill_roomy_size = backfill.size
         self.selected: tuple[str, ...] = ()
+        self._selected_by_p = False   # the last selection was every node with P > 0, best first
         self.productivity: Mapping[str, float] = {}
         self.predicted: Mapping[str, float] = {}
         self.churn = 0
@@ -350,6 +374,7 @@ class Ledger:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
             self._touch(old.node_id)
         if lease.state in TERMINAL:
+            self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
             self.stop_calls.discard(lease.lease_id)
@@ -400,13 +425,19 @@ class Ledger:
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
             vms = []
+            cache = self._vm_view_of
             for l in self.by_node.get(node_id, {}).values():
-                held = l.held
-                if held == ZERO:
-                    continue
-                preemptible = l.role == "backfill" and l.state == "running"
-                vms.append(VmView(l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
-                                  preemptible))
+                cached = cache.get(l.lease_id)
+                if cached is not None and cached[0] is l:
+                    vm = cached[1]   # the same lease (leases are replaced, never changed): the same view
+                else:
+                    held = l.held
+                    vm = None if held == ZERO else VmView(
+                        l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
+                        l.role == "backfill" and l.state == "running")   # preemptible
+                    cache[l.lease_id] = (l, vm)
+                if vm is not None:
+                    vms.append(vm)
             reserve = self.reserve_for(node_id)
             self._vm_views[node_id] = vms
             view = self._node_views[node_id] = summed(
@@ -779,6 +810,7 @@ class Ledger:
         node.agent_version = report.agent_version
         node.foreground_cpu = report.foreground_cpu_cores
         node.fg_samples.append(report.foreground_cpu_cores)
+        self._reported.add(node.node_id)
         if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
@@ -906,6 +938,7 @@ class Ledger:
     def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
         """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
         self.leases.pop(lease.lease_id, None)
+        self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         self._touch(lease.node_id)
         node = self.nodes.get(lease.node_id)
@@ -1009,8 +1042,15 @@ class Ledger:
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.
         unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
-        targets = [n for n in self.selected if n in roomy and n not in unable
-                   and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
+        if self._selected_by_p and 4 * len(roomy) < len(self.selected):
+            # The selected nodes with room, in the selection's order (P, best first, then id)
+            # without a pass over every selected node: the few with room, sorted.
+            p = self.productivity
+            targets = sorted((n for n in roomy if n in p and p[n] > 0 and n not in unable
+                              and now >= self.launch_backoff.get(n, (0.0, 0))[0]), key=lambda n: (-p[n], n))
+        else:
+            targets = [n for n in self.selected if n in roomy and n not in unable
+                       and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
         for vm_id in plan.recycles:
@@ -1089,19 +1129,25 @@ class Ledger:
         config = self.backfill
         self._refresh_views()
         rows = self._selection_rows
-        rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now)
+        rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now, self._reported)
         self._rebuilt = set()
+        self._reported = set()
         ids, predicted = rows.ids, rows.predicted
         p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
         p[rows.excluded] = 0.0
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
-        result = select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
+        # Room for every node: every node with P > 0, best first (what select_volunteers answers
+        # then), kept sorted row by row rather than sorted afresh.
+        all_fit = count >= len(ids) and not deferred
+        result = Selection(self._best_first.update(ids, p)) if all_fit else \
+            select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
         if evaluation:
             self.churn = 0
         self.selected = result.chosen
+        self._selected_by_p = all_fit
         self.productivity = rows.by_node(p)
-        self.predicted = rows.by_node(predicted)
+        self.predicted = rows.by_node(predicted.copy())
         if not result.swaps:
             return []
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(

@@ -211,16 +211,37 @@ def _ladder(node: NodeView) -> VictimLadder | None:
 def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> NodeView:
     """The node with its sums taken from its VMs (Pool.of; the ledger, per node whose leases
     changed), `unexplained` being room taken outside any VM it knows."""
-    victims = [vm for vm in vms if is_victim(vm)]
-    backfill = [vm for vm in vms if vm.role is VmRole.BACKFILL]
-    pinned = allocated([vm for vm in vms if not is_victim(vm)])
+    # One pass in plain ints (this runs for every node whose leases changed, per event): the sums
+    # of allocated(), max() and min() over the same VMs in the same order.
+    victims = []
+    all_vcpus = all_memory = pinned_vcpus = pinned_memory = backfill_vcpus = backfill_vms = on_demand_memory = 0
+    newest = oldest = None
+    backfill_role = VmRole.BACKFILL
+    for vm in vms:
+        size = vm.size
+        all_vcpus += size.vcpus
+        all_memory += size.memory_mib
+        if vm.role is backfill_role:
+            backfill_vcpus += size.vcpus
+            backfill_vms += 1
+            if vm.preemptible:   # is_victim
+                victims.append(vm)
+                at = vm.launched_at
+                if newest is None or at > newest:
+                    newest = at
+                if oldest is None or at < oldest:
+                    oldest = at
+                continue
+        else:
+            if vm.role is VmRole.ON_DEMAND:
+                on_demand_memory += size.memory_mib
+        pinned_vcpus += size.vcpus
+        pinned_memory += size.memory_mib
     return dataclasses.replace(
-        node, allocated=unexplained + allocated(vms), pinned=unexplained + pinned,
-        newest_victim_at=max((vm.launched_at for vm in victims), default=None),
-        backfill_vcpus=sum(vm.size.vcpus for vm in backfill), backfill_vms=len(backfill),
-        on_demand_memory_mib=sum(vm.size.memory_mib for vm in vms if vm.role is VmRole.ON_DEMAND),
-        oldest_victim_at=min((vm.launched_at for vm in victims), default=None),
-        victim_ladder=VictimLadder.of(victims))
+        node, allocated=unexplained + Size(all_vcpus, all_memory),
+        pinned=unexplained + Size(pinned_vcpus, pinned_memory),
+        newest_victim_at=newest, backfill_vcpus=backfill_vcpus, backfill_vms=backfill_vms,
+        on_demand_memory_mib=on_demand_memory, oldest_victim_at=oldest, victim_ladder=VictimLadder.of(victims))
 
 
 def is_victim(vm: VmView) -> bool:

@@ -39,21 +39,34 @@ class SelectionRows:
         self.excluded = np.zeros(0, dtype=bool)
 
     def update(self, nodes: Mapping[str, SampledNode], views: Mapping[str, NodeView], changed: Collection[str],
-               window: int, now: float) -> None:
+               window: int, now: float, reported: Collection[str] | None = None) -> None:
         """Bring the rows up to date at `now` (not earlier than the last pass). `changed` are the
         nodes whose view the ledger rebuilt since the last pass: a node's state changes with its
         view, so only they can join or leave the up nodes.
 
-        A node reported since the last pass if its last report is not the one seen then, or is not
-        older than that pass (a report at the same instant); its prediction is computed again."""
-        if not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up") for n in changed):
+        `reported` are the nodes that reported since the last pass (the ledger keeps them: a
+        prediction is a function of the node's samples, which only a report changes), their
+        predictions are computed again. Without it, a node reported since the last pass if its last
+        report is not the one seen then, or is not older than that pass (a report at the same
+        instant), which reads every node's last report."""
+        regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
+                                           for n in changed)
+        if regrouped:
             self._regroup(nodes)
             changed = self.ids
-        reported = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
-        stale = np.flatnonzero((reported >= self.computed_at) | (reported != self.reported_at))
+        if reported is None or regrouped:
+            at = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
+            stale = np.flatnonzero((at >= self.computed_at) | (at != self.reported_at))
+            self.reported_at = at
+        else:
+            position = self.position
+            rows = sorted(position[n] for n in reported if n in position)
+            stale = np.array(rows, dtype=np.int64)
+            if rows:
+                self.reported_at[stale] = [self.states[i].last_report for i in rows]
         if len(stale):
             self.predicted[stale] = predictions([self.states[i].fg_samples for i in stale.tolist()], window)
-        self.reported_at, self.computed_at = reported, now
+        self.computed_at = now
         for node_id in changed:
             i = self.position.get(node_id)
             if i is not None:
@@ -73,19 +86,20 @@ class SelectionRows:
         self.excluded = np.zeros(count, dtype=bool)
 
     def by_node(self, values: np.ndarray) -> Mapping[str, float]:
-        """Per-row values by node id, without a dict of every node per pass."""
-        return RowValues(self.position, values.tolist())
+        """Per-row values by node id, without a dict of every node per pass (nor a list: a pass
+        reads a few of them). The caller no longer changes `values`."""
+        return RowValues(self.position, values)
 
 
 class RowValues(Mapping):
     """A node's figure from the last selection pass, by node id."""
 
-    def __init__(self, position: Mapping[str, int], values: list[float]) -> None:
+    def __init__(self, position: Mapping[str, int], values: np.ndarray) -> None:
         self._position = position
         self._values = values
 
     def __getitem__(self, node_id: str) -> float:
-        return self._values[self._position[node_id]]
+        return float(self._values[self._position[node_id]])
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._position
