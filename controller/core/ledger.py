@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+import numpy as np
+
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
                      backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
@@ -351,6 +353,12 @@ class Ledger:
         self._backfill_roomy_size = backfill.size
         self.selected: tuple[str, ...] = ()
         self._selected_by_p = False   # the last selection was every node with P > 0, best first
+        # Nodes with backfill room the last plans gave no VM, unchanged since (their view and P):
+        # the plan would give them none again. For the backfill config and tracking in _idle_for.
+        self._backfill_idle: set[str] = set()
+        self._idle_for: tuple[BackfillConfig, bool] | None = None
+        self._idle_ids: list[str] | None = None   # the selection's rows and P when it last looked
+        self._idle_p = np.zeros(0)
         self.productivity: Mapping[str, float] = {}
         self.predicted: Mapping[str, float] = {}
         self.churn = 0
@@ -417,6 +425,7 @@ class Ledger:
         regroup = False   # a node came or went: the columns are built afresh, in the views' order
         for node_id in sorted(self._dirty):   # the views' order, the pool's, is the same in every process
             node = self.nodes.get(node_id)
+            self._backfill_idle.discard(node_id)   # its view changes: the plan reads it again
             if node is None:
                 regroup = regroup or node_id in self._node_views
                 self._node_views.pop(node_id, None)
@@ -1042,17 +1051,29 @@ class Ledger:
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.
         unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
-        if self._selected_by_p and 4 * len(roomy) < len(self.selected):
+        # Nor does it read the nodes it gave nothing last time whose view and P have not changed
+        # since (they would get nothing again): kept without a budget, with prediction (without it
+        # a node with room always gets a VM).
+        idle = self._backfill_idle
+        track = not config.max_instances and self.settings.use_prediction
+        if self._idle_for != (config, track):
+            self._idle_for = (config, track)
+            idle.clear()
+        candidates = roomy - idle if idle else roomy
+        if self._selected_by_p and 4 * len(candidates) < len(self.selected):
             # The selected nodes with room, in the selection's order (P, best first, then id)
             # without a pass over every selected node: the few with room, sorted.
             p = self.productivity
-            targets = sorted((n for n in roomy if n in p and p[n] > 0 and n not in unable
+            targets = sorted((n for n in candidates if n in p and p[n] > 0 and n not in unable
                               and now >= self.launch_backoff.get(n, (0.0, 0))[0]), key=lambda n: (-p[n], n))
         else:
-            targets = [n for n in self.selected if n in roomy and n not in unable
+            targets = [n for n in self.selected if n in candidates and n not in unable
                        and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
+        if track:
+            idle.update(targets)
+            idle.difference_update(plan.launches)
         for vm_id in plan.recycles:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
@@ -1146,6 +1167,11 @@ class Ledger:
             self.churn = 0
         self.selected = result.chosen
         self._selected_by_p = all_fit
+        if ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
+            self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
+        else:
+            self._backfill_idle.clear()
+        self._idle_ids, self._idle_p = ids, p
         self.productivity = rows.by_node(p)
         self.predicted = rows.by_node(predicted.copy())
         if not result.swaps:
