@@ -33,6 +33,7 @@ Request outcomes: pending -> placed | rejected | failed.
 """
 from __future__ import annotations
 
+import weakref
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -349,6 +350,7 @@ class Ledger:
         self._reported: set[str] = set()         # nodes that reported since the last selection
         self._best_first = BestFirst()           # the selection when every node fits, kept row by row
         self._columns = NodeArrays([])           # the views as columns, row by row
+        self._lent: list[weakref.ref] = []       # snapshots' twins of the columns (NodeArrays.lend)
         self._backfill_roomy: set[str] = set()   # nodes where a backfill VM of the size below fits
         self._backfill_roomy_size = backfill.size
         self.selected: tuple[str, ...] = ()
@@ -460,9 +462,12 @@ class Ledger:
             if row is None:
                 regroup = True
             elif not regroup:
+                if self._lent:
+                    self._own_columns()
                 self._columns.set_row(row, view)
         if regroup:
             self._columns = NodeArrays(list(self._node_views.values()))
+            self._lent = []
         self._rebuilt |= self._dirty
         self._dirty.clear()
 
@@ -482,9 +487,17 @@ class Ledger:
                 self._note_backfill_room(view)
         return self._backfill_roomy
 
+    def _own_columns(self) -> None:
+        """Before a row of the columns changes: copy them if a snapshot that reads them is still alive."""
+        if any(lent() is not None for lent in self._lent):
+            self._columns = self._columns.copy()
+        self._lent = []
+
     def snapshot(self, now: float) -> Pool:
         self._refresh_views()
-        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, self._columns.copy())
+        columns = self._columns.lend()   # no copy: _own_columns copies them if they change under it
+        self._lent.append(weakref.ref(columns))
+        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, columns)
 
     def view(self, node_id: str) -> NodeView:
         self._refresh_views()

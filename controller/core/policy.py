@@ -199,6 +199,19 @@ class NodeArrays:
         twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()})
         return twin
 
+    def lend(self) -> NodeArrays:
+        """A twin reading these very arrays, read-only, without copying them: it shows later
+        set_row calls on this one, so its lender copies its own arrays before changing a row while
+        a twin it lent is still alive (the ledger's snapshots: a decision reads them and drops them)."""
+        twin = object.__new__(NodeArrays)
+        values = twin.__dict__
+        for k, v in self.__dict__.items():
+            if isinstance(v, np.ndarray):
+                v = v.view()
+                v.flags.writeable = False
+            values[k] = v
+        return twin
+
 
 def _ladder(node: NodeView) -> VictimLadder | None:
     """The node's victim ladder; for a node given without one, its newest victim alone, which
