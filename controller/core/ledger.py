@@ -37,13 +37,13 @@ import weakref
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
+                     _fitting, place_on_demand, plan_backfill, replace, summed)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -65,26 +65,6 @@ DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its n
 FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
                          "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired",
                          "vm.drained"})
-
-
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-
-
-def replace(record: Any, **changes: Any) -> Any:
-    """dataclasses.replace for the frozen records here (plain fields, no __post_init__): a copy of
-    the record's fields with these changed, in a third of its time (the books replace a lease at
-    every change of state)."""
-    cls = type(record)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
-    if not names.issuperset(changes):
-        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - names)}")
-    copy = object.__new__(cls)
-    values = copy.__dict__
-    values.update(record.__dict__)
-    values.update(changes)
-    return copy
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -361,6 +341,7 @@ class Ledger:
         self._idle_for: tuple[BackfillConfig, bool] | None = None
         self._idle_ids: list[str] | None = None   # the selection's rows and P when it last looked
         self._idle_p = np.zeros(0)
+        self._p_rows: tuple[list[str], int, np.ndarray] | None = None   # the last P, its rows and slot size
         self.productivity: Mapping[str, float] = {}
         self.predicted: Mapping[str, float] = {}
         self.churn = 0
@@ -472,8 +453,17 @@ class Ledger:
         self._dirty.clear()
 
     def _note_backfill_room(self, view: NodeView) -> None:
-        """Keep the set of nodes with room for a backfill VM of the size it was kept for."""
-        if fitting_count(backfill_room(view), self._backfill_roomy_size):
+        """Keep the set of nodes with room for a backfill VM of the size it was kept for
+        (fitting_count(backfill_room(view), size), in plain ints)."""
+        size = self._backfill_roomy_size
+        if view.up and not view.backfill_excluded:
+            capacity, reserve, allocated = view.capacity, view.reserve, view.allocated
+            fits = _fitting(capacity.vcpus - reserve.vcpus - allocated.vcpus,
+                            capacity.memory_mib - reserve.memory_mib - allocated.memory_mib,
+                            size.vcpus, size.memory_mib)
+        else:
+            fits = 0
+        if fits:
             self._backfill_roomy.add(view.node_id)
         else:
             self._backfill_roomy.discard(view.node_id)
@@ -1163,12 +1153,23 @@ class Ledger:
         config = self.backfill
         self._refresh_views()
         rows = self._selection_rows
-        rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now, self._reported)
+        touched = rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now,
+                              self._reported)
         self._rebuilt = set()
         self._reported = set()
         ids, predicted = rows.ids, rows.predicted
-        p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
-        p[rows.excluded] = 0.0
+        last = self._p_rows
+        if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
+            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
+            p[rows.excluded] = 0.0
+        else:   # P is row by row: computed again for the rows whose inputs changed
+            p = last[2].copy()
+            if touched:
+                part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
+                                              config.memory_mb)
+                part[rows.excluded[touched]] = 0.0
+                p[touched] = part
+        self._p_rows = (ids, config.memory_mb, p)
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
         # Room for every node: every node with P > 0, best first (what select_volunteers answers

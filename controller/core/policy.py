@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,27 @@ class Size:
 ZERO = Size(0, 0)
 
 
+_launched_at = attrgetter("launched_at")
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def replace(record: Any, **changes: Any) -> Any:
+    """dataclasses.replace for frozen records of plain fields (no __post_init__, every field in
+    __init__), such as NodeView and the ledger's Lease: a copy of the record's fields with these
+    changed, in a fraction of its time (the books replace one at every change)."""
+    cls = type(record)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    if not names.issuperset(changes):
+        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - names)}")
+    copy = object.__new__(cls)
+    values = copy.__dict__
+    values.update(record.__dict__)
+    values.update(changes)
+    return copy
+
+
 @dataclass(frozen=True)
 class VictimLadder:
     """A node's preemptible VMs newest first, with running sums of their sizes: how far back in
@@ -60,12 +83,15 @@ class VictimLadder:
 
     @classmethod
     def of(cls, victims: Iterable[VmView]) -> VictimLadder | None:
-        newest_first = sorted(victims, key=lambda vm: -vm.launched_at)
+        # newest first; a reversed sort keeps equal launch times in their order, as a key of
+        # -launched_at would
+        newest_first = sorted(victims, key=_launched_at, reverse=True)
         if not newest_first:
             return None
-        vcpus = tuple(itertools.accumulate(vm.size.vcpus for vm in newest_first))
-        memory = tuple(itertools.accumulate(vm.size.memory_mib for vm in newest_first))
-        return cls(tuple(vm.launched_at for vm in newest_first), vcpus, memory)
+        sizes = [vm.size for vm in newest_first]
+        vcpus = tuple(itertools.accumulate([size.vcpus for size in sizes]))
+        memory = tuple(itertools.accumulate([size.memory_mib for size in sizes]))
+        return cls(tuple([vm.launched_at for vm in newest_first]), vcpus, memory)
 
 
 @dataclass(frozen=True)
@@ -250,7 +276,7 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
                 on_demand_memory += size.memory_mib
         pinned_vcpus += size.vcpus
         pinned_memory += size.memory_mib
-    return dataclasses.replace(
+    return replace(
         node, allocated=unexplained + Size(all_vcpus, all_memory),
         pinned=unexplained + Size(pinned_vcpus, pinned_memory),
         newest_victim_at=newest, backfill_vcpus=backfill_vcpus, backfill_vms=backfill_vms,

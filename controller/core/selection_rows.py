@@ -37,9 +37,11 @@ class SelectionRows:
         self.cpu_max = np.zeros(0)
         self.free_memory = np.zeros(0)    # memory less the reserve and on-demand VMs, in MiB
         self.excluded = np.zeros(0, dtype=bool)
+        self.windows: list[tuple[float, ...] | None] = []
+        self.window = 0
 
     def update(self, nodes: Mapping[str, SampledNode], views: Mapping[str, NodeView], changed: Collection[str],
-               window: int, now: float, reported: Collection[str] | None = None) -> None:
+               window: int, now: float, reported: Collection[str] | None = None) -> list[int] | None:
         """Bring the rows up to date at `now` (not earlier than the last pass). `changed` are the
         nodes whose view the ledger rebuilt since the last pass: a node's state changes with its
         view, so only they can join or leave the up nodes.
@@ -48,7 +50,11 @@ class SelectionRows:
         prediction is a function of the node's samples, which only a report changes), their
         predictions are computed again. Without it, a node reported since the last pass if its last
         report is not the one seen then, or is not older than that pass (a report at the same
-        instant), which reads every node's last report."""
+        instant), which reads every node's last report. A prediction whose samples are the ones
+        it was computed from is kept (a node reports at every change of its VMs, often with the
+        same foreground load as its last samples).
+
+        Returns the rows whose figures may have changed, in order (None: every row)."""
         regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
                                            for n in changed)
         if regrouped:
@@ -64,9 +70,19 @@ class SelectionRows:
             stale = np.array(rows, dtype=np.int64)
             if rows:
                 self.reported_at[stale] = [self.states[i].last_report for i in rows]
-        if len(stale):
-            self.predicted[stale] = predictions([self.states[i].fg_samples for i in stale.tolist()], window)
+        recompute, samples = [], []
+        windows = self.windows
+        for i in stale.tolist():
+            recent = tuple(self.states[i].fg_samples)[-window:]
+            if recent != windows[i] or window != self.window:
+                windows[i] = recent
+                recompute.append(i)
+                samples.append(recent)
+        self.window = window
+        if recompute:
+            self.predicted[recompute] = predictions(samples, window)
         self.computed_at = now
+        touched = set(recompute)
         for node_id in changed:
             i = self.position.get(node_id)
             if i is not None:
@@ -75,6 +91,8 @@ class SelectionRows:
                 self.free_memory[i] = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
                     float(view.on_demand_memory_mib)
                 self.excluded[i] = view.backfill_excluded
+                touched.add(i)
+        return None if regrouped else sorted(touched)
 
     def _regroup(self, nodes: Mapping[str, SampledNode]) -> None:
         self.ids = [n for n, node in nodes.items() if node.state == "up"]
@@ -84,6 +102,7 @@ class SelectionRows:
         self.reported_at = np.full(count, np.nan)   # NaN equals nothing: every row is computed
         self.predicted, self.cpu_max, self.free_memory = np.zeros(count), np.zeros(count), np.zeros(count)
         self.excluded = np.zeros(count, dtype=bool)
+        self.windows = [None] * count   # the samples each row's prediction was computed from
 
     def by_node(self, values: np.ndarray) -> Mapping[str, float]:
         """Per-row values by node id, without a dict of every node per pass (nor a list: a pass
