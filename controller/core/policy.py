@@ -192,9 +192,11 @@ class NodeArrays:
             self.set_row(i, node)
 
     def _ladders(self, count: int, width: int) -> None:
-        self.ladder_at = np.full((count, width), np.nan)
-        self.ladder_vcpus = np.full((count, width), INT_MAX, dtype=np.int64)
-        self.ladder_memory = np.full((count, width), INT_MAX, dtype=np.int64)
+        # Column-major: placement reduces each row's few rungs (axis 1), which numpy then does as
+        # a handful of vector operations over every node rather than one short loop per node.
+        self.ladder_at = np.full((count, width), np.nan, order="F")
+        self.ladder_vcpus = np.full((count, width), INT_MAX, dtype=np.int64, order="F")
+        self.ladder_memory = np.full((count, width), INT_MAX, dtype=np.int64, order="F")
 
     def set_row(self, i: int, node: NodeView) -> None:
         self.up[i] = node.up
@@ -433,15 +435,35 @@ def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tu
     node whose victims cannot cover it is left out, as choose_victims would find none. So a
     decision over 10,000 full nodes reads the VMs of only the few that could be cheapest."""
     columns, now = pool.columns, pool.now
-    need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
-    need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
-    reach = np.maximum((columns.ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                       (columns.ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
+    if 2 * len(feasible) > len(columns.ids):   # most rows: over every row, not a copy of most of them
+        need_vcpus = want.vcpus - columns.capacity_vcpus + columns.allocated_vcpus
+        need_memory = want.memory_mib - columns.capacity_memory + columns.allocated_memory
+        reach = np.maximum((columns.ladder_vcpus < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (columns.ladder_memory < need_memory[:, None]).sum(axis=1))[feasible]
+    else:
+        need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
+        need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
+        reach = np.maximum((columns.ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (columns.ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
     covered = reach < columns.ladder_length[feasible]
     rows, reach = feasible[covered], reach[covered]
     bounds = np.maximum(now - columns.ladder_at[rows, reach], 0.0)
-    for j in np.argsort(bounds, kind="stable").tolist():
+    for j in _ascending(bounds):
         yield (float(bounds[j]), 1), pool.nodes[rows[j]]
+
+
+def _ascending(values: np.ndarray, first: int = 16) -> Iterator[int]:
+    """np.argsort(values, kind="stable"), lazily: the `first` lowest values (and every value tied
+    with them) are sorted first, the rest only if the caller reads on (placement mostly stops
+    after the first few candidates)."""
+    if len(values) <= 2 * first or np.isnan(values).any():
+        yield from np.argsort(values, kind="stable").tolist()
+        return
+    threshold = values[np.argpartition(values, first - 1)[:first]].max()
+    low = np.flatnonzero(values <= threshold)   # in position order: a stable sort keeps ties so
+    yield from low[np.argsort(values[low], kind="stable")].tolist()
+    high = np.flatnonzero(values > threshold)
+    yield from high[np.argsort(values[high], kind="stable")].tolist()
 
 
 def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
