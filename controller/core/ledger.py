@@ -324,6 +324,7 @@ class Ledger:
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
         self._vm_view_of: dict[str, tuple[Lease, VmView | None]] = {}   # live lease -> (it, its view)
+        self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
         self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
@@ -413,6 +414,7 @@ class Ledger:
                 regroup = regroup or node_id in self._node_views
                 self._node_views.pop(node_id, None)
                 self._vm_views.pop(node_id, None)
+                self._bare_views.pop(node_id, None)
                 self._backfill_roomy.discard(node_id)
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
@@ -432,9 +434,15 @@ class Ledger:
                     vms.append(vm)
             reserve = self.reserve_for(node_id)
             self._vm_views[node_id] = vms
-            view = self._node_views[node_id] = summed(
-                NodeView(node_id, node.capacity, node.state == "up", Size(reserve.vcpus, reserve.memory_mib),
-                         reserve.whole_node or node_id in self.reserved_nodes), vms, node.unexplained)
+            # The node's view less its sums: kept while what it holds is the same (most rebuilds
+            # are for a change of VMs alone)
+            key = (node.capacity, node.state == "up", reserve.vcpus, reserve.memory_mib,
+                   reserve.whole_node or node_id in self.reserved_nodes)
+            bare = self._bare_views.get(node_id)
+            if bare is None or bare[0] != key:
+                bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),
+                                                                  key[4]))
+            view = self._node_views[node_id] = summed(bare[1], vms, node.unexplained)
             self._note_backfill_room(view)
             share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
             self._od_total += share - self._od_share.get(node_id, 0.0)

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, VICTIM, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError,
+from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError,
                            RequestRecord, Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Size
 from ..core.reserves import Hint, ReserveSettings
@@ -496,16 +496,18 @@ class Simulation:
                 fixed = self.fixed_held[node_id]
                 fixed[0] -= vcpus
                 fixed[1] -= memory
-        held = lease.held
-        if held.vcpus or held.memory_mib:
+        state = lease.state   # what it holds (Lease.held), without a Size per lease
+        vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
+            (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
+        if vcpus or memory:
             node_id = lease.node_id
-            self.holding[lease.lease_id] = (node_id, lease.role, held.vcpus, held.memory_mib)
+            self.holding[lease.lease_id] = (node_id, lease.role, vcpus, memory)
             if lease.role == "backfill":
                 self.backfill_held[node_id] += 1
             else:
                 fixed = self.fixed_held[node_id]
-                fixed[0] += held.vcpus
-                fixed[1] += held.memory_mib
+                fixed[0] += vcpus
+                fixed[1] += memory
 
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
