@@ -187,6 +187,7 @@ class NodeArrays:
         self.oldest_victim_at = np.full(count, np.nan)
         self.ladder_length = np.zeros(count, np.int64)
         self.ladder_sizes = np.ones(count, dtype=bool)   # the ladder has the victims' sizes (not a stand-in)
+        self.backfill_vms = np.zeros(count, np.int64)
         self._ladders(count, max((len(n.victim_ladder.launched_at) for n in nodes if n.victim_ladder), default=1))
         for i, node in enumerate(nodes):
             self.set_row(i, node)
@@ -204,6 +205,7 @@ class NodeArrays:
         self.pinned_vcpus[i], self.pinned_memory[i] = node.pinned.vcpus, node.pinned.memory_mib
         self.allocated_vcpus[i], self.allocated_memory[i] = node.allocated.vcpus, node.allocated.memory_mib
         self.oldest_victim_at[i] = np.nan if node.oldest_victim_at is None else node.oldest_victim_at
+        self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
         length = len(ladder.launched_at) if ladder else 0
