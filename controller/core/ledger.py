@@ -810,9 +810,9 @@ class Ledger:
         """One agent report: node liveness and load, and its VMs against the books."""
         effects: list[Effect] = []
         node = self.nodes.get(report.node_id)
-        capacity = Size(report.cpus, report.memory_mib)
         if node is None:
-            node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address, capacity,
+            node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address,
+                                                          Size(report.cpus, report.memory_mib),
                                                           fg_samples=deque(maxlen=self.settings.prediction_window))
             node.redrive = node.node_id in self._redrive_nodes
             self._unable_cache.clear()
@@ -823,8 +823,10 @@ class Ledger:
                                             silent_s=round(now - node.last_report, 1)))
             node.redrive = node.state == "down"   # what was asked of it while it was down is asked again
             node.state = "up"
-        if node.address != report.agent_address or node.capacity != capacity:
-            node.address, node.capacity = report.agent_address, capacity
+        capacity = node.capacity
+        if node.address != report.agent_address or capacity.vcpus != report.cpus or \
+                capacity.memory_mib != report.memory_mib:
+            node.address, node.capacity = report.agent_address, Size(report.cpus, report.memory_mib)
             self._touch(node.node_id)
         node.last_report = now
         node.agent_version = report.agent_version
@@ -843,14 +845,15 @@ class Ledger:
         node.backfill_cpu = backfill_cpu
         signature = tuple(names)
         version = self.lease_version.get(node.node_id, 0)
+        unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
-                or node.unexplained != ZERO:   # VMs no live lease explains are matched until they are gone
+                or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
             effects += self._match_vms(node, report.vms, now)
             node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
         if node.redrive:
             node.redrive = False
             effects += self._redrive(node.node_id, now)
-        return [e for e in effects if not isinstance(e, Write) or e]
+        return [e for e in effects if not isinstance(e, Write) or e] if effects else effects
 
     def _node_event(self, kind: str, node: NodeState, **detail) -> Write:
         self.churn += 1
