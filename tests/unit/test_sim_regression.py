@@ -3,7 +3,8 @@
 A short run of the bench's workload (the Azure trace stretched to 60 % of the pool's vCPUs) per
 termination policy and reserve mode, each reduced to a fingerprint: the summary (less its wall
 times), the audit events by kind, and digests of the per-VM table (every placement, victim and
-launch with its times) and of the timeline. tests/data/sim_regression.json holds the fingerprints
+launch with its times), of the timeline, of the audit details the simulator keeps (preemptions,
+rejections and their reasons...) and of the live leases at the end. tests/data/sim_regression.json holds the fingerprints
 the code gave before a speed-up; a change that only makes the code faster gives the same ones.
 A change that means to alter a decision writes them afresh, and says so in its commit:
 
@@ -55,7 +56,7 @@ def fingerprints(nodes: int = NODES, days: float = DAYS, names: tuple[str, ...] 
         summary = sim.run()
         out[name] = dict(figures={k: v for k, v in summary["figures"].items() if k not in WALL},
                          events=summary["events"], vm_rows=digest(sim.vm_rows()),
-                         timeline=digest(sim.timeline_rows()),
+                         timeline=digest(sim.timeline_rows()), details=digest(sim.store.details),
                          leases=digest(sorted((l.lease_id, l.node_id, l.state, l.end_reason)
                                               for l in sim.ledger.leases.values())))
     return out
