@@ -304,6 +304,7 @@ class Ledger:
         self.new_id = new_id
         self.nodes: dict[str, NodeState] = {}
         self.leases: dict[str, Lease] = {}
+        self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -365,6 +366,8 @@ class Ledger:
         if old is not None:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
             self._touch(old.node_id)
+            if old.deadline is not None:
+                self._timed.pop(lease.lease_id, None)
         if lease.state in TERMINAL:
             self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
@@ -374,6 +377,8 @@ class Ledger:
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+            if lease.deadline is not None:
+                self._timed[lease.lease_id] = lease
         self._touch(lease.node_id)
         return lease
 
@@ -961,6 +966,7 @@ class Ledger:
     def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
         """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
         self.leases.pop(lease.lease_id, None)
+        self._timed.pop(lease.lease_id, None)
         self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         self._touch(lease.node_id)
@@ -1006,7 +1012,7 @@ class Ledger:
                 node.state = "down"
                 effects.append(self._node_event("node.down", node, silent_s=round(silent, 1)))
                 effects += self._lose(node.node_id, "its node is down", now)
-        for lease in [l for l in self.leases.values() if l.deadline is not None and now >= l.deadline]:
+        for lease in [l for l in self._timed.values() if now >= l.deadline]:   # in self.leases' order
             effects += self._expired(lease, now)
         for lease_id in [i for i, at in self.retry_at.items() if now >= at and not i.startswith("cleanup:")]:
             del self.retry_at[lease_id]

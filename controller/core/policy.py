@@ -509,7 +509,7 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
         best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
         return Place(pool.nodes[feasible[fits[best_fit]]].node_id)
     if not len(feasible):
-        return Reject(_infeasible_reason(pool, [n for n in pool.nodes if n.up], want))
+        return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
     best = None
     if policy is Policy.MOST_RECENT:
@@ -533,14 +533,19 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     return Preempt(node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
 
 
-def _infeasible_reason(pool: Pool, up: list[NodeView], want: Size) -> str:
-    if not up:
+def _infeasible_reason(pool: Pool, want: Size) -> str:
+    c = pool.columns
+    up = np.flatnonzero(c.up)
+    if not len(up):
         down = len(pool.nodes)
         return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
-    best = max((n.capacity - n.pinned for n in up), key=lambda s: (s.vcpus, s.memory_mib))
+    # the most room counting backfill as free, by vCPUs then memory (capacity - pinned, the largest)
+    vcpus, memory = (c.capacity_vcpus - c.pinned_vcpus)[up], (c.capacity_memory - c.pinned_memory)[up]
+    best_vcpus = int(vcpus.max())
+    best_memory = int(memory[vcpus == best_vcpus].max())
     return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "
             f"VM: the most room on any of the {len(up)} up nodes, counting backfill VMs as free, is "
-            f"{best.vcpus} vCPUs and {best.memory_mib} MiB")
+            f"{best_vcpus} vCPUs and {best_memory} MiB")
 
 
 # -- backfill -----------------------------------------------------------------------------------
