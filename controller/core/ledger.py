@@ -102,6 +102,9 @@ class Lease:
         return ZERO
 
 
+BLANK_LEASE = Lease("", "", "", "", 0, 0, "", "", "", 0.0)   # every other field at its default
+
+
 @dataclass(frozen=True)
 class RequestRecord:
     request_id: str
@@ -512,8 +515,11 @@ class Ledger:
     def _new_lease(self, role: VmRole, node_id: str, size: Size, image: str, owner: str, state: str,
                    now: float, deadline: float | None, request_id: str = "") -> Lease:
         lease_id = self.new_id("od" if role is VmRole.ON_DEMAND else "bf")
-        return Lease(lease_id, role.value, node_id, f"{self.settings.vm_name_prefix}{lease_id}", size.vcpus,
-                     size.memory_mib, image, owner, state, now, deadline=deadline, request_id=request_id)
+        # Lease(...) with its other fields at their defaults, copied from a blank one (faster)
+        return replace(BLANK_LEASE, lease_id=lease_id, role=role.value, node_id=node_id,
+                       vm_name=f"{self.settings.vm_name_prefix}{lease_id}", vcpus=size.vcpus,
+                       memory_mib=size.memory_mib, image=image, owner=owner, state=state, created_at=now,
+                       deadline=deadline, request_id=request_id)
 
     # -- on-demand requests ---------------------------------------------------------------------
 

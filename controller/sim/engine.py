@@ -445,18 +445,23 @@ class Simulation:
     def apply(self, effects: list) -> None:
         fill = False
         now = self.now
+        store = self.store
         for effect in effects:
-            if type(effect) is Write:
-                self.store.apply(effect)
+            if type(effect) is Write:   # Store.apply, inline: nothing below reads the store
                 for lease in effect.created + effect.updated:
+                    store.leases[lease.lease_id] = lease
                     self._hold(lease)
                     if lease.deadline is not None:
                         self.at(lease.deadline, self._deadline, lease.lease_id)
                 for record in effect.requests:
+                    store.requests[record.request_id] = record
                     if record.request_id in self.unanswered:
                         self._answered(record)
                 for event in effect.events:
                     kind = event.kind
+                    store.events[kind] += 1
+                    if kind in KEPT_DETAILS:
+                        store.details.setdefault(kind, []).append(event.detail)
                     if kind in FILL_EVENTS:
                         fill = True
                     if kind == "vm.preempted" or kind == "vm.drained":   # a reserve's drain loses work too
