@@ -133,9 +133,26 @@ class RowValues(Mapping):
 def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
     """The moving average of each node's last `window` samples (NaN-padded on the left, as one
     matrix of every node would be: each row's figure does not depend on the other rows)."""
-    samples = np.full((len(sample_lists), window), np.nan)
+    if window <= 0:
+        samples = np.full((len(sample_lists), window), np.nan)
+        for row, node_samples in enumerate(sample_lists):
+            recent = list(node_samples)[-window:]
+            if recent:
+                samples[row, -len(recent):] = recent
+        return moving_average(samples, window)
+    # moving_average's figures with fewer numpy calls (a pass runs this for the nodes that
+    # reported): the padding is 0 rather than NaN and counted out, NaN samples are zeroed and
+    # counted out, so the rows summed are the ones nansum sums, and the quotient is the same.
+    rows = len(sample_lists)
+    filled = np.zeros((rows, window))
+    counts = np.zeros(rows, dtype=np.int64)
     for row, node_samples in enumerate(sample_lists):
         recent = list(node_samples)[-window:]
         if recent:
-            samples[row, -len(recent):] = recent
-    return moving_average(samples, window)
+            filled[row, -len(recent):] = recent
+            counts[row] = len(recent)
+    missing = np.isnan(filled)
+    if missing.any():
+        filled[missing] = 0.0
+        counts -= missing.sum(axis=1)
+    return np.divide(filled.sum(axis=1), counts, out=np.zeros(rows), where=counts > 0)
