@@ -502,6 +502,8 @@ class Ledger:
     def snapshot(self, now: float) -> Pool:
         self._refresh_views()
         columns = self._columns.lend()   # no copy: _own_columns copies them if they change under it
+        if len(self._lent) >= 64:   # many snapshots and no change between them: keep the live ones only
+            self._lent = [lent for lent in self._lent if lent() is not None]
         self._lent.append(weakref.ref(columns))
         return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, columns)
 
