@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from controller.core.ledger import LedgerSettings
+from controller.core.ledger import Ask, LedgerSettings
 from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place, Policy, Pool, Preempt, Reject,
                                     Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
                                     plan_backfill)
@@ -152,6 +152,23 @@ def test_the_ledgers_columns_and_rows_match_ones_built_afresh():
     ledger.fill = fill_and_check
     f = sim.run()["figures"]
     assert checked > 50 and f["preemptions"] > 20
+
+
+def test_a_snapshot_keeps_its_columns_when_the_books_change_after_it():
+    """Snapshots lend the ledger's columns without copying them: a row that changes while one is
+    alive is changed in a copy, so the snapshot still reads the books as they were; the lent
+    arrays are read-only."""
+    sim = busy_simulation()
+    sim.run()
+    ledger, now = sim.ledger, sim.now
+    old = ledger.snapshot(now)
+    assert not old.columns.allocated_vcpus.flags.writeable
+    for i in range(3):
+        ledger.request(Ask(2, 1024, "tiny", "o", f"late{i}"), now)
+    new = ledger.snapshot(now)
+    assert columns_equal(old.columns, NodeArrays(old.nodes))
+    assert columns_equal(new.columns, NodeArrays(new.nodes))
+    assert old.nodes != new.nodes and not columns_equal(old.columns, new.columns)
 
 
 def test_recycling_reads_only_nodes_whose_oldest_victim_is_due():
