@@ -437,16 +437,20 @@ def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tu
     node whose victims cannot cover it is left out, as choose_victims would find none. So a
     decision over 10,000 full nodes reads the VMs of only the few that could be cheapest."""
     columns, now = pool.columns, pool.now
+    # the rungs any ladder has (the matrices are wider; past its rungs a row is padded with
+    # INT_MAX, which no need reaches)
+    width = int(columns.ladder_length.max()) if len(columns.ids) else 0
+    ladder_vcpus, ladder_memory = columns.ladder_vcpus[:, :width], columns.ladder_memory[:, :width]
     if 2 * len(feasible) > len(columns.ids):   # most rows: over every row, not a copy of most of them
         need_vcpus = want.vcpus - columns.capacity_vcpus + columns.allocated_vcpus
         need_memory = want.memory_mib - columns.capacity_memory + columns.allocated_memory
-        reach = np.maximum((columns.ladder_vcpus < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                           (columns.ladder_memory < need_memory[:, None]).sum(axis=1))[feasible]
+        reach = np.maximum((ladder_vcpus < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (ladder_memory < need_memory[:, None]).sum(axis=1))[feasible]
     else:
         need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
         need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
-        reach = np.maximum((columns.ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                           (columns.ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
+        reach = np.maximum((ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
     covered = reach < columns.ladder_length[feasible]
     rows, reach = feasible[covered], reach[covered]
     bounds = np.maximum(now - columns.ladder_at[rows, reach], 0.0)
