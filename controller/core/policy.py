@@ -482,16 +482,17 @@ def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Ite
     c, now = pool.columns, pool.now
     rows = feasible[c.ladder_length[feasible] > 0]
     length = c.ladder_length[rows]
-    valid = np.arange(c.ladder_at.shape[1]) < length[:, None]
-    sizes_vcpus = np.where(valid, np.diff(c.ladder_vcpus[rows], prepend=0, axis=1), 0)
-    sizes_memory = np.where(valid, np.diff(c.ladder_memory[rows], prepend=0, axis=1), 0)
+    width = int(length.max()) if len(rows) else 0   # the rungs these ladders have (the rest is padding)
+    valid = np.arange(width) < length[:, None]
+    sizes_vcpus = np.where(valid, np.diff(c.ladder_vcpus[rows, :width], prepend=0, axis=1), 0)
+    sizes_memory = np.where(valid, np.diff(c.ladder_memory[rows, :width], prepend=0, axis=1), 0)
     need_vcpus = want.vcpus - c.capacity_vcpus[rows] + c.allocated_vcpus[rows]
     need_memory = want.memory_mib - c.capacity_memory[rows] + c.allocated_memory[rows]
     short_vcpus = (np.cumsum(-np.sort(-sizes_vcpus, axis=1), axis=1) < need_vcpus[:, None]).sum(axis=1)
     short_memory = (np.cumsum(-np.sort(-sizes_memory, axis=1), axis=1) < need_memory[:, None]).sum(axis=1)
     covered = (short_vcpus < length) & (short_memory < length)
     fewest = np.maximum(short_vcpus, short_memory)[covered] + 1
-    works = np.where(valid, np.maximum(now - c.ladder_at[rows], 0.0) * sizes_vcpus, np.inf)[covered]
+    works = np.where(valid, np.maximum(now - c.ladder_at[rows, :width], 0.0) * sizes_vcpus, np.inf)[covered]
     least = np.cumsum(np.sort(works, axis=1), axis=1)[np.arange(len(fewest)), fewest - 1]
     least = least - np.abs(least) * 1e-9 - 1e-9
     rows = rows[covered]
