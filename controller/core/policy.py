@@ -466,7 +466,7 @@ def _ascending(values: np.ndarray, first: int = 16) -> Iterator[int]:
         yield from np.argsort(values, kind="stable").tolist()
         return
     threshold = values[np.argpartition(values, first - 1)[:first]].max()
-    low = np.flatnonzero(values <= threshold)   # in position order: a stable sort keeps ties so
+    low = np.flatnonzero(values <= threshold)   # in position order, so a stable sort keeps ties in it
     yield from low[np.argsort(values[low], kind="stable")].tolist()
     high = np.flatnonzero(values > threshold)
     yield from high[np.argsort(values[high], kind="stable")].tolist()

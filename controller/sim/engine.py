@@ -51,8 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError,
-                           RequestRecord, Reserve, Stop, Write)
+from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
+                           LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Size
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, OnDemandRequest
