@@ -4,8 +4,9 @@ A short run of the bench's workload (the Azure trace stretched to 60 % of the po
 termination policy and reserve mode, each reduced to a fingerprint: the summary (less its wall
 times), the audit events by kind, and digests of the per-VM table (every placement, victim and
 launch with its times), of the timeline, of the audit details the simulator keeps (preemptions,
-rejections and their reasons...) and of the live leases at the end. tests/data/sim_regression.json holds the fingerprints
-the code gave before a speed-up; a change that only makes the code faster gives the same ones.
+rejections and their reasons...) and of the live leases at the end. tests/data/sim_regression.json
+holds the fingerprints the code gave before a speed-up (recorded at 4b402cf); a change that only
+makes the code faster gives the same ones.
 A change that means to alter a decision writes them afresh, and says so in its commit:
 
     python -m tests.unit.test_sim_regression --write [--nodes N --days D --out FILE]
