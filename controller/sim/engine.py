@@ -424,6 +424,11 @@ class Simulation:
             callback(arg)
             self.events_run += 1
             if not self.events_run & 1023:
+                if not self.events_run & 0xFFFF:
+                    # The books and the store only grow: what lived through 65,536 events is
+                    # frozen too (refcounting still frees it), so a collection does not walk
+                    # the whole run's records again and again
+                    gc.freeze()
                 wall = time.perf_counter()
                 if wall >= deadline:
                     self.stopped_early_at = self.end = when
