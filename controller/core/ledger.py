@@ -335,6 +335,7 @@ class Ledger:
         self._reported: set[str] = set()         # nodes that reported since the last selection
         self._best_first = BestFirst()           # the selection when every node fits, kept row by row
         self._columns = NodeArrays([])           # the views as columns, row by row
+        self._view_rows: list[NodeView] = []     # the views in the columns' rows (self._node_views' order)
         self._lent: list[weakref.ref] = []       # snapshots' twins of the columns (NodeArrays.lend)
         self._backfill_roomy: set[str] = set()   # nodes where a backfill VM of the size below fits
         self._backfill_roomy_size = backfill.size
@@ -462,8 +463,10 @@ class Ledger:
                 if self._lent:
                     self._own_columns()
                 self._columns.set_row(row, view)
+                self._view_rows[row] = view
         if regroup:
-            self._columns = NodeArrays(list(self._node_views.values()))
+            self._view_rows = list(self._node_views.values())
+            self._columns = NodeArrays(self._view_rows)
             self._lent = []
         self._rebuilt |= self._dirty
         self._dirty.clear()
@@ -505,7 +508,7 @@ class Ledger:
         if len(self._lent) >= 64:   # many snapshots and no change between them: keep the live ones only
             self._lent = [lent for lent in self._lent if lent() is not None]
         self._lent.append(weakref.ref(columns))
-        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, columns)
+        return Pool(tuple(self._view_rows), _VmsByNode(self._vm_views), now, columns)
 
     def view(self, node_id: str) -> NodeView:
         self._refresh_views()
