@@ -188,6 +188,7 @@ class NodeArrays:
         self.ladder_length = np.zeros(count, np.int64)
         self.ladder_sizes = np.ones(count, dtype=bool)   # the ladder has the victims' sizes (not a stand-in)
         self.backfill_vms = np.zeros(count, np.int64)
+        self.ladder_rows: list[VictimLadder | None] = [None] * count   # what each row's rungs hold
         self._ladders(count, max((len(n.victim_ladder.launched_at) for n in nodes if n.victim_ladder), default=1))
         for i, node in enumerate(nodes):
             self.set_row(i, node)
@@ -208,6 +209,9 @@ class NodeArrays:
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
+        if ladder == self.ladder_rows[i]:
+            return   # the same rungs (often: a change of a node's VMs that are not victims)
+        self.ladder_rows[i] = ladder
         length = len(ladder.launched_at) if ladder else 0
         if length > self.ladder_at.shape[1]:   # a longer ladder than any so far: widen every row
             old = (self.ladder_at, self.ladder_vcpus, self.ladder_memory)
@@ -227,6 +231,7 @@ class NodeArrays:
         """A copy whose rows later set_row calls on this one leave alone (the ids are shared)."""
         twin = object.__new__(NodeArrays)
         twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()})
+        twin.ladder_rows = list(self.ladder_rows)
         return twin
 
     def lend(self) -> NodeArrays:
