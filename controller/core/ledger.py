@@ -308,6 +308,7 @@ class Ledger:
         self.nodes: dict[str, NodeState] = {}
         self.leases: dict[str, Lease] = {}
         self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
+        self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -372,6 +373,8 @@ class Ledger:
             self._touch(old.node_id)
             if old.deadline is not None:
                 self._timed.pop(lease.lease_id, None)
+            if old.state == "waiting":
+                self._waiting_on[old.node_id] -= 1
         if lease.state in TERMINAL:
             self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
@@ -383,6 +386,8 @@ class Ledger:
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
             if lease.deadline is not None:
                 self._timed[lease.lease_id] = lease
+            if lease.state == "waiting":
+                self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
 
@@ -784,6 +789,8 @@ class Ledger:
     def _start_waiting(self, node_id: str, now: float) -> list[Effect]:
         """Waiting on-demand leases of this node whose victims are all gone start now."""
         effects: list[Effect] = []
+        if not self._waiting_on.get(node_id):
+            return effects   # none waits there (the common case: no pass over the node's leases)
         for lease in [l for l in self.by_node.get(node_id, {}).values() if l.state == "waiting"]:
             record = self.requests.get(lease.request_id)
             victims = record.victims if record else ()
@@ -976,7 +983,9 @@ class Ledger:
 
     def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
         """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
-        self.leases.pop(lease.lease_id, None)
+        booked = self.leases.pop(lease.lease_id, None)
+        if booked is not None and booked.state == "waiting":
+            self._waiting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
         self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
