@@ -666,13 +666,15 @@ class Simulation:
         """Whether some up node would have held the request had every backfill VM on it (running,
         starting or stopping) been free: a rejection while backfill held room that would fit."""
         nodes, fixed_held = self.ledger.nodes, self.fixed_held
-        for node_id, count in self.backfill_held.items():
+        want_vcpus, want_memory = want.vcpus, want.memory_mib
+        for node_id, count in self.backfill_held.items():   # in plain ints: a rejection reads every node
             node = nodes.get(node_id)
             if not count or node is None or node.state != "up":
                 continue
             vcpus, memory = fixed_held[node_id]
-            room = node.capacity - node.unexplained
-            if want.vcpus <= room.vcpus - vcpus and want.memory_mib <= room.memory_mib - memory:
+            capacity, unexplained = node.capacity, node.unexplained
+            if want_vcpus <= capacity.vcpus - unexplained.vcpus - vcpus and \
+                    want_memory <= capacity.memory_mib - unexplained.memory_mib - memory:
                 return True
         return False
 
