@@ -230,21 +230,28 @@ class NodeArrays:
     def copy(self) -> NodeArrays:
         """A copy whose rows later set_row calls on this one leave alone (the ids are shared)."""
         twin = object.__new__(NodeArrays)
-        twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()})
+        twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()
+                              if k != "_lent"})
         twin.ladder_rows = list(self.ladder_rows)
         return twin
 
     def lend(self) -> NodeArrays:
         """A twin reading these very arrays, read-only, without copying them: it shows later
         set_row calls on this one, so its lender copies its own arrays before changing a row while
-        a twin it lent is still alive (the ledger's snapshots: a decision reads them and drops them)."""
+        a twin it lent is still alive (the ledger's snapshots: a decision reads them and drops them).
+        The read-only views are made once per set of arrays (a row written shows through them)."""
+        lent = self.__dict__.get("_lent")
+        if lent is None or lent["ladder_at"].base is not self.ladder_at:   # none yet, or the ladders widened
+            lent = {}
+            for k, v in self.__dict__.items():
+                if isinstance(v, np.ndarray):
+                    v = v.view()
+                    v.flags.writeable = False
+                if k != "_lent":
+                    lent[k] = v
+            self._lent = lent
         twin = object.__new__(NodeArrays)
-        values = twin.__dict__
-        for k, v in self.__dict__.items():
-            if isinstance(v, np.ndarray):
-                v = v.view()
-                v.flags.writeable = False
-            values[k] = v
+        twin.__dict__.update(lent)
         return twin
 
 
