@@ -33,18 +33,21 @@ Request outcomes: pending -> placed | rejected | failed.
 """
 from __future__ import annotations
 
+import weakref
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     backfill_room, fitting_count, place_on_demand, plan_backfill, summed)
+                     _fitting, place_on_demand, plan_backfill, replace, summed)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
-from .selection import potential_productivity, select_volunteers
+from .selection import BestFirst, Selection, potential_productivity, select_volunteers
 from .selection_rows import SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
@@ -97,6 +100,9 @@ class Lease:
         if self.state in HOLDS_MEMORY:
             return Size(0, self.memory_mib)
         return ZERO
+
+
+BLANK_LEASE = Lease("", "", "", "", 0, 0, "", "", "", 0.0)   # every other field at its default
 
 
 @dataclass(frozen=True)
@@ -305,6 +311,8 @@ class Ledger:
         self.new_id = new_id
         self.nodes: dict[str, NodeState] = {}
         self.leases: dict[str, Lease] = {}
+        self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
+        self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -324,13 +332,27 @@ class Ledger:
         self.lease_version: dict[str, int] = {}
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
+        self._vm_view_of: dict[str, tuple[Lease, VmView | None]] = {}   # live lease -> (it, its view)
+        self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
         self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
+        self._reported: set[str] = set()         # nodes that reported since the last selection
+        self._best_first = BestFirst()           # the selection when every node fits, kept row by row
         self._columns = NodeArrays([])           # the views as columns, row by row
+        self._view_rows: list[NodeView] = []     # the views in the columns' rows (self._node_views' order)
+        self._lent: list[weakref.ref] = []       # snapshots' twins of the columns (NodeArrays.lend)
         self._backfill_roomy: set[str] = set()   # nodes where a backfill VM of the size below fits
         self._backfill_roomy_size = backfill.size
         self.selected: tuple[str, ...] = ()
+        self._selected_by_p = False   # the last selection was every node with P > 0, best first
+        # Nodes with backfill room the last plans gave no VM, unchanged since (their view and P):
+        # the plan would give them none again. For the backfill config and tracking in _idle_for.
+        self._backfill_idle: set[str] = set()
+        self._idle_for: tuple[BackfillConfig, bool] | None = None
+        self._idle_ids: list[str] | None = None   # the selection's rows and P when it last looked
+        self._idle_p = np.zeros(0)
+        self._p_rows: tuple[list[str], int, np.ndarray] | None = None   # the last P, its rows and slot size
         self.productivity: Mapping[str, float] = {}
         self.predicted: Mapping[str, float] = {}
         self.churn = 0
@@ -353,7 +375,12 @@ class Ledger:
         if old is not None:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
             self._touch(old.node_id)
+            if old.deadline is not None:
+                self._timed.pop(lease.lease_id, None)
+            if old.state == "waiting":
+                self._waiting_on[old.node_id] -= 1
         if lease.state in TERMINAL:
+            self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
             self.stop_calls.discard(lease.lease_id)
@@ -361,6 +388,10 @@ class Ledger:
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+            if lease.deadline is not None:
+                self._timed[lease.lease_id] = lease
+            if lease.state == "waiting":
+                self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
 
@@ -396,26 +427,40 @@ class Ledger:
         regroup = False   # a node came or went: the columns are built afresh, in the views' order
         for node_id in sorted(self._dirty):   # the views' order, the pool's, is the same in every process
             node = self.nodes.get(node_id)
+            self._backfill_idle.discard(node_id)   # its view changes: the plan reads it again
             if node is None:
                 regroup = regroup or node_id in self._node_views
                 self._node_views.pop(node_id, None)
                 self._vm_views.pop(node_id, None)
+                self._bare_views.pop(node_id, None)
                 self._backfill_roomy.discard(node_id)
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
             vms = []
+            cache = self._vm_view_of
             for l in self.by_node.get(node_id, {}).values():
-                held = l.held
-                if held == ZERO:
-                    continue
-                preemptible = l.role == "backfill" and l.state == "running"
-                vms.append(VmView(l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
-                                  preemptible))
+                cached = cache.get(l.lease_id)
+                if cached is not None and cached[0] is l:
+                    vm = cached[1]   # the same lease (leases are replaced, never changed): the same view
+                else:
+                    held = l.held
+                    vm = None if held == ZERO else VmView(
+                        l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
+                        l.role == "backfill" and l.state == "running")   # preemptible
+                    cache[l.lease_id] = (l, vm)
+                if vm is not None:
+                    vms.append(vm)
             reserve = self.reserve_for(node_id)
             self._vm_views[node_id] = vms
-            view = self._node_views[node_id] = summed(
-                NodeView(node_id, node.capacity, node.state == "up", Size(reserve.vcpus, reserve.memory_mib),
-                         reserve.whole_node or node_id in self.reserved_nodes), vms, node.unexplained)
+            # The node's view less its sums: kept while what it holds is the same (most rebuilds
+            # are for a change of VMs alone)
+            key = (node.capacity, node.state == "up", reserve.vcpus, reserve.memory_mib,
+                   reserve.whole_node or node_id in self.reserved_nodes)
+            bare = self._bare_views.get(node_id)
+            if bare is None or bare[0] != key:
+                bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),
+                                                                  key[4]))
+            view = self._node_views[node_id] = summed(bare[1], vms, node.unexplained)
             self._note_backfill_room(view)
             share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
             self._od_total += share - self._od_share.get(node_id, 0.0)
@@ -424,15 +469,29 @@ class Ledger:
             if row is None:
                 regroup = True
             elif not regroup:
+                if self._lent:
+                    self._own_columns()
                 self._columns.set_row(row, view)
+                self._view_rows[row] = view
         if regroup:
-            self._columns = NodeArrays(list(self._node_views.values()))
+            self._view_rows = list(self._node_views.values())
+            self._columns = NodeArrays(self._view_rows)
+            self._lent = []
         self._rebuilt |= self._dirty
         self._dirty.clear()
 
     def _note_backfill_room(self, view: NodeView) -> None:
-        """Keep the set of nodes with room for a backfill VM of the size it was kept for."""
-        if fitting_count(backfill_room(view), self._backfill_roomy_size):
+        """Keep the set of nodes with room for a backfill VM of the size it was kept for
+        (fitting_count(backfill_room(view), size), in plain ints)."""
+        size = self._backfill_roomy_size
+        if view.up and not view.backfill_excluded:
+            capacity, reserve, allocated = view.capacity, view.reserve, view.allocated
+            fits = _fitting(capacity.vcpus - reserve.vcpus - allocated.vcpus,
+                            capacity.memory_mib - reserve.memory_mib - allocated.memory_mib,
+                            size.vcpus, size.memory_mib)
+        else:
+            fits = 0
+        if fits:
             self._backfill_roomy.add(view.node_id)
         else:
             self._backfill_roomy.discard(view.node_id)
@@ -446,9 +505,19 @@ class Ledger:
                 self._note_backfill_room(view)
         return self._backfill_roomy
 
+    def _own_columns(self) -> None:
+        """Before a row of the columns changes: copy them if a snapshot that reads them is still alive."""
+        if any(lent() is not None for lent in self._lent):
+            self._columns = self._columns.copy()
+        self._lent = []
+
     def snapshot(self, now: float) -> Pool:
         self._refresh_views()
-        return Pool(tuple(self._node_views.values()), _VmsByNode(self._vm_views), now, self._columns.copy())
+        columns = self._columns.lend()   # no copy: _own_columns copies them if they change under it
+        if len(self._lent) >= 64:   # many snapshots and no change between them: keep the live ones only
+            self._lent = [lent for lent in self._lent if lent() is not None]
+        self._lent.append(weakref.ref(columns))
+        return Pool(tuple(self._view_rows), _VmsByNode(self._vm_views), now, columns)
 
     def view(self, node_id: str) -> NodeView:
         self._refresh_views()
@@ -460,8 +529,11 @@ class Ledger:
     def _new_lease(self, role: VmRole, node_id: str, size: Size, image: str, owner: str, state: str,
                    now: float, deadline: float | None, request_id: str = "") -> Lease:
         lease_id = self.new_id("od" if role is VmRole.ON_DEMAND else "bf")
-        return Lease(lease_id, role.value, node_id, f"{self.settings.vm_name_prefix}{lease_id}", size.vcpus,
-                     size.memory_mib, image, owner, state, now, deadline=deadline, request_id=request_id)
+        # Lease(...) with its other fields at their defaults, copied from a blank one (faster)
+        return replace(BLANK_LEASE, lease_id=lease_id, role=role.value, node_id=node_id,
+                       vm_name=f"{self.settings.vm_name_prefix}{lease_id}", vcpus=size.vcpus,
+                       memory_mib=size.memory_mib, image=image, owner=owner, state=state, created_at=now,
+                       deadline=deadline, request_id=request_id)
 
     # -- on-demand requests ---------------------------------------------------------------------
 
@@ -721,6 +793,8 @@ class Ledger:
     def _start_waiting(self, node_id: str, now: float) -> list[Effect]:
         """Waiting on-demand leases of this node whose victims are all gone start now."""
         effects: list[Effect] = []
+        if not self._waiting_on.get(node_id):
+            return effects   # none waits there (the common case: no pass over the node's leases)
         for lease in [l for l in self.by_node.get(node_id, {}).values() if l.state == "waiting"]:
             record = self.requests.get(lease.request_id)
             victims = record.victims if record else ()
@@ -763,9 +837,9 @@ class Ledger:
         """One agent report: node liveness and load, and its VMs against the books."""
         effects: list[Effect] = []
         node = self.nodes.get(report.node_id)
-        capacity = Size(report.cpus, report.memory_mib)
         if node is None:
-            node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address, capacity,
+            node = self.nodes[report.node_id] = NodeState(report.node_id, report.agent_address,
+                                                          Size(report.cpus, report.memory_mib),
                                                           fg_samples=deque(maxlen=self.settings.prediction_window))
             node.redrive = node.node_id in self._redrive_nodes
             self._unable_cache.clear()
@@ -776,13 +850,16 @@ class Ledger:
                                             silent_s=round(now - node.last_report, 1)))
             node.redrive = node.state == "down"   # what was asked of it while it was down is asked again
             node.state = "up"
-        if node.address != report.agent_address or node.capacity != capacity:
-            node.address, node.capacity = report.agent_address, capacity
+        capacity = node.capacity
+        if node.address != report.agent_address or capacity.vcpus != report.cpus or \
+                capacity.memory_mib != report.memory_mib:
+            node.address, node.capacity = report.agent_address, Size(report.cpus, report.memory_mib)
             self._touch(node.node_id)
         node.last_report = now
         node.agent_version = report.agent_version
         node.foreground_cpu = report.foreground_cpu_cores
         node.fg_samples.append(report.foreground_cpu_cores)
+        self._reported.add(node.node_id)
         if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
@@ -795,14 +872,15 @@ class Ledger:
         node.backfill_cpu = backfill_cpu
         signature = tuple(names)
         version = self.lease_version.get(node.node_id, 0)
+        unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
-                or node.unexplained != ZERO:   # VMs no live lease explains are matched until they are gone
+                or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
             effects += self._match_vms(node, report.vms, now)
             node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
         if node.redrive:
             node.redrive = False
             effects += self._redrive(node.node_id, now)
-        return [e for e in effects if not isinstance(e, Write) or e]
+        return [e for e in effects if not isinstance(e, Write) or e] if effects else effects
 
     def _node_event(self, kind: str, node: NodeState, **detail) -> Write:
         self.churn += 1
@@ -909,7 +987,11 @@ class Ledger:
 
     def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
         """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
-        self.leases.pop(lease.lease_id, None)
+        booked = self.leases.pop(lease.lease_id, None)
+        if booked is not None and booked.state == "waiting":
+            self._waiting_on[booked.node_id] -= 1
+        self._timed.pop(lease.lease_id, None)
+        self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         self._touch(lease.node_id)
         node = self.nodes.get(lease.node_id)
@@ -954,7 +1036,7 @@ class Ledger:
                 node.state = "down"
                 effects.append(self._node_event("node.down", node, silent_s=round(silent, 1)))
                 effects += self._lose(node.node_id, "its node is down", now)
-        for lease in [l for l in self.leases.values() if l.deadline is not None and now >= l.deadline]:
+        for lease in [l for l in self._timed.values() if now >= l.deadline]:   # in self.leases' order
             effects += self._expired(lease, now)
         for lease_id in [i for i, at in self.retry_at.items() if now >= at and not i.startswith("cleanup:")]:
             del self.retry_at[lease_id]
@@ -1013,10 +1095,29 @@ class Ledger:
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.
         unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
-        targets = [n for n in self.selected if n in roomy and n not in unable
-                   and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
+        # Nor does it read the nodes it gave nothing last time whose view and P have not changed
+        # since (they would get nothing again): kept without a budget, with prediction (without it
+        # a node with room always gets a VM).
+        idle = self._backfill_idle
+        track = not config.max_instances and self.settings.use_prediction
+        if self._idle_for != (config, track):
+            self._idle_for = (config, track)
+            idle.clear()
+        candidates = roomy - idle if idle else roomy
+        if self._selected_by_p and 4 * len(candidates) < len(self.selected):
+            # The selected nodes with room, in the selection's order (P, best first, then id)
+            # without a pass over every selected node: the few with room, sorted.
+            p = self.productivity
+            targets = sorted((n for n in candidates if n in p and p[n] > 0 and n not in unable
+                              and now >= self.launch_backoff.get(n, (0.0, 0))[0]), key=lambda n: (-p[n], n))
+        else:
+            targets = [n for n in self.selected if n in candidates and n not in unable
+                       and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
+        if track:
+            idle.update(targets)
+            idle.difference_update(plan.launches)
         for vm_id in plan.recycles:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
@@ -1093,19 +1194,41 @@ class Ledger:
         config = self.backfill
         self._refresh_views()
         rows = self._selection_rows
-        rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now)
+        touched = rows.update(self.nodes, self._node_views, self._rebuilt, self.settings.prediction_window, now,
+                              self._reported)
         self._rebuilt = set()
+        self._reported = set()
         ids, predicted = rows.ids, rows.predicted
-        p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
-        p[rows.excluded] = 0.0
+        last = self._p_rows
+        if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
+            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
+            p[rows.excluded] = 0.0
+        else:   # P is row by row: computed again for the rows whose inputs changed
+            p = last[2].copy()
+            if touched:
+                part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
+                                              config.memory_mb)
+                part[rows.excluded[touched]] = 0.0
+                p[touched] = part
+        self._p_rows = (ids, config.memory_mb, p)
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
-        result = select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
+        # Room for every node: every node with P > 0, best first (what select_volunteers answers
+        # then), kept sorted row by row rather than sorted afresh.
+        all_fit = count >= len(ids) and not deferred
+        result = Selection(self._best_first.update(ids, p)) if all_fit else \
+            select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
         if evaluation:
             self.churn = 0
         self.selected = result.chosen
+        self._selected_by_p = all_fit
+        if ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
+            self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
+        else:
+            self._backfill_idle.clear()
+        self._idle_ids, self._idle_p = ids, p
         self.productivity = rows.by_node(p)
-        self.predicted = rows.by_node(predicted)
+        self.predicted = rows.by_node(predicted.copy())
         if not result.swaps:
             return []
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(

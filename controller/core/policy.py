@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,27 @@ class Size:
 ZERO = Size(0, 0)
 
 
+_launched_at = attrgetter("launched_at")
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def replace(record: Any, **changes: Any) -> Any:
+    """dataclasses.replace for frozen records of plain fields (no __post_init__, every field in
+    __init__), such as NodeView and the ledger's Lease: a copy of the record's fields with these
+    changed, in a fraction of its time (the books replace one at every change)."""
+    cls = type(record)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    if not names.issuperset(changes):
+        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - names)}")
+    copy = object.__new__(cls)
+    values = copy.__dict__
+    values.update(record.__dict__)
+    values.update(changes)
+    return copy
+
+
 @dataclass(frozen=True)
 class VictimLadder:
     """A node's preemptible VMs newest first, with running sums of their sizes: how far back in
@@ -60,12 +83,15 @@ class VictimLadder:
 
     @classmethod
     def of(cls, victims: Iterable[VmView]) -> VictimLadder | None:
-        newest_first = sorted(victims, key=lambda vm: -vm.launched_at)
+        # newest first; a reversed sort keeps equal launch times in their order, as a key of
+        # -launched_at would
+        newest_first = sorted(victims, key=_launched_at, reverse=True)
         if not newest_first:
             return None
-        vcpus = tuple(itertools.accumulate(vm.size.vcpus for vm in newest_first))
-        memory = tuple(itertools.accumulate(vm.size.memory_mib for vm in newest_first))
-        return cls(tuple(vm.launched_at for vm in newest_first), vcpus, memory)
+        sizes = [vm.size for vm in newest_first]
+        vcpus = tuple(itertools.accumulate([size.vcpus for size in sizes]))
+        memory = tuple(itertools.accumulate([size.memory_mib for size in sizes]))
+        return cls(tuple([vm.launched_at for vm in newest_first]), vcpus, memory)
 
 
 @dataclass(frozen=True)
@@ -161,14 +187,18 @@ class NodeArrays:
         self.oldest_victim_at = np.full(count, np.nan)
         self.ladder_length = np.zeros(count, np.int64)
         self.ladder_sizes = np.ones(count, dtype=bool)   # the ladder has the victims' sizes (not a stand-in)
+        self.backfill_vms = np.zeros(count, np.int64)
+        self.ladder_rows: list[VictimLadder | None] = [None] * count   # what each row's rungs hold
         self._ladders(count, max((len(n.victim_ladder.launched_at) for n in nodes if n.victim_ladder), default=1))
         for i, node in enumerate(nodes):
             self.set_row(i, node)
 
     def _ladders(self, count: int, width: int) -> None:
-        self.ladder_at = np.full((count, width), np.nan)
-        self.ladder_vcpus = np.full((count, width), INT_MAX, dtype=np.int64)
-        self.ladder_memory = np.full((count, width), INT_MAX, dtype=np.int64)
+        # Column-major: placement reduces each row's few rungs (axis 1), which numpy then does as
+        # a handful of vector operations over every node rather than one short loop per node.
+        self.ladder_at = np.full((count, width), np.nan, order="F")
+        self.ladder_vcpus = np.full((count, width), INT_MAX, dtype=np.int64, order="F")
+        self.ladder_memory = np.full((count, width), INT_MAX, dtype=np.int64, order="F")
 
     def set_row(self, i: int, node: NodeView) -> None:
         self.up[i] = node.up
@@ -176,8 +206,12 @@ class NodeArrays:
         self.pinned_vcpus[i], self.pinned_memory[i] = node.pinned.vcpus, node.pinned.memory_mib
         self.allocated_vcpus[i], self.allocated_memory[i] = node.allocated.vcpus, node.allocated.memory_mib
         self.oldest_victim_at[i] = np.nan if node.oldest_victim_at is None else node.oldest_victim_at
+        self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
+        if ladder == self.ladder_rows[i]:
+            return   # the same rungs (often: a change of a node's VMs that are not victims)
+        self.ladder_rows[i] = ladder
         length = len(ladder.launched_at) if ladder else 0
         if length > self.ladder_at.shape[1]:   # a longer ladder than any so far: widen every row
             old = (self.ladder_at, self.ladder_vcpus, self.ladder_memory)
@@ -196,7 +230,28 @@ class NodeArrays:
     def copy(self) -> NodeArrays:
         """A copy whose rows later set_row calls on this one leave alone (the ids are shared)."""
         twin = object.__new__(NodeArrays)
-        twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()})
+        twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()
+                              if k != "_lent"})
+        twin.ladder_rows = list(self.ladder_rows)
+        return twin
+
+    def lend(self) -> NodeArrays:
+        """A twin reading these very arrays, read-only, without copying them: it shows later
+        set_row calls on this one, so its lender copies its own arrays before changing a row while
+        a twin it lent is still alive (the ledger's snapshots: a decision reads them and drops them).
+        The read-only views are made once per set of arrays (a row written shows through them)."""
+        lent = self.__dict__.get("_lent")
+        if lent is None or lent["ladder_at"].base is not self.ladder_at:   # none yet, or the ladders widened
+            lent = {}
+            for k, v in self.__dict__.items():
+                if isinstance(v, np.ndarray):
+                    v = v.view()
+                    v.flags.writeable = False
+                if k != "_lent":
+                    lent[k] = v
+            self._lent = lent
+        twin = object.__new__(NodeArrays)
+        twin.__dict__.update(lent)
         return twin
 
 
@@ -211,16 +266,37 @@ def _ladder(node: NodeView) -> VictimLadder | None:
 def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> NodeView:
     """The node with its sums taken from its VMs (Pool.of; the ledger, per node whose leases
     changed), `unexplained` being room taken outside any VM it knows."""
-    victims = [vm for vm in vms if is_victim(vm)]
-    backfill = [vm for vm in vms if vm.role is VmRole.BACKFILL]
-    pinned = allocated([vm for vm in vms if not is_victim(vm)])
-    return dataclasses.replace(
-        node, allocated=unexplained + allocated(vms), pinned=unexplained + pinned,
-        newest_victim_at=max((vm.launched_at for vm in victims), default=None),
-        backfill_vcpus=sum(vm.size.vcpus for vm in backfill), backfill_vms=len(backfill),
-        on_demand_memory_mib=sum(vm.size.memory_mib for vm in vms if vm.role is VmRole.ON_DEMAND),
-        oldest_victim_at=min((vm.launched_at for vm in victims), default=None),
-        victim_ladder=VictimLadder.of(victims))
+    # One pass in plain ints (this runs for every node whose leases changed, per event): the sums
+    # of allocated(), max() and min() over the same VMs in the same order.
+    victims = []
+    all_vcpus = all_memory = pinned_vcpus = pinned_memory = backfill_vcpus = backfill_vms = on_demand_memory = 0
+    newest = oldest = None
+    backfill_role = VmRole.BACKFILL
+    for vm in vms:
+        size = vm.size
+        all_vcpus += size.vcpus
+        all_memory += size.memory_mib
+        if vm.role is backfill_role:
+            backfill_vcpus += size.vcpus
+            backfill_vms += 1
+            if vm.preemptible:   # is_victim
+                victims.append(vm)
+                at = vm.launched_at
+                if newest is None or at > newest:
+                    newest = at
+                if oldest is None or at < oldest:
+                    oldest = at
+                continue
+        else:
+            if vm.role is VmRole.ON_DEMAND:
+                on_demand_memory += size.memory_mib
+        pinned_vcpus += size.vcpus
+        pinned_memory += size.memory_mib
+    return replace(
+        node, allocated=unexplained + Size(all_vcpus, all_memory),
+        pinned=unexplained + Size(pinned_vcpus, pinned_memory),
+        newest_victim_at=newest, backfill_vcpus=backfill_vcpus, backfill_vms=backfill_vms,
+        on_demand_memory_mib=on_demand_memory, oldest_victim_at=oldest, victim_ladder=VictimLadder.of(victims))
 
 
 def is_victim(vm: VmView) -> bool:
@@ -373,15 +449,39 @@ def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tu
     node whose victims cannot cover it is left out, as choose_victims would find none. So a
     decision over 10,000 full nodes reads the VMs of only the few that could be cheapest."""
     columns, now = pool.columns, pool.now
-    need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
-    need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
-    reach = np.maximum((columns.ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                       (columns.ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
+    # the rungs any ladder has (the matrices are wider; past its rungs a row is padded with
+    # INT_MAX, which no need reaches)
+    width = int(columns.ladder_length.max()) if len(columns.ids) else 0
+    ladder_vcpus, ladder_memory = columns.ladder_vcpus[:, :width], columns.ladder_memory[:, :width]
+    if 2 * len(feasible) > len(columns.ids):   # most rows: over every row, not a copy of most of them
+        need_vcpus = want.vcpus - columns.capacity_vcpus + columns.allocated_vcpus
+        need_memory = want.memory_mib - columns.capacity_memory + columns.allocated_memory
+        reach = np.maximum((ladder_vcpus < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (ladder_memory < need_memory[:, None]).sum(axis=1))[feasible]
+    else:
+        need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
+        need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
+        reach = np.maximum((ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
+                           (ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
     covered = reach < columns.ladder_length[feasible]
     rows, reach = feasible[covered], reach[covered]
     bounds = np.maximum(now - columns.ladder_at[rows, reach], 0.0)
-    for j in np.argsort(bounds, kind="stable").tolist():
+    for j in _ascending(bounds):
         yield (float(bounds[j]), 1), pool.nodes[rows[j]]
+
+
+def _ascending(values: np.ndarray, first: int = 16) -> Iterator[int]:
+    """np.argsort(values, kind="stable"), lazily: the `first` lowest values (and every value tied
+    with them) are sorted first, the rest only if the caller reads on (placement mostly stops
+    after the first few candidates)."""
+    if len(values) <= 2 * first or np.isnan(values).any():
+        yield from np.argsort(values, kind="stable").tolist()
+        return
+    threshold = values[np.argpartition(values, first - 1)[:first]].max()
+    low = np.flatnonzero(values <= threshold)   # in position order, so a stable sort keeps ties in it
+    yield from low[np.argsort(values[low], kind="stable")].tolist()
+    high = np.flatnonzero(values > threshold)
+    yield from high[np.argsort(values[high], kind="stable")].tolist()
 
 
 def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
@@ -394,16 +494,17 @@ def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Ite
     c, now = pool.columns, pool.now
     rows = feasible[c.ladder_length[feasible] > 0]
     length = c.ladder_length[rows]
-    valid = np.arange(c.ladder_at.shape[1]) < length[:, None]
-    sizes_vcpus = np.where(valid, np.diff(c.ladder_vcpus[rows], prepend=0, axis=1), 0)
-    sizes_memory = np.where(valid, np.diff(c.ladder_memory[rows], prepend=0, axis=1), 0)
+    width = int(length.max()) if len(rows) else 0   # the rungs these ladders have (the rest is padding)
+    valid = np.arange(width) < length[:, None]
+    sizes_vcpus = np.where(valid, np.diff(c.ladder_vcpus[rows, :width], prepend=0, axis=1), 0)
+    sizes_memory = np.where(valid, np.diff(c.ladder_memory[rows, :width], prepend=0, axis=1), 0)
     need_vcpus = want.vcpus - c.capacity_vcpus[rows] + c.allocated_vcpus[rows]
     need_memory = want.memory_mib - c.capacity_memory[rows] + c.allocated_memory[rows]
     short_vcpus = (np.cumsum(-np.sort(-sizes_vcpus, axis=1), axis=1) < need_vcpus[:, None]).sum(axis=1)
     short_memory = (np.cumsum(-np.sort(-sizes_memory, axis=1), axis=1) < need_memory[:, None]).sum(axis=1)
     covered = (short_vcpus < length) & (short_memory < length)
     fewest = np.maximum(short_vcpus, short_memory)[covered] + 1
-    works = np.where(valid, np.maximum(now - c.ladder_at[rows], 0.0) * sizes_vcpus, np.inf)[covered]
+    works = np.where(valid, np.maximum(now - c.ladder_at[rows, :width], 0.0) * sizes_vcpus, np.inf)[covered]
     least = np.cumsum(np.sort(works, axis=1), axis=1)[np.arange(len(fewest)), fewest - 1]
     least = least - np.abs(least) * 1e-9 - 1e-9
     rows = rows[covered]
@@ -425,7 +526,7 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
         best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
         return Place(pool.nodes[feasible[fits[best_fit]]].node_id)
     if not len(feasible):
-        return Reject(_infeasible_reason(pool, [n for n in pool.nodes if n.up], want))
+        return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
     best = None
     if policy is Policy.MOST_RECENT:
@@ -449,14 +550,19 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     return Preempt(node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
 
 
-def _infeasible_reason(pool: Pool, up: list[NodeView], want: Size) -> str:
-    if not up:
+def _infeasible_reason(pool: Pool, want: Size) -> str:
+    c = pool.columns
+    up = np.flatnonzero(c.up)
+    if not len(up):
         down = len(pool.nodes)
         return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
-    best = max((n.capacity - n.pinned for n in up), key=lambda s: (s.vcpus, s.memory_mib))
+    # the most room counting backfill as free, by vCPUs then memory (capacity - pinned, the largest)
+    vcpus, memory = (c.capacity_vcpus - c.pinned_vcpus)[up], (c.capacity_memory - c.pinned_memory)[up]
+    best_vcpus = int(vcpus.max())
+    best_memory = int(memory[vcpus == best_vcpus].max())
     return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "
             f"VM: the most room on any of the {len(up)} up nodes, counting backfill VMs as free, is "
-            f"{best.vcpus} vCPUs and {best.memory_mib} MiB")
+            f"{best_vcpus} vCPUs and {best_memory} MiB")
 
 
 # -- backfill -----------------------------------------------------------------------------------

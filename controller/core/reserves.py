@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from .policy import NodeView, Pool, VmRole
 
 HOUR = 3600
@@ -497,17 +499,21 @@ def plan_for_pool(settings: ReserveSettings, pool: Pool, hints: Iterable[Hint] =
     """reserve_plan over the ledger's Pool, reading VMs only when it must: every node without
     backfill is cheaper to keep free than any node with some, so while those suffice no VM
     list is read (the steady state, once the reserved nodes are drained)."""
-    up = [n for n in pool.nodes if n.up]
-    target = reserve_target(settings, pool.now, len(up), hints, history)
+    columns = pool.columns   # the nodes as columns: this runs at every fill, over every node
+    up_rows = np.flatnonzero(columns.up)
+    target = reserve_target(settings, pool.now, len(up_rows), hints, history)
     if not target.nodes:
         return target, ReservedNodes((), ())
     # a node without backfill costs (False, 0, False, -share, id): its order among them
-    heap = [(-on_demand_share(n), n.node_id, n) for n in up if not n.backfill_vms]
+    nodes = pool.nodes
+    heap = [(-on_demand_share(n), n.node_id, n)
+            for n in map(nodes.__getitem__, np.flatnonzero(columns.up & (columns.backfill_vms == 0)).tolist())]
     heapq.heapify(heap)
     free = _cheapest_until(((-share, n) for share, _, n in _drain(heap)), target.nodes, target.idle)
     shares = [on_demand_share(n) for n in free]
     if len(free) >= target.nodes and len(free) - sum(shares) >= target.idle - EPSILON:
         return target, _reserved(free, (), target.nodes, shares)
+    up = [nodes[i] for i in up_rows.tolist()]
     return target, choose_reserved_nodes([_load(n, pool, state_of) for n in up], target.nodes, target.idle)
 
 

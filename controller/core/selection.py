@@ -9,6 +9,7 @@ burst, the previous selection stands until the evaluation interval ends.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -102,3 +103,43 @@ def _best_first(nodes: list[str], productivity: list[float], index: dict[str, in
     ordered = sorted(nodes)
     ordered.sort(key=lambda n: -productivity[index[n]])
     return ordered
+
+
+class BestFirst:
+    """Every node with P > 0, best first (ties by node id): _all_best_first's answer, kept from
+    pass to pass by moving only the nodes whose P changed, rather than sorting every node afresh.
+    The ids are rows (the same list from pass to pass while the nodes stay the same; any other
+    list starts afresh)."""
+
+    def __init__(self) -> None:
+        self._ids: list[str] | None = None
+        self._p = np.zeros(0)
+        self._keys: list[tuple[float, str]] = []   # (-P, id) of the chosen, sorted
+        self._chosen: list[str] = []               # their ids, in the same order
+        self._answer: tuple[str, ...] = ()
+
+    def update(self, node_ids: list[str], productivity: np.ndarray) -> tuple[str, ...]:
+        if node_ids is not self._ids or len(productivity) != len(self._p):
+            self._ids, self._p = node_ids, productivity
+            self._chosen = _all_best_first(node_ids, productivity)
+            p = productivity.tolist()
+            index = {node: i for i, node in enumerate(node_ids)}
+            self._keys = [(-p[index[n]], n) for n in self._chosen]
+            self._answer = tuple(self._chosen)
+            return self._answer
+        changed = np.flatnonzero(productivity != self._p).tolist()
+        if changed:
+            old, new = self._p[changed].tolist(), productivity[changed].tolist()
+            keys, chosen = self._keys, self._chosen
+            for i, before, after in zip(changed, old, new):
+                node = node_ids[i]
+                if before > 0:
+                    at = bisect_left(keys, (-before, node))
+                    del keys[at], chosen[at]
+                if after > 0:
+                    at = bisect_left(keys, (-after, node))
+                    keys.insert(at, (-after, node))
+                    chosen.insert(at, node)
+            self._answer = tuple(chosen)
+        self._p = productivity
+        return self._answer

@@ -37,23 +37,52 @@ class SelectionRows:
         self.cpu_max = np.zeros(0)
         self.free_memory = np.zeros(0)    # memory less the reserve and on-demand VMs, in MiB
         self.excluded = np.zeros(0, dtype=bool)
+        self.windows: list[tuple[float, ...] | None] = []
+        self.window = 0
 
     def update(self, nodes: Mapping[str, SampledNode], views: Mapping[str, NodeView], changed: Collection[str],
-               window: int, now: float) -> None:
+               window: int, now: float, reported: Collection[str] | None = None) -> list[int] | None:
         """Bring the rows up to date at `now` (not earlier than the last pass). `changed` are the
         nodes whose view the ledger rebuilt since the last pass: a node's state changes with its
         view, so only they can join or leave the up nodes.
 
-        A node reported since the last pass if its last report is not the one seen then, or is not
-        older than that pass (a report at the same instant); its prediction is computed again."""
-        if not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up") for n in changed):
+        `reported` are the nodes that reported since the last pass (the ledger keeps them: a
+        prediction is a function of the node's samples, which only a report changes), their
+        predictions are computed again. Without it, a node reported since the last pass if its last
+        report is not the one seen then, or is not older than that pass (a report at the same
+        instant), which reads every node's last report. A prediction whose samples are the ones
+        it was computed from is kept (a node reports at every change of its VMs, often with the
+        same foreground load as its last samples).
+
+        Returns the rows whose figures may have changed, in order (None: every row)."""
+        regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
+                                           for n in changed)
+        if regrouped:
             self._regroup(nodes)
             changed = self.ids
-        reported = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
-        stale = np.flatnonzero((reported >= self.computed_at) | (reported != self.reported_at))
-        if len(stale):
-            self.predicted[stale] = predictions([self.states[i].fg_samples for i in stale.tolist()], window)
-        self.reported_at, self.computed_at = reported, now
+        if reported is None or regrouped:
+            at = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
+            stale = np.flatnonzero((at >= self.computed_at) | (at != self.reported_at))
+            self.reported_at = at
+        else:
+            position = self.position
+            rows = sorted(position[n] for n in reported if n in position)
+            stale = np.array(rows, dtype=np.int64)
+            if rows:
+                self.reported_at[stale] = [self.states[i].last_report for i in rows]
+        recompute, samples = [], []
+        windows = self.windows
+        for i in stale.tolist():
+            recent = tuple(self.states[i].fg_samples)[-window:]
+            if recent != windows[i] or window != self.window:
+                windows[i] = recent
+                recompute.append(i)
+                samples.append(recent)
+        self.window = window
+        if recompute:
+            self.predicted[recompute] = predictions(samples, window)
+        self.computed_at = now
+        touched = set(recompute)
         for node_id in changed:
             i = self.position.get(node_id)
             if i is not None:
@@ -62,6 +91,8 @@ class SelectionRows:
                 self.free_memory[i] = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
                     float(view.on_demand_memory_mib)
                 self.excluded[i] = view.backfill_excluded
+                touched.add(i)
+        return None if regrouped else sorted(touched)
 
     def _regroup(self, nodes: Mapping[str, SampledNode]) -> None:
         self.ids = [n for n, node in nodes.items() if node.state == "up"]
@@ -71,21 +102,23 @@ class SelectionRows:
         self.reported_at = np.full(count, np.nan)   # NaN equals nothing: every row is computed
         self.predicted, self.cpu_max, self.free_memory = np.zeros(count), np.zeros(count), np.zeros(count)
         self.excluded = np.zeros(count, dtype=bool)
+        self.windows = [None] * count   # the samples each row's prediction was computed from
 
     def by_node(self, values: np.ndarray) -> Mapping[str, float]:
-        """Per-row values by node id, without a dict of every node per pass."""
-        return RowValues(self.position, values.tolist())
+        """Per-row values by node id, without a dict of every node per pass (nor a list: a pass
+        reads a few of them). The caller no longer changes `values`."""
+        return RowValues(self.position, values)
 
 
 class RowValues(Mapping):
     """A node's figure from the last selection pass, by node id."""
 
-    def __init__(self, position: Mapping[str, int], values: list[float]) -> None:
+    def __init__(self, position: Mapping[str, int], values: np.ndarray) -> None:
         self._position = position
         self._values = values
 
     def __getitem__(self, node_id: str) -> float:
-        return self._values[self._position[node_id]]
+        return float(self._values[self._position[node_id]])
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._position
@@ -100,9 +133,26 @@ class RowValues(Mapping):
 def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
     """The moving average of each node's last `window` samples (NaN-padded on the left, as one
     matrix of every node would be: each row's figure does not depend on the other rows)."""
-    samples = np.full((len(sample_lists), window), np.nan)
+    if window <= 0:
+        samples = np.full((len(sample_lists), window), np.nan)
+        for row, node_samples in enumerate(sample_lists):
+            recent = list(node_samples)[-window:]
+            if recent:
+                samples[row, -len(recent):] = recent
+        return moving_average(samples, window)
+    # moving_average's figures with fewer numpy calls (a pass runs this for the nodes that
+    # reported): the padding is 0 rather than NaN and counted out, NaN samples are zeroed and
+    # counted out, so the rows summed are the ones nansum sums, and the quotient is the same.
+    rows = len(sample_lists)
+    filled = np.zeros((rows, window))
+    counts = np.zeros(rows, dtype=np.int64)
     for row, node_samples in enumerate(sample_lists):
         recent = list(node_samples)[-window:]
         if recent:
-            samples[row, -len(recent):] = recent
-    return moving_average(samples, window)
+            filled[row, -len(recent):] = recent
+            counts[row] = len(recent)
+    missing = np.isnan(filled)
+    if missing.any():
+        filled[missing] = 0.0
+        counts -= missing.sum(axis=1)
+    return np.divide(filled.sum(axis=1), counts, out=np.zeros(rows), where=counts > 0)

@@ -51,8 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, VICTIM, Ask, Launch, Lease, Ledger, LedgerSettings, LeaseError,
-                           RequestRecord, Reserve, Stop, Write)
+from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
+                           LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Size
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, OnDemandRequest
@@ -424,6 +424,11 @@ class Simulation:
             callback(arg)
             self.events_run += 1
             if not self.events_run & 1023:
+                if not self.events_run & 0xFFFF:
+                    # The books and the store only grow: what lived through 65,536 events is
+                    # frozen too (refcounting still frees it), so a collection does not walk
+                    # the whole run's records again and again
+                    gc.freeze()
                 wall = time.perf_counter()
                 if wall >= deadline:
                     self.stopped_early_at = self.end = when
@@ -445,18 +450,23 @@ class Simulation:
     def apply(self, effects: list) -> None:
         fill = False
         now = self.now
+        store = self.store
         for effect in effects:
-            if type(effect) is Write:
-                self.store.apply(effect)
+            if type(effect) is Write:   # Store.apply, inline: nothing below reads the store
                 for lease in effect.created + effect.updated:
+                    store.leases[lease.lease_id] = lease
                     self._hold(lease)
                     if lease.deadline is not None:
                         self.at(lease.deadline, self._deadline, lease.lease_id)
                 for record in effect.requests:
+                    store.requests[record.request_id] = record
                     if record.request_id in self.unanswered:
                         self._answered(record)
                 for event in effect.events:
                     kind = event.kind
+                    store.events[kind] += 1
+                    if kind in KEPT_DETAILS:
+                        store.details.setdefault(kind, []).append(event.detail)
                     if kind in FILL_EVENTS:
                         fill = True
                     if kind == "vm.preempted" or kind == "vm.drained":   # a reserve's drain loses work too
@@ -496,16 +506,18 @@ class Simulation:
                 fixed = self.fixed_held[node_id]
                 fixed[0] -= vcpus
                 fixed[1] -= memory
-        held = lease.held
-        if held.vcpus or held.memory_mib:
+        state = lease.state   # what it holds (Lease.held), without a Size per lease
+        vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
+            (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
+        if vcpus or memory:
             node_id = lease.node_id
-            self.holding[lease.lease_id] = (node_id, lease.role, held.vcpus, held.memory_mib)
+            self.holding[lease.lease_id] = (node_id, lease.role, vcpus, memory)
             if lease.role == "backfill":
                 self.backfill_held[node_id] += 1
             else:
                 fixed = self.fixed_held[node_id]
-                fixed[0] += held.vcpus
-                fixed[1] += held.memory_mib
+                fixed[0] += vcpus
+                fixed[1] += memory
 
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
@@ -654,13 +666,15 @@ class Simulation:
         """Whether some up node would have held the request had every backfill VM on it (running,
         starting or stopping) been free: a rejection while backfill held room that would fit."""
         nodes, fixed_held = self.ledger.nodes, self.fixed_held
-        for node_id, count in self.backfill_held.items():
+        want_vcpus, want_memory = want.vcpus, want.memory_mib
+        for node_id, count in self.backfill_held.items():   # in plain ints: a rejection reads every node
             node = nodes.get(node_id)
             if not count or node is None or node.state != "up":
                 continue
             vcpus, memory = fixed_held[node_id]
-            room = node.capacity - node.unexplained
-            if want.vcpus <= room.vcpus - vcpus and want.memory_mib <= room.memory_mib - memory:
+            capacity, unexplained = node.capacity, node.unexplained
+            if want_vcpus <= capacity.vcpus - unexplained.vcpus - vcpus and \
+                    want_memory <= capacity.memory_mib - unexplained.memory_mib - memory:
                 return True
         return False
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from controller.core.ledger import LedgerSettings
+from controller.core.ledger import Ask, LedgerSettings
 from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place, Policy, Pool, Preempt, Reject,
                                     Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
                                     plan_backfill)
-from controller.core.selection import moving_average, select_volunteers
+from controller.core.policy import _ascending
+from controller.core.selection import BestFirst, _all_best_first, moving_average, select_volunteers
 from controller.core.selection_rows import SelectionRows, predictions
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
@@ -153,6 +154,23 @@ def test_the_ledgers_columns_and_rows_match_ones_built_afresh():
     assert checked > 50 and f["preemptions"] > 20
 
 
+def test_a_snapshot_keeps_its_columns_when_the_books_change_after_it():
+    """Snapshots lend the ledger's columns without copying them: a row that changes while one is
+    alive is changed in a copy, so the snapshot still reads the books as they were; the lent
+    arrays are read-only."""
+    sim = busy_simulation()
+    sim.run()
+    ledger, now = sim.ledger, sim.now
+    old = ledger.snapshot(now)
+    assert not old.columns.allocated_vcpus.flags.writeable
+    for i in range(3):
+        ledger.request(Ask(2, 1024, "tiny", "o", f"late{i}"), now)
+    new = ledger.snapshot(now)
+    assert columns_equal(old.columns, NodeArrays(old.nodes))
+    assert columns_equal(new.columns, NodeArrays(new.nodes))
+    assert old.nodes != new.nodes and not columns_equal(old.columns, new.columns)
+
+
 def test_recycling_reads_only_nodes_whose_oldest_victim_is_due():
     nodes = [NodeView("a", Size(4, 4096)), NodeView("b", Size(4, 4096))]
     vms = [VmView("old", "a", VmRole.BACKFILL, Size(1, 512), NOW - 100), VmView("new", "a", VmRole.BACKFILL,
@@ -187,6 +205,67 @@ def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
     whole = moving_average(matrix, window)
     for row, samples in enumerate(sample_lists):
         assert predictions([samples], window)[0] == whole[row]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_best_first_kept_row_by_row_is_every_positive_node_best_first(count, data):
+    ids = [f"n{i:02d}" for i in data.draw(st.permutations(range(count)))]
+    values = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 7.25])
+    kept = BestFirst()
+    p = np.array(data.draw(st.lists(values, min_size=count, max_size=count)))
+    for _ in range(data.draw(st.integers(1, 6))):
+        assert kept.update(ids, p) == tuple(_all_best_first(ids, p))
+        p = p.copy()   # a pass's P is a new array: a few rows change
+        for row in data.draw(st.lists(st.integers(0, count - 1), max_size=5)):
+            p[row] = data.draw(values)
+    other = list(ids)   # new rows (a node came or went): sorted afresh
+    assert kept.update(other, p) == tuple(_all_best_first(other, p))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 9.0, 30.0]), max_size=120))
+def test_lazy_ascending_order_is_the_stable_argsort(values):
+    array = np.array(values, dtype=float)
+    assert list(_ascending(array)) == np.argsort(array, kind="stable").tolist()
+
+
+def busy_pool_simulation(nodes: int) -> Simulation:
+    """`nodes` nodes of 16 vCPUs and a stream of on-demand VMs of mixed sizes over an hour and a
+    half: enough load to cap backfill by prediction on some nodes, and enough nodes that a fill
+    sorts the few with room rather than reading the whole selection."""
+    rng = random.Random(11)
+    requests = [OnDemandRequest(7.0 * i, rng.choice([1, 2, 4, 8]), rng.choice([1024, 4096, 16384]),
+                                rng.choice([120.0, 900.0, 3000.0]), "o", f"r{i}") for i in range(700)]
+    settings_ = SimSettings(nodes=nodes, days=5400 / DAY, progress_seconds=0)
+    return Simulation(requests, settings_, BackfillConfig(enabled=True))
+
+
+def test_fills_plan_for_the_few_changed_nodes_what_they_would_plan_for_every_selected_node(monkeypatch):
+    """A fill plans only for the selected nodes with room that changed since a plan gave them
+    nothing (_backfill_idle), and sorts them by P when they are few: the plan is the plan over
+    every selected node with room, in the selection's order."""
+    from controller.core import ledger as ledger_module
+    real = ledger_module.plan_backfill
+    for sim in (busy_simulation(), busy_pool_simulation(40)):
+        ledger = sim.ledger
+        seen = dict(plans=0, skipped=0)
+
+        def plan(pool, config, targets, cpu_room):
+            roomy, unable = ledger._nodes_with_backfill_room(config.size), ledger._unable(config.memory_mb,
+                                                                                          config.image)
+            every = [n for n in ledger.selected if n in roomy and n not in unable
+                     and pool.now >= ledger.launch_backoff.get(n, (0.0, 0))[0]]
+            got = real(pool, config, targets, cpu_room)
+            assert got == real(pool, config, every, cpu_room)
+            assert [n for n in every if n in targets] == list(targets)   # the selection's order
+            seen["plans"] += 1
+            seen["skipped"] += len(every) > len(targets)
+            return got
+
+        monkeypatch.setattr(ledger_module, "plan_backfill", plan)
+        sim.run()
+        assert seen["plans"] > 50 and seen["skipped"] > 5, seen
 
 
 # -- the pure core stays pure ------------------------------------------------------------------------
