@@ -79,13 +79,26 @@ def booted_backfill(controller: ControllerProcess, agent: AgentProcess, count: i
     return leases
 
 
+def explain_stall(controller: ControllerProcess, agent: AgentProcess) -> None:
+    """What the pool looked like when backfill did not come back: leases, then the logs' ends."""
+    for lease in controller.leases():
+        print(f"lease {lease.lease_id} {lease.role} {lease.state} {lease.vm_name}", file=sys.stderr)
+    for process in (controller, agent):
+        lines = process.log_text().splitlines()[-40:]
+        print(f"--- end of {process.log_path}", *lines, sep="\n", file=sys.stderr)
+
+
 def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, tag: str) -> dict:
     """`count` on-demand requests that each preempt the most recent of two booted backfill VMs;
     each timed from sending the request until libvirt shows the on-demand domain running."""
     stub = controller.stub()
     times, clean, work_lost, paths = [], 0, [], set()
     for i in range(count):
-        backfill = wait_for(lambda: booted_backfill(controller, agent, 2), 300, "two booted backfill VMs")
+        try:
+            backfill = wait_for(lambda: booted_backfill(controller, agent, 2), 300, "two booted backfill VMs")
+        except TimeoutError:
+            explain_stall(controller, agent)
+            raise
         youngest = max(backfill, key=lambda l: l.launched_at)
         started = time.monotonic()
         reply = stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="bench",
