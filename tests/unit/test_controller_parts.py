@@ -148,20 +148,27 @@ class SlowAgents:
         return Stopped("clean_shutdown", 0.3, "stand-in")
 
 
-def test_concurrent_requests_never_double_book_a_node(tmp_path):
-    import threading
+def pool_of_two_backfill_vms(tmp_path, agents, **settings):
+    """An in-process pool (stand-in agents) whose one 2-CPU node runs two backfill VMs, bf0 then
+    bf1; (the pool, the node's report)."""
     from controller.service import PoolService
     from protos import controller_pb2
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1")
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1", **settings)
     store = Store(config.store_path)
     store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
-    agents = SlowAgents()
     pool = PoolService(config, store, agents)
     report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
                                        images=["tiny"], min_memory_mib=32)
     for i in range(2):
         report.vms.add(name=f"vm-bf{i}", lease_id=f"bf{i}", role="backfill", vcpus=1, memory_mib=128)
     pool.ingest(report)
+    return pool, report
+
+
+def test_concurrent_requests_never_double_book_a_node(tmp_path):
+    import threading
+    agents = SlowAgents()
+    pool, _report = pool_of_two_backfill_vms(tmp_path, agents)
     results = []
     threads = [threading.Thread(target=lambda i=i: results.append(pool.request(1, 128, "tiny", "me", f"r{i}")))
                for i in range(4)]
@@ -205,19 +212,8 @@ def test_instant_victims_get_their_notice_once_the_new_vm_is_launched(tmp_path, 
     """libvirt holds up a domain's define while another one shuts down, so on the instant path the
     controller asks for the victims' stop after the launch; when the launch waits for the victims'
     memory, the stop comes first."""
-    from controller.service import PoolService
-    from protos import controller_pb2
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
-                              host_headroom_mib=headroom_mib)
-    store = Store(config.store_path)
-    store.put_leases([lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)])
     agents = OrderedAgents()
-    pool = PoolService(config, store, agents)
-    report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
-                                       images=["tiny"], min_memory_mib=32)
-    for i in range(2):
-        report.vms.add(name=f"vm-bf{i}", lease_id=f"bf{i}", role="backfill", vcpus=1, memory_mib=128)
-    pool.ingest(report)
+    pool, report = pool_of_two_backfill_vms(tmp_path, agents, host_headroom_mib=headroom_mib)
     import time
     result = pool.request(1, 128, "tiny", "me", "r1", wait_seconds=0.0)
     assert result.record.path == path
