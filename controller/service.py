@@ -148,9 +148,13 @@ class PoolService:
         """The launch, then (answered or not) the stops that wait for it (Stop.after_launch)."""
         try:
             self._launch(lease)
-        finally:
-            for stop in stops:
+        except Exception as exc:   # the victims must still be asked to stop; say why the launch broke
+            log_event(log, "vm.launch_error", logging.ERROR, lease_id=lease.lease_id, error=repr(exc))
+        for stop in stops:
+            try:
                 self.executor.submit(self._stop, stop)
+            except RuntimeError:   # shutting down: ask here rather than not at all
+                self._stop(stop)
 
     def _launch(self, lease: Lease) -> None:
         self._crash_point("before_call:launch")

@@ -115,7 +115,13 @@ class DenyList:
 
     def reload(self) -> bool:
         """Re-read the file. A bad one is logged and the list in force kept: a typo must neither
-        stop the server nor let revoked certificates back in."""
+        stop the server nor let revoked certificates back in. So does a file that vanished (moved
+        away mid-rewrite, say): a missing file means an empty list only at start."""
+        if self.path is not None and not self.path.exists() and self.serials:
+            log_event(log, "tls.deny_list_rejected", logging.ERROR, file=str(self.path), line=0,
+                      error="the file is gone", revoked=len(self.serials),
+                      note="the list in force is kept; put the file back and send SIGHUP again")
+            return False
         try:
             serials = load_deny_list(self.path)
         except PkiError as exc:
@@ -245,6 +251,7 @@ class Authorizer(grpc.ServerInterceptor):
         self.insecure = insecure
         self.denials = DenialCounter()
         self.revoked_stream_grace = REVOKED_STREAM_GRACE
+        self._reloading = threading.Lock()
         self._holds = _Holds(self.limits)
         self._identities = IdentityCache()
         self._streams = _OpenStreams()
@@ -254,12 +261,15 @@ class Authorizer(grpc.ServerInterceptor):
     def reload_deny_list(self) -> bool:
         """Re-read the deny list (servers do it on SIGHUP; never raises: a bad file keeps the list
         in force), and end the open streams of every identity it revokes."""
-        if not self.deny_list.reload():
-            return False
-        for identity, method, context in self._streams.of_serials(self.deny_list.serials):
+        with self._reloading:   # two quick SIGHUPs must not finish out of order
+            if not self.deny_list.reload():
+                return False
+            revoked = self._streams.of_serials(self.deny_list.serials)
+        for identity, method, context in revoked:
             log_event(log, "rpc.stream_revoked", logging.WARNING, identity=str(identity), method=method,
                       peer=context.peer(), grace_s=self.revoked_stream_grace)
-            timer = threading.Timer(self.revoked_stream_grace, context.cancel)  # a no-op if it ended already
+        if revoked:   # one timer a reload, not one a stream; cancelling an ended call does nothing
+            timer = threading.Timer(self.revoked_stream_grace, lambda: [c.cancel() for _i, _m, c in revoked])
             timer.daemon = True
             timer.start()
         return True

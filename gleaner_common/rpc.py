@@ -99,6 +99,7 @@ def reload_on_sighup(server: RunningServer) -> None:
     slow or bad reload can neither block the main thread nor kill the process."""
     def reload(_signum, _frame) -> None:
         threading.Thread(target=server.authorizer.reload_deny_list, name="sighup", daemon=True).start()
+    # (reload_deny_list takes a lock: two quick SIGHUPs cannot finish out of order)
     signal.signal(signal.SIGHUP, reload)
 
 

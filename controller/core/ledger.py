@@ -661,7 +661,8 @@ class Ledger:
         path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
         s = self.settings
         stop_grace = s.notice_seconds if path == "instant" else self.backfill.grace_seconds
-        victim_deadline = now + stop_grace + s.stop_timeout
+        # An instant victim's stop is asked once the launch is answered (Stop.after_launch).
+        victim_deadline = now + stop_grace + s.stop_timeout + (s.launch_timeout if path == "instant" else 0)
         state, deadline = ("waiting", victim_deadline + s.launch_timeout) if path == "after_victims" else \
             ("starting", now + s.launch_timeout)
         lease = self._new_lease(VmRole.ON_DEMAND, node, want, ask.image, ask.owner, state, now, deadline,

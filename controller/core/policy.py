@@ -230,7 +230,7 @@ class NodeArrays:
     def copy(self) -> NodeArrays:
         """A copy whose rows later set_row calls on this one leave alone (the ids are shared)."""
         twin = object.__new__(NodeArrays)
-        twin.__dict__.update({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()
+        twin.__dict__.update({k: v.copy(order="K") if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()
                               if k != "_lent"})
         twin.ladder_rows = list(self.ladder_rows)
         return twin

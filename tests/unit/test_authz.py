@@ -242,6 +242,22 @@ def test_a_bad_deny_list_on_reload_keeps_the_one_in_force(lab, tmp_path, caplog)
         running.stop(0)
 
 
+def test_a_deny_list_gone_at_reload_keeps_the_one_in_force(lab, tmp_path):
+    """A file moved away mid-rewrite must not lift every revocation."""
+    hank = pki.issue(lab.directory, Role.VIEWER, "hank", out_dir=tmp_path)
+    serial = x509.load_pem_x509_certificate(hank.cert.read_bytes()).serial_number
+    deny = tmp_path / "revoked.txt"
+    deny.write_text(f"{serial:x}\n")
+    running, address = serve(lab, deny_list=deny)
+    try:
+        deny.unlink()
+        assert running.authorizer.reload_deny_list() is False
+        assert running.authorizer.deny_list.serials == {serial}
+        assert code_of(lambda: check(address, hank))[0] == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        running.stop(0)
+
+
 def test_a_reload_ends_the_open_streams_of_revoked_identities(lab, tmp_path):
     gina = pki.issue(lab.directory, Role.VIEWER, "gina", out_dir=tmp_path)
     deny = tmp_path / "revoked.txt"

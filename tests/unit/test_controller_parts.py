@@ -217,6 +217,9 @@ def test_instant_victims_get_their_notice_once_the_new_vm_is_launched(tmp_path, 
     import time
     result = pool.request(1, 128, "tiny", "me", "r1", wait_seconds=0.0)
     assert result.record.path == path
+    if path == "instant":   # its deadline leaves room for the launch its stop waits for
+        s, victim = pool.ledger.settings, pool.ledger.leases["bf1"]
+        assert victim.deadline >= result.record.created_at + s.notice_seconds + s.stop_timeout + s.launch_timeout - 1
     report.ClearField("vms")   # the victim is gone from the node (once its stop is answered, the
     report.vms.add(name="vm-bf0", lease_id="bf0", role="backfill", vcpus=1, memory_mib=128)  # launch follows)
     deadline = time.monotonic() + 5
@@ -227,6 +230,23 @@ def test_instant_victims_get_their_notice_once_the_new_vm_is_launched(tmp_path, 
     kinds = [kind for kind, _name in agents.calls]
     assert kinds[0] == first and sorted(kinds) == ["launch", "stop"], agents.calls
     assert ("stop", "vm-bf1") in agents.calls   # the most recent backfill VM
+
+
+class BrokenLaunchAgents(OrderedAgents):
+    def launch(self, *args) -> None:
+        raise ValueError("a bug in the launch path")
+
+
+def test_an_instant_victim_is_still_asked_to_stop_when_the_launch_breaks(tmp_path):
+    import time
+    agents = BrokenLaunchAgents()
+    pool, _report = pool_of_two_backfill_vms(tmp_path, agents, host_headroom_mib=0)
+    assert pool.request(1, 128, "tiny", "me", "r1", wait_seconds=0.0).record.path == "instant"
+    deadline = time.monotonic() + 5
+    while not agents.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pool.executor.shutdown(wait=True)
+    assert agents.calls == [("stop", "vm-bf1")]
 
 
 def test_agent_controller_settings_are_checked():
