@@ -221,12 +221,19 @@ def test_denials_of_revoked_and_foreign_certificates_name_the_call(lab, tmp_path
         running.stop(0)
 
 
-def test_a_bad_deny_list_on_reload_keeps_the_one_in_force(lab, tmp_path, caplog):
-    fred = pki.issue(lab.directory, Role.VIEWER, "fred", out_dir=tmp_path)
-    serial = x509.load_pem_x509_certificate(fred.cert.read_bytes()).serial_number
+def serve_with_a_revoked_viewer(lab, tmp_path, name: str):
+    """A server whose deny list (revoked.txt) revokes viewer `name`: (server, address, the
+    viewer's files, its serial, the deny list's path)."""
+    viewer = pki.issue(lab.directory, Role.VIEWER, name, out_dir=tmp_path)
+    serial = x509.load_pem_x509_certificate(viewer.cert.read_bytes()).serial_number
     deny = tmp_path / "revoked.txt"
-    deny.write_text(f"{serial:x}  # fred\n")
+    deny.write_text(f"{serial:x}  # {name}\n")
     running, address = serve(lab, deny_list=deny)
+    return running, address, viewer, serial, deny
+
+
+def test_a_bad_deny_list_on_reload_keeps_the_one_in_force(lab, tmp_path, caplog):
+    running, address, fred, serial, deny = serve_with_a_revoked_viewer(lab, tmp_path, "fred")
     try:
         deny.write_text(f"# a comment\n{serial:x}\nnot-a-serial\n")
         with caplog.at_level(logging.ERROR, logger="gleaner_common.authz"):
@@ -244,11 +251,7 @@ def test_a_bad_deny_list_on_reload_keeps_the_one_in_force(lab, tmp_path, caplog)
 
 def test_a_deny_list_gone_at_reload_keeps_the_one_in_force(lab, tmp_path):
     """A file moved away mid-rewrite must not lift every revocation."""
-    hank = pki.issue(lab.directory, Role.VIEWER, "hank", out_dir=tmp_path)
-    serial = x509.load_pem_x509_certificate(hank.cert.read_bytes()).serial_number
-    deny = tmp_path / "revoked.txt"
-    deny.write_text(f"{serial:x}\n")
-    running, address = serve(lab, deny_list=deny)
+    running, address, hank, serial, deny = serve_with_a_revoked_viewer(lab, tmp_path, "hank")
     try:
         deny.unlink()
         assert running.authorizer.reload_deny_list() is False
