@@ -37,6 +37,16 @@ SYSTEM_IMAGE_DIR = Path(os.environ.get("GLEANER_IMAGE_DIR", "/var/lib/gleaner/im
 LIBVIRT_URI = "qemu:///system"
 
 
+def modules_loaded_by(modules: list[str], watched: tuple[str, ...]) -> list[str]:
+    """Which of `watched` (top-level packages, or dotted modules) a fresh interpreter has loaded
+    after importing `modules`: this test process has long since imported them all."""
+    code = (f"import sys, {', '.join(modules)}; "
+            f"print(' '.join(w for w in {watched!r} if any(m == w or m.startswith(w + '.') for m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                          check=True)
+    return done.stdout.split()
+
+
 def unique_name(label: str = "vm") -> str:
     return f"{TEST_PREFIX}{label}-{uuid.uuid4().hex[:8]}"
 

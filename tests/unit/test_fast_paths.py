@@ -8,13 +8,11 @@ is checked here against a brute-force or from-scratch computation of the same th
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from tests.agentproc import modules_loaded_by
 from controller.core.ledger import Ask, LedgerSettings
 from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place, Policy, Pool, Preempt, Reject,
                                     Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
@@ -26,7 +24,6 @@ from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
 
 NOW = 1_000_000.0
-REPO = Path(__file__).resolve().parents[2]
 
 
 # -- placement -----------------------------------------------------------------------------------
@@ -271,8 +268,5 @@ def test_fills_plan_for_the_few_changed_nodes_what_they_would_plan_for_every_sel
 # -- the pure core stays pure ------------------------------------------------------------------------
 
 def test_the_simulator_loads_no_grpc_sqlite_or_hypervisor_module():
-    code = ("import sys, controller.sim.engine, controller.sim.progress; "
-            "print(' '.join(m for m in ('grpc', 'sqlite3', 'libvirt', 'pyroute2', 'controller.service') "
-            "if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert done.stdout.strip() == ""
+    assert modules_loaded_by(["controller.sim.engine", "controller.sim.progress"],
+                             ("grpc", "sqlite3", "libvirt", "pyroute2", "controller.service")) == []

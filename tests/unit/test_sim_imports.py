@@ -2,23 +2,16 @@
 settings it shares with the live controller come from one place."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.agentproc import modules_loaded_by
+
 HEAVY = ("grpc", "sqlite3", "libvirt", "pyroute2")
 
 
 def test_importing_the_simulator_cli_loads_no_grpc_sqlite_libvirt_or_pyroute2():
-    # A fresh interpreter: this test process has long since imported grpc for other tests.
-    code = ("import controller.sim.cli, sys; "
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                         check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    assert modules_loaded_by(["controller.sim.cli"], HEAVY) == []
 
 
 def test_gleanctl_service_and_simulator_share_one_parser_and_one_ledger_settings():
