@@ -220,10 +220,12 @@ class PoolService:
             return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
 
     def request_wait(self) -> float:
-        """Long enough for the slowest path: the wait window for room, the victims' grace, then the
-        launch (the caller's own deadline still caps it: a request still waiting answers pending)."""
-        return self.ledger.reserve_settings.wait_seconds + self.ledger.settings.launch_timeout + \
-            self.ledger.backfill.grace_seconds + 15
+        """Long enough for the slowest path: the wait for room (the wait window, or backfill VMs
+        starting or stopping: a launch, or a grace and a stop), the victims' grace, then the launch
+        (the caller's own deadline still caps it: a request still waiting answers pending)."""
+        s, grace = self.ledger.settings, self.ledger.backfill.grace_seconds
+        wait_for_room = max(self.ledger.reserve_settings.wait_seconds, s.launch_timeout, grace + s.stop_timeout)
+        return wait_for_room + s.launch_timeout + grace + 15
 
     def _result(self, record: RequestRecord, seconds: float) -> RequestResult:
         lease = self._lease(record.lease_id) if record.lease_id else None

@@ -85,6 +85,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX leases_ended ON leases (ended_at) WHERE ended_at IS NOT NULL;
     CREATE INDEX requests_pending ON requests (outcome) WHERE outcome = 'pending';
     """,
+    # 2 -> 3: a queued request's own deadline (a wait for backfill in transit may outlast W)
+    """
+    ALTER TABLE requests ADD COLUMN wait_until REAL;
+    """,
 ]
 # Decisions are acted on the moment they are written: a commit must survive a power cut, not
 # only a crash of the process (which NORMAL already survives in WAL mode). Measured with

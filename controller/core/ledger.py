@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     _fitting, place_on_demand, plan_backfill, replace, summed)
+                     _fitting, place_on_demand, plan_backfill, replace, room_after_transit, summed)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -53,6 +53,9 @@ from .selection_rows import SelectionRows
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
+# A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
+# starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
+IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
@@ -120,6 +123,7 @@ class RequestRecord:
     created_at: float
     decided_ms: float
     path: str = ""               # free | instant | after_victims | queued (waits for room) ("" when rejected)
+    wait_until: float | None = None  # queued: when its wait for room ends (rejected then, if still no room)
 
 
 @dataclass(frozen=True)
@@ -302,8 +306,9 @@ class Ledger:
         self.history = history if history is not None and \
             (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
         self.reserved_nodes: frozenset[str] = frozenset()   # kept free of backfill by the reserves
-        # Requests that found no room, oldest first: request_id -> (the ask, when it was queued).
-        self.waiting: OrderedDict[str, tuple[Ask, float]] = OrderedDict()
+        # Requests that found no room, oldest first: request_id -> (the ask, when it was queued,
+        # when its wait ends).
+        self.waiting: OrderedDict[str, tuple[Ask, float, float]] = OrderedDict()
         self._od_share: dict[str, float] = {}   # up node -> its on-demand share (the demand's running sum)
         self._od_total = 0.0
         self._books_version = 0                 # counts changes to any node's books
@@ -313,6 +318,7 @@ class Ledger:
         self.leases: dict[str, Lease] = {}
         self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
         self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
+        self._in_transit: dict[str, int] = {}   # node -> its backfill leases IN_TRANSIT
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -364,8 +370,10 @@ class Ledger:
             if record.outcome == "pending":
                 self.requests[record.request_id] = record
                 if record.lease_id is None:   # it waited for room when the controller stopped
+                    until = record.wait_until if record.wait_until is not None else \
+                        record.created_at + self.reserve_settings.wait_seconds   # a row from before wait_until
                     self.waiting[record.request_id] = (Ask(record.vcpus, record.memory_mib, record.image,
-                                                           record.owner, record.request_id), record.created_at)
+                                                           record.owner, record.request_id), record.created_at, until)
         self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting"}}
 
     # -- the books --------------------------------------------------------------------------------
@@ -379,6 +387,10 @@ class Ledger:
                 self._timed.pop(lease.lease_id, None)
             if old.state == "waiting":
                 self._waiting_on[old.node_id] -= 1
+            if old.role == "backfill" and old.state in IN_TRANSIT:
+                left = self._in_transit.pop(old.node_id) - 1
+                if left:
+                    self._in_transit[old.node_id] = left
         if lease.state in TERMINAL:
             self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
@@ -392,6 +404,8 @@ class Ledger:
                 self._timed[lease.lease_id] = lease
             if lease.state == "waiting":
                 self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
+            if lease.role == "backfill" and lease.state in IN_TRANSIT:
+                self._in_transit[lease.node_id] = self._in_transit.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
 
@@ -577,17 +591,48 @@ class Ledger:
 
     def request(self, ask: Ask, now: float, timer: Callable[[], float] = lambda: 0.0) -> list[Effect]:
         """Decide an on-demand request and book it: the new lease and its victims, before any call.
-        One that finds no room even by preemption waits for room up to the wait window (if any)."""
+        One that finds no room even by preemption waits for room (see _wait_until), else is rejected."""
         started = timer()
         pool = self.snapshot(now)
         unbootable = self.unbootable(pool, ask.memory_mib, ask.image)
         decision = unbootable or self._place(ask, pool)
         if not isinstance(decision, Reject):
             return self._book_request(ask, decision, now, now, (timer() - started) * 1000)
-        if unbootable is None and self._may_fit(pool, ask) and \
-                may_wait(len(self.waiting), self.reserve_settings) is None:
-            return self._queue(ask, decision.reason, now, (timer() - started) * 1000)
+        until = self._wait_until(ask, now) if unbootable is None and self._may_fit(pool, ask) else None
+        if until is not None:
+            return self._queue(ask, decision.reason, now, until, (timer() - started) * 1000)
         return self._reject(ask, decision.reason, now, (timer() - started) * 1000)
+
+    def _wait_until(self, ask: Ask, now: float) -> float | None:
+        """When the wait for room of a request that has none now ends, or None: rejected at once.
+        It waits for the wait window W (if any), and, whatever W, for backfill VMs that hold room it
+        would fit in but cannot be preempted yet (starting or stopping), until their deadlines: an
+        on-demand request is never turned away because backfill was mid-launch or mid-stop."""
+        if len(self.waiting) >= self.reserve_settings.max_waiting:
+            return None
+        window = now + self.reserve_settings.wait_seconds if may_wait(len(self.waiting), self.reserve_settings) \
+            is None else None
+        transit = self._transit_deadline(ask, now)
+        ends = [t for t in (window, transit) if t is not None]
+        return max(ends) if ends else None
+
+    def _transit_deadline(self, ask: Ask, now: float) -> float | None:
+        """The latest deadline of the backfill VMs IN_TRANSIT on the nodes where the request would
+        fit once those VMs are done (None: no such node)."""
+        want = Size(ask.vcpus, ask.memory_mib)
+        unable = self._unable(ask.memory_mib, ask.image)
+        latest = None
+        views = self._node_views   # fresh: the snapshot just refreshed them
+        for node_id in self._in_transit:
+            view = views.get(node_id)   # None: a node not heard from since a restart
+            if view is None or node_id in unable or \
+                    not room_after_transit(view, self._vm_views[node_id], want):
+                continue
+            for lease in self.by_node[node_id].values():
+                if lease.role == "backfill" and lease.state in IN_TRANSIT:
+                    deadline = lease.deadline if lease.deadline is not None else now + self.settings.launch_timeout
+                    latest = deadline if latest is None else max(latest, deadline)
+        return latest
 
     def _place(self, ask: Ask, pool: Pool) -> Decision:
         want = Size(ask.vcpus, ask.memory_mib)
@@ -610,33 +655,31 @@ class Ledger:
             request_id=ask.request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
             decided_ms=round(record.decided_ms, 3))),))]
 
-    def _queue(self, ask: Ask, cause: str, now: float, decided_ms: float) -> list[Effect]:
-        """The request waits for room: written pending (path queued) before it is kept waiting, so a
-        restart queues it again; its deadline is now + W."""
+    def _queue(self, ask: Ask, cause: str, now: float, until: float, decided_ms: float) -> list[Effect]:
+        """The request waits for room until `until`: written pending (path queued, with its
+        deadline) before it is kept waiting, so a restart queues it again with the same deadline."""
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending", None,
-                               "", (), cause, now, decided_ms, "queued")
+                               "", (), cause, now, decided_ms, "queued", until)
         self._remember(record)
-        self.waiting[ask.request_id] = (ask, now)
-        deadline = wait_decision(now, now, False, self.reserve_settings.wait_seconds).deadline
+        self.waiting[ask.request_id] = (ask, now, until)
         return [Write(requests=(record,), events=(Audit("request.queued", detail=dict(
             request_id=ask.request_id, reason=cause, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
-            deadline=deadline, waiting=len(self.waiting))),))]
+            deadline=until, waiting=len(self.waiting))),))]
 
     def retry_waiting(self, now: float) -> list[Effect]:
         """Requests waiting for room, oldest first: placed where room came, rejected at their deadline.
         Placement is tried again only when some node's books changed since the last retry (tick
-        calls this every second), or when a request's window closes."""
+        calls this every second), or when a request's wait ends."""
         effects: list[Effect] = []
         if not self.waiting:
             return effects
-        wait_seconds = self.reserve_settings.wait_seconds
         changed, self._waiting_seen = self._books_version != self._waiting_seen, self._books_version
-        for request_id, (ask, queued_at) in list(self.waiting.items()):
-            if not changed and now < queued_at + wait_seconds:
-                continue   # nothing freed room since it last failed, and its window is open
+        for request_id, (ask, queued_at, until) in list(self.waiting.items()):
+            if not changed and now < until:
+                continue   # nothing freed room since it last failed, and its wait goes on
             decision = self._place(ask, self.snapshot(now))
             placeable = not isinstance(decision, Reject)
-            verdict = wait_decision(queued_at, now, placeable, wait_seconds,
+            verdict = wait_decision(queued_at, now, placeable, until - queued_at,
                                     decision.reason if isinstance(decision, Reject) else "")
             if verdict.action == "wait":
                 continue

@@ -749,7 +749,8 @@ class Simulation:
                 "they are counted in rejected_larger_than_node",
                 "rejected_due_to_backfill counts rejections made while some node's backfill VMs (running, "
                 "starting or stopping) held room that would have fit the request; placement counts running "
-                "backfill as free, so only backfill VMs not preemptible at that instant can cause one",
+                "backfill as free, and a request held up by backfill starting or stopping waits for it (up to "
+                "those VMs' deadlines), so one is counted only when that wait ran out or the queue was full",
                 "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
                 "counts no vCPUs (they went to the on-demand VM beside it)",
                 "waits: from arrival to the launch answer, placed requests only (a request that waited for "

@@ -411,6 +411,8 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
     [record] = [r for r in reopened.pending_requests() if r.request_id == "second"]
     again = PoolService(config, reopened, SlowAgents())
     assert again.ledger.waiting["second"][1] == record.created_at   # its window runs from when it was made
+    assert record.wait_until == record.created_at + 3600                 # its deadline was written ...
+    assert again.ledger.waiting["second"][2] == record.wait_until       # ... and is the one kept after a restart
     again.close()
     reopened.close()
 

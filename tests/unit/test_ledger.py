@@ -10,12 +10,14 @@ checked after every step and once everything has settled:
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from controller.core.ledger import (HOLDS_ALL, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
+from controller.core.ledger import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
                                     Write)
 from controller.core.policy import BackfillConfig, Policy, Size
 from controller.sim.engine import Store as SimStore
@@ -180,6 +182,14 @@ class LedgerMachine(RuleBasedStateMachine):
         for lease in self.ledger.leases.values():
             if lease.state in HOLDS_ALL - {"running"} or lease.state in STOPS:  # lost too: it ends some day
                 assert lease.deadline is not None, lease
+
+    @invariant()
+    def every_waiting_request_has_a_deadline_and_the_transit_counts_add_up(self):
+        for _ask, queued_at, until in self.ledger.waiting.values():
+            assert queued_at <= until < math.inf
+        in_transit = Counter(l.node_id for l in self.ledger.leases.values()
+                             if l.role == "backfill" and l.state in IN_TRANSIT)
+        assert self.ledger._in_transit == dict(in_transit)
 
     @invariant()
     def no_node_is_booked_beyond_its_capacity(self):

@@ -182,6 +182,46 @@ def test_a_restart_queues_the_waiting_requests_again_from_when_they_were_made():
     assert events(again.fill(T0 + 2), "request.placed")
 
 
+def starting_backfill_everywhere() -> tuple[Ledger, list[Launch]]:
+    """Every node's room taken by backfill VMs whose launches the agents have not answered yet:
+    they cannot be preempted, and there is no wait window."""
+    ledger = ledger_with(ReserveSettings())
+    launches = [e for e in ledger.fill(T0) if isinstance(e, Launch)]
+    assert {l.lease.node_id for l in launches} == set(NODES)
+    assert all(l.lease.state == "starting" for l in launches)
+    return ledger, launches
+
+
+def test_a_request_held_up_only_by_starting_backfill_waits_for_it_without_a_window():
+    ledger, launches = starting_backfill_everywhere()
+    effects = ledger.request(Ask(2, 512, "tiny", "bob", "r1"), T0 + 1)
+    assert not events(effects, "request.rejected")
+    [queued] = events(effects, "request.queued")
+    deadline = max(l.lease.deadline for l in launches)
+    assert queued.detail["deadline"] == deadline == ledger.pending("r1").wait_until
+    confirm(ledger, launches, T0 + 2)   # the launches are answered: the backfill VMs run, preemptible
+    effects = ledger.tick(T0 + 3)
+    [placed] = events(effects, "request.placed")
+    assert placed.detail["request_id"] == "r1" and ledger.pending("r1").victims and not ledger.waiting
+
+
+def test_a_request_waiting_for_backfill_in_transit_is_rejected_at_the_transits_deadline():
+    ledger, launches = starting_backfill_everywhere()
+    ledger.request(Ask(2, 512, "tiny", "bob", "r1"), T0 + 1)
+    deadline = ledger.pending("r1").wait_until
+    assert not events(ledger.tick(deadline - 1), "request.rejected")
+    rejected = events(ledger.tick(deadline + 1), "request.rejected")
+    assert [e.detail["request_id"] for e in rejected] == ["r1"] and not ledger.waiting
+
+
+def test_a_request_no_transit_could_make_room_for_is_still_rejected_at_once():
+    ledger, _launches = starting_backfill_everywhere()
+    assert events(ledger.request(Ask(2, 2048, "tiny", "bob", "huge"), T0 + 1), "request.rejected")
+    full = ledger_with(ReserveSettings(), NO_BACKFILL)
+    fill_with_on_demand(full)   # on-demand VMs, not backfill, hold the room
+    assert events(full.request(Ask(1, 256, "tiny", "bob", "r2"), T0 + 1), "request.rejected")
+
+
 def test_the_predictive_reserve_keeps_free_what_on_demand_used_in_the_same_slot_yesterday():
     from controller.core.reserves import DAY, PredictiveMode
     ledger = ledger_with(ReserveSettings(predictive=PredictiveMode.DAY, slot_seconds=6 * 3600, lead_seconds=60))
