@@ -135,6 +135,22 @@ if [ -n "$PAYLOAD" ] && [ -d "$PAYLOAD/node" ]; then
         case "$f" in *.key) mode=0600 ;; *) mode=0644 ;; esac
         install -m "$mode" "$f" "$ETC/pki/$(basename "$f")"
     done
+    if [ -f "$PAYLOAD/node/hostname" ]; then
+        name="$(cat "$PAYLOAD/node/hostname")"
+        say "hostname: $name"
+        hostnamectl set-hostname "$name" 2>/dev/null || { echo "$name" > /etc/hostname; hostname "$name"; }
+    fi
+    if [ -f "$PAYLOAD/node/lab.network" ]; then
+        say "network: the lab network (systemd-networkd, /etc/systemd/network/20-lab.network)"
+        install -m 0644 "$PAYLOAD/node/lab.network" /etc/systemd/network/20-lab.network
+        networkctl reload
+        address="$(sed -n 's/^Address=//p' "$PAYLOAD/node/lab.network")"
+        for _ in $(seq 1 30); do
+            ip -o addr show | grep -q " ${address%/*}/" && break
+            sleep 1
+        done
+        ip -o addr show | grep -q " ${address%/*}/" || { echo "setup-role.sh: the lab address $address did not come up" >&2; exit 1; }
+    fi
     if [ -f "$PAYLOAD/node/hosts" ]; then
         say "hosts: the pool's names in /etc/hosts"
         sed -i '/# gleaner-lab$/d' /etc/hosts

@@ -54,6 +54,17 @@ VM_PKI = Path("/etc/gleaner/pki")
 LAB_AGENT_TIMEOUT_S = 120.0
 LAB_SUSPECT_AFTER_S = 15.0
 LAB_DOWN_AFTER_S = 45.0
+# systemd-networkd, in the VM: the lab network is its second NIC (eth1: the box boots with
+# net.ifnames=0, and vagrant-libvirt attaches the management network first).
+LAB_NETWORK_UNIT = """\
+# The Gleaner lab's private network (vagrant/prepare.py)
+[Match]
+Name=eth1
+
+[Network]
+Address={address}
+LinkLocalAddressing=no
+"""
 PROJECT_SOURCES = ("pyproject.toml", "README.md", "gleaner_common", "nodeagent", "controller", "protos")
 SCRIPTS = ("setup-role.sh", "setup-lib.sh", "libvirt-services.sh")
 
@@ -173,6 +184,11 @@ def node_payload(lab: dict, m: dict, ca: Path) -> None:
             domain_type=lab["agent"]["domain_type"], tls=tls))
         (out / "agent.toml").write_text(text)
     (out / "hosts").write_text("".join(f"{x['ip']} {x['name']}\n" for x in lab["machines"]))
+    # The VM's name and its lab address, set by provisioning (one step each) rather than by
+    # Vagrant, whose hostname and network steps take a minute or more of SSH round trips under TCG.
+    (out / "hostname").write_text(f"{m['name']}\n")
+    prefix = lab["lab_network"]["subnet"].split("/")[1]
+    (out / "lab.network").write_text(LAB_NETWORK_UNIT.format(address=f"{m['ip']}/{prefix}"))
 
 
 def link_or_copy(source: str, target: str) -> None:

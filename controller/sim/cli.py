@@ -66,8 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="task-level backfill: backfill VMs run the jobs of this SWF trace (plain or gzipped) from "
                         "one queue, first in first out by submit time, as many side by side as fit a VM's vCPUs; "
                         "a stopped VM's running jobs lose their progress and queue again (controller/sim/jobs.py). "
-                        "Submit times are shifted so the first job arrives at the start. Default: VM-level work "
-                        "(runtime x vCPUs, all lost on preemption)")
+                        "Submit times are shifted so the first job that fits a backfill VM arrives at the start. "
+                        "Default: VM-level work (runtime x vCPUs, all lost on preemption)")
+    p.add_argument("--backfill-jobs-load", type=float, metavar="LOAD",
+                   help="with --backfill-jobs: stretch and tile the jobs that fit a backfill VM so they ask for "
+                        "this share of the pool's vCPUs on average over --days, as --load does for on-demand "
+                        "requests (e.g. 0.5: a queue that rarely runs dry). Default: the jobs as they are")
     p.add_argument("--backfill-jobs-queues", metavar="N[,N...]",
                    help="with --backfill-jobs: only the jobs of these SWF queues (field 15), e.g. 4,5 for "
                         "SDSC-SP2's low and standby queues")
@@ -156,8 +160,9 @@ def read_demand(path: Path, fmt: str) -> list[traces.DemandSeries]:
 
 def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[str, Any]) -> list[traces.Job]:
     """The --backfill-jobs trace (none: VM-level work), noted in the inputs."""
-    if args.backfill_jobs_queues and not args.backfill_jobs:
-        raise SimUsage("--backfill-jobs-queues needs --backfill-jobs")
+    for option in ("queues", "load"):
+        if getattr(args, f"backfill_jobs_{option}") is not None and not args.backfill_jobs:
+            raise SimUsage(f"--backfill-jobs-{option} needs --backfill-jobs")
     if not args.backfill_jobs:
         return []
     if not backfill.enabled:
@@ -169,7 +174,23 @@ def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[s
     jobs = traces.swf_jobs(args.backfill_jobs, queues)
     inputs.update(backfill_jobs=str(args.backfill_jobs), backfill_jobs_sha256=traces.digest(args.backfill_jobs),
                   backfill_jobs_queues=queues, trace_jobs=len(jobs))
+    if args.backfill_jobs_load is not None:
+        if not args.backfill_jobs_load > 0:
+            raise SimUsage(f"--backfill-jobs-load must be more than 0, got {args.backfill_jobs_load}")
+        jobs, period = jobs_at_load(jobs, backfill.vcpus, args.days * DAY, args.backfill_jobs_load,
+                                    args.nodes * args.node_cpus)
+        inputs.update(backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(period, 3))
     return jobs
+
+
+def jobs_at_load(jobs: list[traces.Job], vm_vcpus: int, run_s: float, load: float,
+                 pool_vcpus: int) -> tuple[list[traces.Job], float]:
+    """The jobs a backfill VM of `vm_vcpus` can run, stretched and tiled to offer `load` of the
+    pool's vCPUs (controller/sim/workload.py); with their tile period in seconds."""
+    fitting = [j for j in jobs if j.procs <= vm_vcpus]
+    if not fitting:
+        raise SimUsage(f"no job of the trace fits a backfill VM of {vm_vcpus} vCPU(s)")
+    return stretch_to_load(fitting, run_s, load, pool_vcpus)
 
 
 def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[str, Any], SimSettings,

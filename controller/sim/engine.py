@@ -251,6 +251,8 @@ class VmLevelWork:
             backfill_vms_launched=self.started,
             backfill_vm_hours=round(hours, 3),
             backfill_work_vcpu_hours=round(vcpu_seconds / HOUR, 3),
+            # vCPU-seconds backfill spent working (here: its VMs' whole lives), for utilization_working
+            backfill_working_vcpu_seconds=vcpu_seconds,
             lost_work_vcpu_hours=round(lost_vcpu_seconds / HOUR, 3),
             lost_work_share=round(lost_vcpu_seconds / vcpu_seconds, 6) if vcpu_seconds else None,
             backfill_goodput_vcpu_hours=round((vcpu_seconds - lost_vcpu_seconds) / HOUR, 3),
@@ -731,6 +733,8 @@ class Simulation:
             preempted_paths=dict(Counter(d.get("path", "") for d in self.store.details.get("vm.preempted", ()))),
         )
         figures.update(self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions))
+        working = figures.pop("backfill_working_vcpu_seconds")
+        figures["utilization_working"] = round((self.od_area + working) / capacity, 6) if capacity else None
         figures.update(simulated_days=round(self.end / DAY, 6), stopped_early=self.stopped_early_at is not None,
                        sim_events=self.events_run, wall_seconds=round(self.wall, 3),
                        sim_events_per_s=round(self.events_run / self.wall) if self.wall else None)
@@ -751,6 +755,9 @@ class Simulation:
                 "starting or stopping) held room that would have fit the request; placement counts running "
                 "backfill as free, and a request held up by backfill starting or stopping waits for it (up to "
                 "those VMs' deadlines), so one is counted only when that wait ran out or the queue was full",
+                "utilization_working: as Nimbus counts it, vCPUs running an on-demand VM or backfill work "
+                "(task-level: a job, whether it later finished or was lost; VM-level: the backfill VM itself) "
+                "over total vCPUs, integrated over time",
                 "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
                 "counts no vCPUs (they went to the on-demand VM beside it)",
                 "waits: from arrival to the launch answer, placed requests only (a request that waited for "

@@ -10,7 +10,7 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
   started is lost and it goes back to the queue at its place by submit time (no checkpoints).
   A VM being stopped takes no new job.
 - Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
-- Submit times are shifted so the trace's first job arrives at the start of the run.
+- Submit times are shifted so the first job a backfill VM can run arrives at the start of the run.
 
 Job-seconds count a job's run time once, whatever its procs (the VM-level figures beside them
 count vCPU-seconds). Pure: time comes from the simulation's events.
@@ -45,11 +45,11 @@ class JobLevelWork(VmLevelWork):
 
     def __init__(self, jobs: Sequence[Job], vm_vcpus: int | None = None) -> None:
         super().__init__()
-        first = min((j.submit for j in jobs), default=0.0)
         ordered = sorted(jobs, key=lambda j: j.submit)   # stable: ties keep file order
-        self.too_big = sum(vm_vcpus is not None and j.procs > vm_vcpus for j in ordered)
-        self.jobs = [replace(j, submit=j.submit - first) for j in ordered
-                     if vm_vcpus is None or j.procs <= vm_vcpus]
+        fitting = [j for j in ordered if vm_vcpus is None or j.procs <= vm_vcpus]
+        self.too_big = len(ordered) - len(fitting)
+        first = fitting[0].submit if fitting else 0.0   # the first job that can run arrives at the start
+        self.jobs = [replace(j, submit=j.submit - first) for j in fitting]
         self.schedule: Schedule | None = None
         self.arrived = 0
         self.queued: dict[int, list[int]] = {}   # procs -> heap of ranks (index in self.jobs: FIFO order)
@@ -60,6 +60,7 @@ class JobLevelWork(VmLevelWork):
         self.requeues = 0
         self.done_seconds = 0.0
         self.lost_seconds = 0.0
+        self.busy_vcpu_seconds = 0.0   # procs x time run, finished or lost (utilization_working)
         self.lost_to_preemption = 0.0
 
     # -- BackfillWork ----------------------------------------------------------------------------
@@ -87,7 +88,10 @@ class JobLevelWork(VmLevelWork):
         in_progress = sum(end - r.started for runs in self.running.values() for r in runs)
         done = self.done_seconds + in_progress   # still running at the end: not lost
         total = done + self.lost_seconds
+        busy = self.busy_vcpu_seconds + sum((end - r.started) * r.job.procs
+                                            for runs in self.running.values() for r in runs)
         figures.update(
+            backfill_working_vcpu_seconds=busy,   # jobs running, not idle workers
             backfill_jobs_arrived=self.arrived,
             backfill_jobs_completed=self.completed,
             backfill_jobs_running_at_end=sum(len(runs) for runs in self.running.values()),
@@ -147,6 +151,7 @@ class JobLevelWork(VmLevelWork):
         self.running[run.vm].remove(run)
         self.completed += 1
         self.done_seconds += run.job.runtime
+        self.busy_vcpu_seconds += run.job.runtime * run.job.procs
         self._set_free(run.vm, self.free[run.vm] + run.job.procs)
         self._pull(run.vm, now)
 
@@ -160,6 +165,7 @@ class JobLevelWork(VmLevelWork):
             run.live = False
             lost = now - run.started
             self.lost_seconds += lost
+            self.busy_vcpu_seconds += lost * run.job.procs
             if preempted:
                 self.lost_to_preemption += lost
             self.requeues += 1

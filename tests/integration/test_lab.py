@@ -267,3 +267,10 @@ def test_the_agent_config_the_lab_writes_is_one_the_agent_accepts(isolated, monk
     assert controller.listen == "0.0.0.0:7450" and controller.down_after_seconds > controller.suspect_after_seconds
     assert (node / "node1" / "pki" / "agent-node1.key").exists()
     assert not (node / "node1" / "pki" / "controller-main.key").exists()  # each node holds its own key only
+    # Each VM's name and lab address come from its payload, not from Vagrant's slow steps
+    assert (node / "node1" / "hostname").read_text() == "node1\n"
+    network = (node / "node1" / "lab.network").read_text()
+    assert "Name=eth1" in network and "Address=10.77.0.11/24" in network
+    assert "Address=10.77.0.10/24" in (node / "controller" / "lab.network").read_text()
+    vagrantfile = (VAGRANT_DIR / "Vagrantfile").read_text()
+    assert "auto_config: false" in vagrantfile and "vm.hostname" not in vagrantfile

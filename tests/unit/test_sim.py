@@ -258,7 +258,14 @@ def test_the_cli_draws_the_plots_from_what_it_wrote(tmp_path):
 def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert simulate_bench.main(["--nodes", "4", "--days", "0.05", "--traces", str(azure.parents[1]), "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["wall_s"] == out["default"]["wall_s"] and out["sim_events_per_s"] > 0
+    # timed: the default settings with VM-level work; the entries run the HTC jobs (task-level)
+    assert out["wall_s"] == out["default_vm_level"]["wall_s"] and out["sim_events_per_s"] > 0
+    assert out["default_vm_level"]["job_lost_share"] is None and out["default"]["jobs_completed"] > 0
+    # the controller knows nothing of jobs: the same decisions either way
+    for key in ("utilization", "lost_work_share", "rejected", "preemptions"):
+        assert out["default"][key] == out["default_vm_level"][key], key
+    assert out["goals"]["lost_work_under_3_percent"]["measured"] == out["default"]["job_lost_share"]
+    assert out["goals"]["utilization_at_least_nimbus"]["measured"] == out["default"]["utilization_working"]
     names = {"default", "reserve_static", "reserve_balancer_static", "reserve_hint", "reserve_predictive_day",
              "reserve_predictive_week", "reserve_wait"} | {p.value for p in Policy}
     assert names <= set(out)

@@ -133,3 +133,47 @@ def test_the_cli_refuses_jobs_without_backfill_and_queues_without_jobs(tmp_path,
     assert cli.main(base + ["--backfill", "enabled=true", "--backfill-jobs", str(jobs),
                             "--backfill-jobs-queues", "low"]) == 2
     assert "N[,N...]" in capsys.readouterr().err
+
+
+def test_the_first_job_a_backfill_vm_can_run_arrives_at_the_start(tmp_path):
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [
+        (1, 0, 100, 8),       # too big for the 4-vCPU VM: it does not set the start
+        (2, 5000, 100, 2),    # arrives at 0 (not at 5000): runs 10-110, once the VM is up
+    ]))
+    figures = one_node(jobs, end=200.0).summary()["figures"]
+    assert (figures["backfill_jobs_arrived"], figures["backfill_jobs_completed"]) == (1, 1)
+    # Nimbus' utilization: vCPUs running a job (2 of 4 for 100 s of 200), not the idle VM beside it
+    assert figures["utilization_working"] == round(2 * 100 / (4 * 200), 6)
+    assert figures["utilization"] > figures["utilization_working"]
+
+
+def test_at_vm_level_the_whole_backfill_vm_counts_as_working(tmp_path):
+    sim = Simulation([], SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=200 / DAY, launch_seconds=10,
+                                     launch_jitter=0, stop_seconds=5, progress_seconds=0),
+                     BackfillConfig(enabled=True, vcpus=4, memory_mb=128), LedgerSettings(use_prediction=False))
+    figures = sim.run()["figures"]
+    assert figures["utilization_working"] == round(4 * 190 / (4 * 200), 6)   # running from 10 s to the end
+
+
+def test_jobs_stretched_to_a_load_offer_it_and_only_jobs_that_fit_a_vm(tmp_path):
+    from controller.sim.workload import offered_vcpu_seconds
+    rows = [(i, 60.0 * i, 600.0 + 10 * i, 1 if i % 3 else 4) for i in range(1, 100)]
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", rows))
+    run_s, pool_vcpus = 7 * DAY, 64
+    stretched, period = cli.jobs_at_load(jobs, 1, run_s, 0.5, pool_vcpus)
+    assert stretched and all(j.procs == 1 for j in stretched) and period > 0
+    one_copy = offered_vcpu_seconds([j for j in jobs if j.procs == 1], run_s)
+    assert abs(offered_vcpu_seconds(stretched, run_s) - 0.5 * pool_vcpus * run_s) <= one_copy
+    assert max(j.submit for j in stretched) < run_s
+
+
+def test_the_cli_checks_the_jobs_load(tmp_path, capsys):
+    jobs = swf(tmp_path / "jobs.swf", [(1, 0, 600, 1)])
+    base = ["--requests", str(REQUESTS_CSV), "--format", "csv", "--quiet", "--backfill", "enabled=true"]
+    assert cli.main(base + ["--backfill-jobs-load", "0.5"]) == 2
+    assert "--backfill-jobs-load needs --backfill-jobs" in capsys.readouterr().err
+    assert cli.main(base + ["--backfill-jobs", str(jobs), "--backfill-jobs-load", "0"]) == 2
+    assert "must be more than 0" in capsys.readouterr().err
+    big = swf(tmp_path / "big.swf", [(1, 0, 600, 8)])
+    assert cli.main(base + ["--backfill-jobs", str(big), "--backfill-jobs-load", "0.5"]) == 2
+    assert "no job of the trace fits" in capsys.readouterr().err
