@@ -72,6 +72,8 @@ ensure_packages "${PACKAGES[@]}"
 
 if [ "$ROLE" = agent ]; then
     kvm_device_group
+    # libvirtd at boot (Debian enables it; the lab box does not, so its controller VM boots lighter)
+    systemctl enable -q libvirtd.service 2>/dev/null || true
     start_libvirt "$SCRIPTS"
     if [ -e /dev/kvm ]; then
         say "kvm: /dev/kvm present; guests use KVM where the agent finds it usable (domain_type auto)"
