@@ -687,9 +687,14 @@ class Ledger:
             if verdict.action == "place":
                 effects += self._book_request(ask, decision, now, queued_at, 0.0)
                 continue
-            records = self._resolve(request_id, "rejected", verdict.reason)
+            reason = verdict.reason
+            if until - queued_at > self.reserve_settings.wait_seconds:   # it waited for backfill in transit
+                cause = decision.reason if isinstance(decision, Reject) else ""
+                reason = f"no room after {until - queued_at:g} s waiting for backfill VMs starting or stopping" + \
+                    (f": {cause}" if cause else "")
+            records = self._resolve(request_id, "rejected", reason)
             effects.append(Write(requests=records, events=(Audit("request.rejected", detail=dict(
-                request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+                request_id=request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
                 waited_s=round(now - queued_at, 3))),)))
         return effects
 

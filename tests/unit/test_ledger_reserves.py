@@ -212,6 +212,8 @@ def test_a_request_waiting_for_backfill_in_transit_is_rejected_at_the_transits_d
     assert not events(ledger.tick(deadline - 1), "request.rejected")
     rejected = events(ledger.tick(deadline + 1), "request.rejected")
     assert [e.detail["request_id"] for e in rejected] == ["r1"] and not ledger.waiting
+    assert rejected[0].detail["reason"].startswith(
+        f"no room after {deadline - (T0 + 1):g} s waiting for backfill VMs starting or stopping: ")
 
 
 def test_a_request_no_transit_could_make_room_for_is_still_rejected_at_once():
