@@ -99,7 +99,7 @@ if [ ! -x "$PREFIX/bin/python" ]; then
     say "python: creating $PREFIX"
     python3 -m venv "$PREFIX"
 fi
-# The venv may have no pip of its own (the lab box seeds /opt/gleaner without one): then
+# The venv may have no pip of its own (one made by an older lab box): then
 # Debian's pip installs into it (pip --python).
 if [ -x "$PREFIX/bin/pip" ]; then PIP=("$PREFIX/bin/pip"); else PIP=(python3 -m pip --python "$PREFIX/bin/python"); fi
 if [ -n "$WHEELHOUSE" ]; then
