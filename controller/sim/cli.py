@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "a stopped VM's running jobs lose their progress and queue again (controller/sim/jobs.py). "
                         "Submit times are shifted so the first job that fits a backfill VM arrives at the start. "
                         "Default: VM-level work (runtime x vCPUs, all lost on preemption)")
+    p.add_argument("--backfill-jobs-max-runtime", type=float, metavar="SECONDS",
+                   help="with --backfill-jobs: only the jobs that run at most this long (e.g. 2089, the longest "
+                        "of Nimbus' Condor jobs)")
     p.add_argument("--backfill-jobs-load", type=float, metavar="LOAD",
                    help="with --backfill-jobs: stretch and tile the jobs that fit a backfill VM so they ask for "
                         "this share of the pool's vCPUs on average over --days, as --load does for on-demand "
@@ -160,9 +163,9 @@ def read_demand(path: Path, fmt: str) -> list[traces.DemandSeries]:
 
 def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[str, Any]) -> list[traces.Job]:
     """The --backfill-jobs trace (none: VM-level work), noted in the inputs."""
-    for option in ("queues", "load"):
+    for option in ("queues", "load", "max_runtime"):
         if getattr(args, f"backfill_jobs_{option}") is not None and not args.backfill_jobs:
-            raise SimUsage(f"--backfill-jobs-{option} needs --backfill-jobs")
+            raise SimUsage(f"--backfill-jobs-{option.replace('_', '-')} needs --backfill-jobs")
     if not args.backfill_jobs:
         return []
     if not backfill.enabled:
@@ -172,6 +175,11 @@ def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[s
     except ValueError:
         raise SimUsage(f"--backfill-jobs-queues {args.backfill_jobs_queues!r}: expected N[,N...]") from None
     jobs = traces.swf_jobs(args.backfill_jobs, queues)
+    if args.backfill_jobs_max_runtime is not None:
+        if not args.backfill_jobs_max_runtime > 0:
+            raise SimUsage(f"--backfill-jobs-max-runtime must be more than 0, got {args.backfill_jobs_max_runtime}")
+        jobs = [j for j in jobs if j.runtime <= args.backfill_jobs_max_runtime]
+        inputs.update(backfill_jobs_max_runtime=args.backfill_jobs_max_runtime)
     inputs.update(backfill_jobs=str(args.backfill_jobs), backfill_jobs_sha256=traces.digest(args.backfill_jobs),
                   backfill_jobs_queues=queues, trace_jobs=len(jobs))
     if args.backfill_jobs_load is not None:

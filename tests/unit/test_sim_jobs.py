@@ -174,6 +174,17 @@ def test_the_cli_checks_the_jobs_load(tmp_path, capsys):
     assert "--backfill-jobs-load needs --backfill-jobs" in capsys.readouterr().err
     assert cli.main(base + ["--backfill-jobs", str(jobs), "--backfill-jobs-load", "0"]) == 2
     assert "must be more than 0" in capsys.readouterr().err
+    assert cli.main(base + ["--backfill-jobs-max-runtime", "60"]) == 2
+    assert "--backfill-jobs-max-runtime needs --backfill-jobs" in capsys.readouterr().err
     big = swf(tmp_path / "big.swf", [(1, 0, 600, 8)])
     assert cli.main(base + ["--backfill-jobs", str(big), "--backfill-jobs-load", "0.5"]) == 2
     assert "no job of the trace fits" in capsys.readouterr().err
+
+
+def test_the_cli_keeps_only_jobs_no_longer_than_asked(tmp_path, capsys):
+    jobs = swf(tmp_path / "jobs.swf", [(1, 0, 600, 1), (2, 30, 60, 1), (3, 40, 3000, 1)])
+    base = ["--requests", str(REQUESTS_CSV), "--format", "csv", "--nodes", "2", "--node-cpus", "4", "--days", "0.05",
+            "--backfill", "enabled=true", "--quiet", "--backfill-jobs", str(jobs)]
+    assert cli.main(base + ["--backfill-jobs-max-runtime", "600", "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["header"]["inputs"]["trace_jobs"] == 2 and summary["figures"]["backfill_jobs_arrived"] == 2
