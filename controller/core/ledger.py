@@ -42,8 +42,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     _fitting, place_on_demand, plan_backfill, replace, summed)
+from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VictimLadder,
+                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -57,6 +57,7 @@ STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 ZERO = Size(0, 0)
+ROLES = {role.value: role for role in VmRole}   # VmRole(value), without the enum's lookup per call
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
 AUDIT_NODES = 50          # node ids an audit event lists at most
 DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
@@ -268,6 +269,60 @@ class _VmsByNode(Mapping):
         return len(self._views)
 
 
+class _NodeVms:
+    """A node's VMs as the policies see them (VmViews of the leases that hold room, in the books'
+    order) and their sums, kept as leases are booked: a rebuild of the node's view reads these
+    rather than walking every lease of the node (policy.summed's figures, exactly)."""
+    __slots__ = ("views", "vcpus", "memory", "pinned_vcpus", "pinned_memory", "backfill_vcpus", "backfill_vms",
+                 "on_demand_memory", "victims_changed")
+
+    def __init__(self) -> None:
+        self.views: dict[str, VmView] = {}   # lease id -> its view
+        self.vcpus = self.memory = self.pinned_vcpus = self.pinned_memory = 0
+        self.backfill_vcpus = self.backfill_vms = self.on_demand_memory = 0
+        self.victims_changed = True   # the victims' ladder must be read afresh from the views
+
+    def add(self, vm: VmView) -> None:
+        self.views[vm.vm_id] = vm
+        self._count(vm, 1)
+
+    def remove(self, lease_id: str) -> None:
+        vm = self.views.pop(lease_id, None)
+        if vm is not None:
+            self._count(vm, -1)
+
+    def _count(self, vm: VmView, sign: int) -> None:
+        vcpus, memory = vm.size.vcpus * sign, vm.size.memory_mib * sign
+        self.vcpus += vcpus
+        self.memory += memory
+        if vm.role is VmRole.BACKFILL:
+            self.backfill_vcpus += vcpus
+            self.backfill_vms += sign
+            if vm.preemptible:   # a victim: it counts in the ladder, not in what is pinned
+                self.victims_changed = True
+                return
+        else:
+            self.on_demand_memory += memory
+        self.pinned_vcpus += vcpus
+        self.pinned_memory += memory
+
+    def summed(self, bare: NodeView, unexplained: Size, last: NodeView | None) -> NodeView:
+        """policy.summed(bare, the views, unexplained), from the kept sums; the victims' figures
+        are those of `last` (the node's previous view) unless its victims changed since."""
+        if self.victims_changed or last is None:
+            victims = [vm for vm in self.views.values() if vm.role is VmRole.BACKFILL and vm.preemptible]
+            times = [vm.launched_at for vm in victims]
+            newest, oldest = (max(times), min(times)) if times else (None, None)
+            ladder = VictimLadder.of(victims)
+            self.victims_changed = False
+        else:
+            newest, oldest, ladder = last.newest_victim_at, last.oldest_victim_at, last.victim_ladder
+        return replace(bare, allocated=unexplained + Size(self.vcpus, self.memory),
+                       pinned=unexplained + Size(self.pinned_vcpus, self.pinned_memory),
+                       newest_victim_at=newest, backfill_vcpus=self.backfill_vcpus, backfill_vms=self.backfill_vms,
+                       on_demand_memory_mib=self.on_demand_memory, oldest_victim_at=oldest, victim_ladder=ladder)
+
+
 class LeaseError(ValueError):
     """A call the books refuse: the lease is unknown, or in a state that forbids it."""
 
@@ -332,7 +387,7 @@ class Ledger:
         self.lease_version: dict[str, int] = {}
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
-        self._vm_view_of: dict[str, tuple[Lease, VmView | None]] = {}   # live lease -> (it, its view)
+        self._vms_on: dict[str, _NodeVms] = {}   # node -> its leases' views and their sums, kept by _book
         self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
@@ -374,13 +429,13 @@ class Ledger:
         old = self.leases.pop(lease.lease_id, None)
         if old is not None:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
+            self._vms_on[old.node_id].remove(lease.lease_id)
             self._touch(old.node_id)
             if old.deadline is not None:
                 self._timed.pop(lease.lease_id, None)
             if old.state == "waiting":
                 self._waiting_on[old.node_id] -= 1
         if lease.state in TERMINAL:
-            self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
             self.stop_calls.discard(lease.lease_id)
@@ -388,12 +443,23 @@ class Ledger:
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+            self._view_lease(lease)
             if lease.deadline is not None:
                 self._timed[lease.lease_id] = lease
             if lease.state == "waiting":
                 self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
+
+    def _view_lease(self, lease: Lease) -> None:
+        """Count a lease just booked in its node's VMs (none if it holds nothing now)."""
+        vms = self._vms_on.get(lease.node_id)
+        if vms is None:
+            vms = self._vms_on[lease.node_id] = _NodeVms()
+        held = lease.held
+        if held != ZERO:
+            vms.add(VmView(lease.lease_id, lease.node_id, ROLES[lease.role], held, lease.launched_at or lease.created_at,
+                           lease.role == "backfill" and lease.state == "running"))   # preemptible
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -436,20 +502,8 @@ class Ledger:
                 self._backfill_roomy.discard(node_id)
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
-            vms = []
-            cache = self._vm_view_of
-            for l in self.by_node.get(node_id, {}).values():
-                cached = cache.get(l.lease_id)
-                if cached is not None and cached[0] is l:
-                    vm = cached[1]   # the same lease (leases are replaced, never changed): the same view
-                else:
-                    held = l.held
-                    vm = None if held == ZERO else VmView(
-                        l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
-                        l.role == "backfill" and l.state == "running")   # preemptible
-                    cache[l.lease_id] = (l, vm)
-                if vm is not None:
-                    vms.append(vm)
+            books = self._vms_on.get(node_id) or _NodeVms()
+            vms = list(books.views.values())
             reserve = self.reserve_for(node_id)
             self._vm_views[node_id] = vms
             # The node's view less its sums: kept while what it holds is the same (most rebuilds
@@ -460,7 +514,7 @@ class Ledger:
             if bare is None or bare[0] != key:
                 bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),
                                                                   key[4]))
-            view = self._node_views[node_id] = summed(bare[1], vms, node.unexplained)
+            view = self._node_views[node_id] = books.summed(bare[1], node.unexplained, self._node_views.get(node_id))
             self._note_backfill_room(view)
             share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
             self._od_total += share - self._od_share.get(node_id, 0.0)
@@ -992,8 +1046,9 @@ class Ledger:
         if booked is not None and booked.state == "waiting":
             self._waiting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
-        self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
+        if lease.node_id in self._vms_on:
+            self._vms_on[lease.node_id].remove(lease.lease_id)
         self._touch(lease.node_id)
         node = self.nodes.get(lease.node_id)
         if node is not None:
