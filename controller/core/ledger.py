@@ -131,6 +131,9 @@ class Reserve:
     whole_node: bool = False
 
 
+NO_RESERVE = Reserve("")   # a node without a reserve: nothing kept from backfill
+
+
 @dataclass(frozen=True)
 class Audit:
     kind: str
@@ -388,6 +391,9 @@ class Ledger:
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
         self._vms_on: dict[str, _NodeVms] = {}   # node -> its leases' views and their sums, kept by _book
+        # node -> VM name -> its live lease, in by_node's order (a VM name names one live lease: the
+        # store refuses a second, and so does adoption): what a report's VMs are matched against
+        self._named_on: dict[str, dict[str, Lease]] = {}
         self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
@@ -430,6 +436,7 @@ class Ledger:
         if old is not None:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
             self._vms_on[old.node_id].remove(lease.lease_id)
+            self._named_on[old.node_id].pop(old.vm_name, None)
             self._touch(old.node_id)
             if old.deadline is not None:
                 self._timed.pop(lease.lease_id, None)
@@ -443,6 +450,7 @@ class Ledger:
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+            self._named_on.setdefault(lease.node_id, {})[lease.vm_name] = lease
             self._view_lease(lease)
             if lease.deadline is not None:
                 self._timed[lease.lease_id] = lease
@@ -458,8 +466,12 @@ class Ledger:
             vms = self._vms_on[lease.node_id] = _NodeVms()
         held = lease.held
         if held != ZERO:
-            vms.add(VmView(lease.lease_id, lease.node_id, ROLES[lease.role], held, lease.launched_at or lease.created_at,
-                           lease.role == "backfill" and lease.state == "running"))   # preemptible
+            # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
+            vm = object.__new__(VmView)
+            vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role], size=held,
+                               launched_at=lease.launched_at or lease.created_at,
+                               preemptible=lease.role == "backfill" and lease.state == "running")
+            vms.add(vm)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -504,7 +516,7 @@ class Ledger:
                 continue
             books = self._vms_on.get(node_id) or _NodeVms()
             vms = list(books.views.values())
-            reserve = self.reserve_for(node_id)
+            reserve = self.reserves.get(node_id) or self.reserves.get("*") or NO_RESERVE   # reserve_for's
             self._vm_views[node_id] = vms
             # The node's view less its sums: kept while what it holds is the same (most rebuilds
             # are for a change of VMs alone)
@@ -945,7 +957,7 @@ class Ledger:
     def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
         """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
         effects: list[Effect] = []
-        mine = {l.vm_name: l for l in self.by_node.get(node.node_id, {}).values()}
+        mine = dict(self._named_on.get(node.node_id, ()))   # as they were before this report: matching books
         seen, unexplained = set(), ZERO
         for vm in reported:
             seen.add(vm.name)
@@ -1049,6 +1061,7 @@ class Ledger:
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         if lease.node_id in self._vms_on:
             self._vms_on[lease.node_id].remove(lease.lease_id)
+            self._named_on[lease.node_id].pop(lease.vm_name, None)
         self._touch(lease.node_id)
         node = self.nodes.get(lease.node_id)
         if node is not None:
