@@ -437,7 +437,8 @@ class Ledger:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
             self._vms_on[old.node_id].remove(lease.lease_id)
             self._named_on[old.node_id].pop(old.vm_name, None)
-            self._touch(old.node_id)
+            if old.node_id != lease.node_id:   # its own node is touched below (versions are only compared)
+                self._touch(old.node_id)
             if old.deadline is not None:
                 self._timed.pop(lease.lease_id, None)
             if old.state == "waiting":
