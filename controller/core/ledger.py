@@ -48,11 +48,12 @@ from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, Res
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
 from .selection import BestFirst, Selection, potential_productivity, select_volunteers
-from .selection_rows import SelectionRows
+from .selection_rows import RowValues, SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
+REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
@@ -371,6 +372,7 @@ class Ledger:
         self.leases: dict[str, Lease] = {}
         self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
         self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
+        self._reacting_on: dict[str, int] = {}  # node -> its leases a report showing their VM acts on (REACTS)
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -443,6 +445,8 @@ class Ledger:
                 self._timed.pop(lease.lease_id, None)
             if old.state == "waiting":
                 self._waiting_on[old.node_id] -= 1
+            if old.state in REACTS:
+                self._reacting_on[old.node_id] -= 1
         if lease.state in TERMINAL:
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
@@ -457,6 +461,8 @@ class Ledger:
                 self._timed[lease.lease_id] = lease
             if lease.state == "waiting":
                 self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
+            if lease.state in REACTS:
+                self._reacting_on[lease.node_id] = self._reacting_on.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
 
@@ -958,6 +964,13 @@ class Ledger:
     def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
         """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
         effects: list[Effect] = []
+        named = self._named_on.get(node.node_id, {})
+        if len(reported) == len(named) and not self._reacting_on.get(node.node_id) and node.unexplained == ZERO \
+                and named.keys() == {vm.name for vm in reported}:
+            # The common report: each VM is one of this node's leases, each lease's VM is shown, and
+            # none of them is in a state a report showing it acts on: the loops below do nothing.
+            node.check_until = 0.0
+            return effects
         mine = dict(self._named_on.get(node.node_id, ()))   # as they were before this report: matching books
         seen, unexplained = set(), ZERO
         for vm in reported:
@@ -1058,6 +1071,8 @@ class Ledger:
         booked = self.leases.pop(lease.lease_id, None)
         if booked is not None and booked.state == "waiting":
             self._waiting_on[booked.node_id] -= 1
+        if booked is not None and booked.state in REACTS:
+            self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         if lease.node_id in self._vms_on:
@@ -1273,6 +1288,8 @@ class Ledger:
         if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
             p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
             p[rows.excluded] = 0.0
+        elif not touched:   # no row's inputs changed: the same P (an array no one writes to)
+            p = last[2]
         else:   # P is row by row: computed again for the rows whose inputs changed
             p = last[2].copy()
             if touched:
@@ -1292,13 +1309,16 @@ class Ledger:
             self.churn = 0
         self.selected = result.chosen
         self._selected_by_p = all_fit
-        if ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
+        if p is self._idle_p:
+            pass   # no node's P changed
+        elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
             self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
         else:
             self._backfill_idle.clear()
         self._idle_ids, self._idle_p = ids, p
         self.productivity = rows.by_node(p)
-        self.predicted = rows.by_node(predicted.copy())
+        if touched is None or touched or not isinstance(self.predicted, RowValues):
+            self.predicted = rows.by_node(predicted.copy())   # else the same predictions as the last pass's
         if not result.swaps:
             return []
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(
