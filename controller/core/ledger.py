@@ -53,6 +53,7 @@ from .selection_rows import RowValues, SelectionRows
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
+NOT_YET_LAUNCHED = frozenset({"starting", "waiting"})   # a report need not show their VM
 REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
@@ -321,8 +322,10 @@ class _NodeVms:
             self.victims_changed = False
         else:
             newest, oldest, ladder = last.newest_victim_at, last.oldest_victim_at, last.victim_ladder
-        return replace(bare, allocated=unexplained + Size(self.vcpus, self.memory),
-                       pinned=unexplained + Size(self.pinned_vcpus, self.pinned_memory),
+        allocated, pinned = Size(self.vcpus, self.memory), Size(self.pinned_vcpus, self.pinned_memory)
+        if unexplained is not ZERO and unexplained != ZERO:   # room taken outside any lease (rare)
+            allocated, pinned = unexplained + allocated, unexplained + pinned
+        return replace(bare, allocated=allocated, pinned=pinned,
                        newest_victim_at=newest, backfill_vcpus=self.backfill_vcpus, backfill_vms=self.backfill_vms,
                        on_demand_memory_mib=self.on_demand_memory, oldest_victim_at=oldest, victim_ladder=ladder)
 
@@ -965,12 +968,15 @@ class Ledger:
         """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
         effects: list[Effect] = []
         named = self._named_on.get(node.node_id, {})
-        if len(reported) == len(named) and not self._reacting_on.get(node.node_id) and node.unexplained == ZERO \
-                and named.keys() == {vm.name for vm in reported}:
-            # The common report: each VM is one of this node's leases, each lease's VM is shown, and
-            # none of them is in a state a report showing it acts on: the loops below do nothing.
-            node.check_until = 0.0
-            return effects
+        if not self._reacting_on.get(node.node_id) and node.unexplained == ZERO:
+            names = {vm.name for vm in reported}
+            if len(names) == len(reported) and names <= named.keys() and \
+                    all(named[n].state in NOT_YET_LAUNCHED for n in named.keys() - names):
+                # The common report: each VM is one of this node's leases, none in a state a report
+                # showing it acts on, and the leases whose VM it does not show are not launched yet:
+                # the loops below would do nothing.
+                node.check_until = 0.0
+                return effects
         mine = dict(self._named_on.get(node.node_id, ()))   # as they were before this report: matching books
         seen, unexplained = set(), ZERO
         for vm in reported:
