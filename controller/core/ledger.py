@@ -1212,8 +1212,9 @@ class Ledger:
         for vm_id in plan.recycles:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
+        size = config.size
         for node_id in plan.launches:
-            lease = self._new_lease(VmRole.BACKFILL, node_id, config.size, config.image, "backfill", "starting",
+            lease = self._new_lease(VmRole.BACKFILL, node_id, size, config.image, "backfill", "starting",
                                     now, now + self.settings.launch_timeout)
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
