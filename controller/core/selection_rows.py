@@ -54,9 +54,9 @@ class SelectionRows:
         it was computed from is kept (a node reports at every change of its VMs, often with the
         same foreground load as its last samples).
 
-        Returns the rows whose figures changed, in order (None: every row): a node whose view
-        was rebuilt for a change of its backfill VMs alone, or whose samples moved without moving
-        their average, keeps its figures, and so its P."""
+        Returns the rows whose figures may have changed, in order (None: every row): the rows whose
+        prediction was computed again, and those whose view's figures changed (a node whose view
+        was rebuilt for a change of its backfill VMs alone keeps its figures, and so its P)."""
         regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
                                            for n in changed)
         if regrouped:
@@ -80,14 +80,11 @@ class SelectionRows:
                 windows[i] = recent
                 recompute.append(i)
                 samples.append(recent)
-        touched: set[int] = set()
-        if recompute:
-            fresh = predictions(samples, window)
-            moved = fresh != self.predicted[recompute]   # P reads the average alone, not the window
-            self.predicted[recompute] = fresh
-            touched.update(np.asarray(recompute)[moved].tolist())
         self.window = window
+        if recompute:
+            self.predicted[recompute] = predictions(samples, window)
         self.computed_at = now
+        touched = set(recompute)
         for node_id in changed:
             i = self.position.get(node_id)
             if i is not None:
