@@ -977,7 +977,7 @@ class Ledger:
                 # the loops below would do nothing.
                 node.check_until = 0.0
                 return effects
-        mine = dict(self._named_on.get(node.node_id, ()))   # as they were before this report: matching books
+        mine = dict(named)   # as they were before this report (matching re-books some)
         seen, unexplained = set(), ZERO
         for vm in reported:
             seen.add(vm.name)
