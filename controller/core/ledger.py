@@ -42,13 +42,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VmRole, VmView,
-                     _fitting, place_on_demand, plan_backfill, replace, room_after_transit, summed)
+from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VictimLadder,
+                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
 from .selection import BestFirst, Selection, potential_productivity, select_volunteers
-from .selection_rows import SelectionRows
+from .selection_rows import RowValues, SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
@@ -56,10 +56,13 @@ VICTIM = frozenset({"preempting", "on_notice"})
 # A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
 # starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
 IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
+NOT_YET_LAUNCHED = frozenset({"starting", "waiting"})   # a report need not show their VM
+REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 ZERO = Size(0, 0)
+ROLES = {role.value: role for role in VmRole}   # VmRole(value), without the enum's lookup per call
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
 AUDIT_NODES = 50          # node ids an audit event lists at most
 DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
@@ -132,6 +135,9 @@ class Reserve:
     vcpus: int = 0
     memory_mib: int = 0
     whole_node: bool = False
+
+
+NO_RESERVE = Reserve("")   # a node without a reserve: nothing kept from backfill
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,62 @@ class _VmsByNode(Mapping):
         return len(self._views)
 
 
+class _NodeVms:
+    """A node's VMs as the policies see them (VmViews of the leases that hold room, in the books'
+    order) and their sums, kept as leases are booked: a rebuild of the node's view reads these
+    rather than walking every lease of the node (policy.summed's figures, exactly)."""
+    __slots__ = ("views", "vcpus", "memory", "pinned_vcpus", "pinned_memory", "backfill_vcpus", "backfill_vms",
+                 "on_demand_memory", "victims_changed")
+
+    def __init__(self) -> None:
+        self.views: dict[str, VmView] = {}   # lease id -> its view
+        self.vcpus = self.memory = self.pinned_vcpus = self.pinned_memory = 0
+        self.backfill_vcpus = self.backfill_vms = self.on_demand_memory = 0
+        self.victims_changed = True   # the victims' ladder must be read afresh from the views
+
+    def add(self, vm: VmView) -> None:
+        self.views[vm.vm_id] = vm
+        self._count(vm, 1)
+
+    def remove(self, lease_id: str) -> None:
+        vm = self.views.pop(lease_id, None)
+        if vm is not None:
+            self._count(vm, -1)
+
+    def _count(self, vm: VmView, sign: int) -> None:
+        vcpus, memory = vm.size.vcpus * sign, vm.size.memory_mib * sign
+        self.vcpus += vcpus
+        self.memory += memory
+        if vm.role is VmRole.BACKFILL:
+            self.backfill_vcpus += vcpus
+            self.backfill_vms += sign
+            if vm.preemptible:   # a victim: it counts in the ladder, not in what is pinned
+                self.victims_changed = True
+                return
+        else:
+            self.on_demand_memory += memory
+        self.pinned_vcpus += vcpus
+        self.pinned_memory += memory
+
+    def summed(self, bare: NodeView, unexplained: Size, last: NodeView | None) -> NodeView:
+        """policy.summed(bare, the views, unexplained), from the kept sums; the victims' figures
+        are those of `last` (the node's previous view) unless its victims changed since."""
+        if self.victims_changed or last is None:
+            victims = [vm for vm in self.views.values() if vm.role is VmRole.BACKFILL and vm.preemptible]
+            times = [vm.launched_at for vm in victims]
+            newest, oldest = (max(times), min(times)) if times else (None, None)
+            ladder = VictimLadder.of(victims)
+            self.victims_changed = False
+        else:
+            newest, oldest, ladder = last.newest_victim_at, last.oldest_victim_at, last.victim_ladder
+        allocated, pinned = Size(self.vcpus, self.memory), Size(self.pinned_vcpus, self.pinned_memory)
+        if unexplained is not ZERO and unexplained != ZERO:   # room taken outside any lease (rare)
+            allocated, pinned = unexplained + allocated, unexplained + pinned
+        return replace(bare, allocated=allocated, pinned=pinned,
+                       newest_victim_at=newest, backfill_vcpus=self.backfill_vcpus, backfill_vms=self.backfill_vms,
+                       on_demand_memory_mib=self.on_demand_memory, oldest_victim_at=oldest, victim_ladder=ladder)
+
+
 class LeaseError(ValueError):
     """A call the books refuse: the lease is unknown, or in a state that forbids it."""
 
@@ -319,6 +381,7 @@ class Ledger:
         self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
         self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
         self._in_transit: dict[str, int] = {}   # node -> its backfill leases IN_TRANSIT
+        self._reacting_on: dict[str, int] = {}  # node -> its leases a report showing their VM acts on (REACTS)
         self.by_node: dict[str, dict[str, Lease]] = {}
         self.requests: dict[str, RequestRecord] = {}   # unresolved, and recently resolved (bounded)
         # Ended leases, bounded: a VM still reported under one of them is not ours to adopt, and
@@ -338,7 +401,10 @@ class Ledger:
         self.lease_version: dict[str, int] = {}
         self._node_views: dict[str, NodeView] = {}
         self._vm_views: dict[str, list[VmView]] = {}
-        self._vm_view_of: dict[str, tuple[Lease, VmView | None]] = {}   # live lease -> (it, its view)
+        self._vms_on: dict[str, _NodeVms] = {}   # node -> its leases' views and their sums, kept by _book
+        # node -> VM name -> its live lease, in by_node's order (a VM name names one live lease: the
+        # store refuses a second, and so does adoption): what a report's VMs are matched against
+        self._named_on: dict[str, dict[str, Lease]] = {}
         self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()
         self._selection_rows = SelectionRows()   # volunteer selection's inputs, row by row
@@ -382,7 +448,10 @@ class Ledger:
         old = self.leases.pop(lease.lease_id, None)
         if old is not None:
             self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
-            self._touch(old.node_id)
+            self._vms_on[old.node_id].remove(lease.lease_id)
+            self._named_on[old.node_id].pop(old.vm_name, None)
+            if old.node_id != lease.node_id:   # its own node is touched below (versions are only compared)
+                self._touch(old.node_id)
             if old.deadline is not None:
                 self._timed.pop(lease.lease_id, None)
             if old.state == "waiting":
@@ -391,8 +460,9 @@ class Ledger:
                 left = self._in_transit.pop(old.node_id) - 1
                 if left:
                     self._in_transit[old.node_id] = left
+            if old.state in REACTS:
+                self._reacting_on[old.node_id] -= 1
         if lease.state in TERMINAL:
-            self._vm_view_of.pop(lease.lease_id, None)
             self._retire(lease, now)
             self.retry_at.pop(lease.lease_id, None)
             self.stop_calls.discard(lease.lease_id)
@@ -400,14 +470,32 @@ class Ledger:
         else:
             self.leases[lease.lease_id] = lease
             self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
+            self._named_on.setdefault(lease.node_id, {})[lease.vm_name] = lease
+            self._view_lease(lease)
             if lease.deadline is not None:
                 self._timed[lease.lease_id] = lease
             if lease.state == "waiting":
                 self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
             if lease.role == "backfill" and lease.state in IN_TRANSIT:
                 self._in_transit[lease.node_id] = self._in_transit.get(lease.node_id, 0) + 1
+            if lease.state in REACTS:
+                self._reacting_on[lease.node_id] = self._reacting_on.get(lease.node_id, 0) + 1
         self._touch(lease.node_id)
         return lease
+
+    def _view_lease(self, lease: Lease) -> None:
+        """Count a lease just booked in its node's VMs (none if it holds nothing now)."""
+        vms = self._vms_on.get(lease.node_id)
+        if vms is None:
+            vms = self._vms_on[lease.node_id] = _NodeVms()
+        held = lease.held
+        if held != ZERO:
+            # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
+            vm = object.__new__(VmView)
+            vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role], size=held,
+                               launched_at=lease.launched_at or lease.created_at,
+                               preemptible=lease.role == "backfill" and lease.state == "running")
+            vms.add(vm)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -450,21 +538,9 @@ class Ledger:
                 self._backfill_roomy.discard(node_id)
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
-            vms = []
-            cache = self._vm_view_of
-            for l in self.by_node.get(node_id, {}).values():
-                cached = cache.get(l.lease_id)
-                if cached is not None and cached[0] is l:
-                    vm = cached[1]   # the same lease (leases are replaced, never changed): the same view
-                else:
-                    held = l.held
-                    vm = None if held == ZERO else VmView(
-                        l.lease_id, node_id, VmRole(l.role), held, l.launched_at or l.created_at,
-                        l.role == "backfill" and l.state == "running")   # preemptible
-                    cache[l.lease_id] = (l, vm)
-                if vm is not None:
-                    vms.append(vm)
-            reserve = self.reserve_for(node_id)
+            books = self._vms_on.get(node_id) or _NodeVms()
+            vms = list(books.views.values())
+            reserve = self.reserves.get(node_id) or self.reserves.get("*") or NO_RESERVE   # reserve_for's
             self._vm_views[node_id] = vms
             # The node's view less its sums: kept while what it holds is the same (most rebuilds
             # are for a change of VMs alone)
@@ -474,7 +550,7 @@ class Ledger:
             if bare is None or bare[0] != key:
                 bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),
                                                                   key[4]))
-            view = self._node_views[node_id] = summed(bare[1], vms, node.unexplained)
+            view = self._node_views[node_id] = books.summed(bare[1], node.unexplained, self._node_views.get(node_id))
             self._note_backfill_room(view)
             share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
             self._od_total += share - self._od_share.get(node_id, 0.0)
@@ -688,7 +764,8 @@ class Ledger:
                 effects += self._book_request(ask, decision, now, queued_at, 0.0)
                 continue
             reason = verdict.reason
-            if until - queued_at > self.reserve_settings.wait_seconds:   # it waited for backfill in transit
+            if until > queued_at + self.reserve_settings.wait_seconds:   # it waited for backfill in transit
+                # (the same sum as _wait_until's window: equal to the last bit when it did not)
                 cause = decision.reason if isinstance(decision, Reject) else ""
                 reason = f"no room after {until - queued_at:g} s waiting for backfill VMs starting or stopping" + \
                     (f": {cause}" if cause else "")
@@ -939,7 +1016,17 @@ class Ledger:
     def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
         """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
         effects: list[Effect] = []
-        mine = {l.vm_name: l for l in self.by_node.get(node.node_id, {}).values()}
+        named = self._named_on.get(node.node_id, {})
+        if not self._reacting_on.get(node.node_id) and node.unexplained == ZERO:
+            names = {vm.name for vm in reported}
+            if len(names) == len(reported) and names <= named.keys() and \
+                    all(named[n].state in NOT_YET_LAUNCHED for n in named.keys() - names):
+                # The common report: each VM is one of this node's leases, none in a state a report
+                # showing it acts on, and the leases whose VM it does not show are not launched yet:
+                # the loops below would do nothing.
+                node.check_until = 0.0
+                return effects
+        mine = dict(named)   # as they were before this report (matching re-books some)
         seen, unexplained = set(), ZERO
         for vm in reported:
             seen.add(vm.name)
@@ -1039,9 +1126,13 @@ class Ledger:
         booked = self.leases.pop(lease.lease_id, None)
         if booked is not None and booked.state == "waiting":
             self._waiting_on[booked.node_id] -= 1
+        if booked is not None and booked.state in REACTS:
+            self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
-        self._vm_view_of.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
+        if lease.node_id in self._vms_on:
+            self._vms_on[lease.node_id].remove(lease.lease_id)
+            self._named_on[lease.node_id].pop(lease.vm_name, None)
         self._touch(lease.node_id)
         node = self.nodes.get(lease.node_id)
         if node is not None:
@@ -1170,8 +1261,9 @@ class Ledger:
         for vm_id in plan.recycles:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
+        size = config.size
         for node_id in plan.launches:
-            lease = self._new_lease(VmRole.BACKFILL, node_id, config.size, config.image, "backfill", "starting",
+            lease = self._new_lease(VmRole.BACKFILL, node_id, size, config.image, "backfill", "starting",
                                     now, now + self.settings.launch_timeout)
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
@@ -1252,6 +1344,8 @@ class Ledger:
         if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
             p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
             p[rows.excluded] = 0.0
+        elif not touched:   # no row's inputs changed: the same P (an array no one writes to)
+            p = last[2]
         else:   # P is row by row: computed again for the rows whose inputs changed
             p = last[2].copy()
             if touched:
@@ -1271,13 +1365,16 @@ class Ledger:
             self.churn = 0
         self.selected = result.chosen
         self._selected_by_p = all_fit
-        if ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
+        if p is self._idle_p:
+            pass   # no node's P changed
+        elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
             self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
         else:
             self._backfill_idle.clear()
         self._idle_ids, self._idle_p = ids, p
         self.productivity = rows.by_node(p)
-        self.predicted = rows.by_node(predicted.copy())
+        if touched is None or touched or not isinstance(self.predicted, RowValues):
+            self.predicted = rows.by_node(predicted.copy())   # else the same predictions as the last pass's
         if not result.swaps:
             return []
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(

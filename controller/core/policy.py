@@ -466,16 +466,18 @@ def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tu
     # INT_MAX, which no need reaches)
     width = int(columns.ladder_length.max()) if len(columns.ids) else 0
     ladder_vcpus, ladder_memory = columns.ladder_vcpus[:, :width], columns.ladder_memory[:, :width]
+    # reach: the larger of the two bisect_lefts (rungs short of the vCPUs, of the memory). A row's
+    # running sums only grow, so each "short" set is a prefix of its rungs: their union is the
+    # longer prefix, and one count of it is that maximum.
     if 2 * len(feasible) > len(columns.ids):   # most rows: over every row, not a copy of most of them
         need_vcpus = want.vcpus - columns.capacity_vcpus + columns.allocated_vcpus
         need_memory = want.memory_mib - columns.capacity_memory + columns.allocated_memory
-        reach = np.maximum((ladder_vcpus < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                           (ladder_memory < need_memory[:, None]).sum(axis=1))[feasible]
+        reach = ((ladder_vcpus < need_vcpus[:, None]) | (ladder_memory < need_memory[:, None])).sum(axis=1)[feasible]
     else:
         need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
         need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
-        reach = np.maximum((ladder_vcpus[feasible] < need_vcpus[:, None]).sum(axis=1),   # bisect_left
-                           (ladder_memory[feasible] < need_memory[:, None]).sum(axis=1))
+        reach = ((ladder_vcpus[feasible] < need_vcpus[:, None]) |
+                 (ladder_memory[feasible] < need_memory[:, None])).sum(axis=1)
     covered = reach < columns.ladder_length[feasible]
     rows, reach = feasible[covered], reach[covered]
     bounds = np.maximum(now - columns.ladder_at[rows, reach], 0.0)

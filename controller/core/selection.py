@@ -127,6 +127,8 @@ class BestFirst:
             self._keys = [(-p[index[n]], n) for n in self._chosen]
             self._answer = tuple(self._chosen)
             return self._answer
+        if productivity is self._p:
+            return self._answer   # the very P of the last call (an array given here is never written to)
         changed = np.flatnonzero(productivity != self._p).tolist()
         if changed:
             old, new = self._p[changed].tolist(), productivity[changed].tolist()

@@ -54,7 +54,9 @@ class SelectionRows:
         it was computed from is kept (a node reports at every change of its VMs, often with the
         same foreground load as its last samples).
 
-        Returns the rows whose figures may have changed, in order (None: every row)."""
+        Returns the rows whose figures may have changed, in order (None: every row): the rows whose
+        prediction was computed again, and those whose view's figures changed (a node whose view
+        was rebuilt for a change of its backfill VMs alone keeps its figures, and so its P)."""
         regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
                                            for n in changed)
         if regrouped:
@@ -87,11 +89,12 @@ class SelectionRows:
             i = self.position.get(node_id)
             if i is not None:
                 view = views[node_id]
-                self.cpu_max[i] = view.capacity.vcpus
-                self.free_memory[i] = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
+                cpu_max, excluded = view.capacity.vcpus, view.backfill_excluded
+                free_memory = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
                     float(view.on_demand_memory_mib)
-                self.excluded[i] = view.backfill_excluded
-                touched.add(i)
+                if cpu_max != self.cpu_max[i] or free_memory != self.free_memory[i] or excluded != self.excluded[i]:
+                    self.cpu_max[i], self.free_memory[i], self.excluded[i] = cpu_max, free_memory, excluded
+                    touched.add(i)
         return None if regrouped else sorted(touched)
 
     def _regroup(self, nodes: Mapping[str, SampledNode]) -> None:

@@ -136,10 +136,11 @@ class SimVm:
 
 
 class SimNode:
-    __slots__ = ("node_id", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series")
+    __slots__ = ("node_id", "address", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series")
 
     def __init__(self, node_id: str, cpus: int, memory_mib: int, images: tuple[str, ...]) -> None:
         self.node_id = node_id
+        self.address = f"{node_id}:7451"   # its agent's, as its reports give it
         self.cpus = cpus
         self.memory_mib = memory_mib
         self.images = images
@@ -155,7 +156,7 @@ class Report:
 
     def __init__(self, node: SimNode, foreground: float) -> None:
         self.node_id = node.node_id
-        self.agent_address = f"{node.node_id}:7451"
+        self.agent_address = node.address
         self.cpus = node.cpus
         self.memory_mib = node.memory_mib
         self.foreground_cpu_cores = foreground
