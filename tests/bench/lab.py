@@ -80,10 +80,26 @@ def wait_for(predicate, timeout: float, what: str, every: float = 1.0):
 
 
 def gleanctl_json(*args: str, timeout: float = 60):
+    """gleanctl --json ARGS' answer; anything else (an error, no JSON: the lab controller busy or
+    restarting under TCG) raises RuntimeError, which wait_for counts as not yet."""
     done = labctl.gleanctl("--json", "--timeout", str(timeout), *args, check=False)
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"gleanctl {' '.join(args)} failed ({done.returncode}): {done.stdout}{done.stderr}")
-    return json.loads(done.stdout)
+    if done.returncode in (0, 1):
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            pass
+    raise RuntimeError(f"gleanctl {' '.join(args)} failed ({done.returncode}): "
+                       f"{(done.stdout + done.stderr).strip()[-400:]}")
+
+
+def journals(lab: dict) -> None:
+    """The end of each lab VM's Gleaner journal on stderr: what a failed run leaves to go on."""
+    for m in lab["machines"]:
+        unit = f"gleaner-{m['role']}"
+        done = subprocess.run(["vagrant", "ssh", m["name"], "-c", f"sudo journalctl -u {unit} -n 40 --no-pager"],
+                              cwd=REPO / "vagrant", text=True, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=120, check=False)
+        say(f"--- {m['name']}: journalctl -u {unit} (last 40 lines)\n{done.stdout.strip() or done.stderr.strip()}")
 
 
 def nodes() -> dict[str, dict]:
@@ -143,8 +159,8 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     say(f"lab up in {result['up_s']}s: {result['nodes']} nodes; {labctl.gleanctl('nodes').stdout.strip()}")
 
     t = time.monotonic()
-    labctl.gleanctl("backfill", "set", "enabled=true", "image=tiny", "memory_mb=128", "vcpus=1", "grace_seconds=20",
-                    "retry_seconds=15")
+    wait_for(lambda: gleanctl_json("backfill", "set", "enabled=true", "image=tiny", "memory_mb=128", "vcpus=1",
+                                   "grace_seconds=20", "retry_seconds=15"), 120, "backfill to be enabled")
     seen: dict = {}
     backfill = wait_for(lambda: settled_backfill(seen), 600, "backfill VMs to start")
     wait_for(lambda: all_ready(backfill), 600, "the backfill guests to boot", every=5)
@@ -157,7 +173,13 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     vcpus = min(max(free.values()) + 1, max(current[n]["cpus"] for n in agents))
     say(f"free vCPUs per node {free}: an on-demand request for {vcpus} vCPU(s) must preempt")
     t = time.monotonic()
-    reply = gleanctl_json("request", "--vcpus", str(vcpus), "--memory", "128", "--owner", "lab-bench", timeout=300)
+    request_id = f"lab-bench-{int(time.time())}"   # the same request when asked again after a failed call
+
+    def answer():
+        reply = gleanctl_json("request", "--vcpus", str(vcpus), "--memory", "128", "--owner", "lab-bench",
+                              "--request-id", request_id, timeout=300)
+        return None if reply.get("outcome") == "pending" else reply   # still deciding: ask again
+    reply = wait_for(answer, 600, "an answer to the on-demand request")
     if reply.get("outcome") != "placed":
         raise RuntimeError(f"the on-demand request was {reply.get('outcome')}: {reply.get('reason')}")
     lease = reply["lease"]
@@ -226,10 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     failure = None
     try:
         smoke(lab, result, args.reuse)
-    except (TimeoutError, RuntimeError, SystemExit) as exc:
+    except (TimeoutError, RuntimeError, SystemExit, ValueError, subprocess.SubprocessError) as exc:
         failure = str(exc)
         result["error"] = failure
         say(f"failed: {failure}")
+        try:
+            journals(lab)
+        except (OSError, subprocess.SubprocessError) as exc2:
+            say(f"(no journals: {exc2})")
     finally:
         if not args.keep:
             t = time.monotonic()
