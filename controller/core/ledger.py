@@ -1271,8 +1271,7 @@ class Ledger:
 
     def _keep_reserve(self, now: float) -> list[Effect]:
         """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark
-        them, and give their running backfill notice (unless the reserve is soft: drain false,
-        and no live hint)."""
+        them, and give their running backfill notice."""
         self.hints = list(live_hints(self.hints, now))
         s = self.reserve_settings
         if not (s.static_nodes or s.predictive is not PredictiveMode.OFF or self.hints or self.reserved_nodes):
@@ -1289,8 +1288,6 @@ class Ledger:
             effects.append(Write(events=(Audit("reserve.changed", detail=dict(   # node lists bounded: a pool is large
                 target=target.as_dict(), added=added[:AUDIT_NODES], removed=removed[:AUDIT_NODES],
                 added_count=len(added), removed_count=len(removed), short=chosen.short)),)))
-        if not (s.drain or self.hints):
-            return effects   # a soft reserve: its nodes take no new backfill, and keep what runs
         reason = DRAINED + target.explain()
         for vm_id in chosen.notices:
             lease = self.leases.get(vm_id)

@@ -91,11 +91,6 @@ class ReserveSettings:
     wait_seconds: float = 0.0             # W: 0 rejects an unplaceable request at once
     lead_seconds: float = 600.0           # a hint (and the next slot) counts this early: drain time
     max_waiting: int = 1000               # requests waiting for room at once
-    # True: the reserve's nodes give their running backfill notice (drained: its work is lost).
-    # False (soft): they only take no new backfill, and come free as their VMs end or are
-    # preempted. While a hint is live (added and not over) the reserve drains as with True, so
-    # the hint's nodes are free by its start: an admin asked for them.
-    drain: bool = True
 
     def validate(self) -> ReserveSettings:
         """The settings, or ReserveError naming the first field at fault."""
@@ -111,8 +106,6 @@ class ReserveSettings:
         _seconds("wait_seconds", self.wait_seconds, most=DAY)
         _seconds("lead_seconds", self.lead_seconds, most=DAY)
         _whole("max_waiting", self.max_waiting, least=0)
-        if not isinstance(self.drain, bool):
-            raise ReserveError("drain", f"must be true or false, not {self.drain!r}")
         return self
 
     def as_dict(self) -> dict[str, Any]:

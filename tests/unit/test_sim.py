@@ -267,7 +267,7 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["goals"]["lost_work_under_3_percent"]["measured"] == out["default"]["job_lost_share"]
     assert out["goals"]["utilization_at_least_nimbus"]["measured"] == out["default"]["utilization_working"]
     names = {"default", "reserve_static", "reserve_balancer_static", "reserve_hint", "reserve_predictive_day",
-             "reserve_predictive_week", "reserve_predictive_day_soft", "reserve_predictive_week_soft", "reserve_wait"} | {p.value for p in Policy}
+             "reserve_predictive_week", "reserve_wait"} | {p.value for p in Policy}
     assert names <= set(out)
     for name in names:
         for key in ("utilization", "lost_work_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
