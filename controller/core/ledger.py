@@ -755,23 +755,20 @@ class Ledger:
                 continue   # nothing freed room since it last failed, and its wait goes on
             decision = self._place(ask, self.snapshot(now))
             placeable = not isinstance(decision, Reject)
+            # lengthened for backfill in transit: until is past the window (the same sum as
+            # _wait_until's window, so equal to the last bit when it was not)
             verdict = wait_decision(queued_at, now, placeable, until - queued_at,
-                                    decision.reason if isinstance(decision, Reject) else "")
+                                    decision.reason if isinstance(decision, Reject) else "",
+                                    for_transit=until > queued_at + self.reserve_settings.wait_seconds)
             if verdict.action == "wait":
                 continue
             del self.waiting[request_id]
             if verdict.action == "place":
                 effects += self._book_request(ask, decision, now, queued_at, 0.0)
                 continue
-            reason = verdict.reason
-            if until > queued_at + self.reserve_settings.wait_seconds:   # it waited for backfill in transit
-                # (the same sum as _wait_until's window: equal to the last bit when it did not)
-                cause = decision.reason if isinstance(decision, Reject) else ""
-                reason = f"no room after {until - queued_at:g} s waiting for backfill VMs starting or stopping" + \
-                    (f": {cause}" if cause else "")
-            records = self._resolve(request_id, "rejected", reason)
+            records = self._resolve(request_id, "rejected", verdict.reason)
             effects.append(Write(requests=records, events=(Audit("request.rejected", detail=dict(
-                request_id=request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+                request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
                 waited_s=round(now - queued_at, 3))),)))
         return effects
 

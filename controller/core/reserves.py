@@ -533,24 +533,26 @@ class WaitDecision:
     reason: str = ""     # why it was rejected
 
 
-def wait_reason(wait_seconds: float, cause: str = "") -> str:
-    text = f"no room within the wait window of {wait_seconds:g} s"
+def wait_reason(wait_seconds: float, cause: str = "", for_transit: bool = False) -> str:
+    """Why a request that waited `wait_seconds` was rejected: its wait window ran out, or (for_transit)
+    the wait for backfill VMs starting or stopping, which it got beyond the window, did."""
+    text = f"no room after {wait_seconds:g} s waiting for backfill VMs starting or stopping" if for_transit else \
+        f"no room within the wait window of {wait_seconds:g} s"
     return f"{text}: {cause}" if cause else text
 
 
 def wait_decision(queued_at: float, now: float, placeable: bool, wait_seconds: float,
-                  cause: str = "") -> WaitDecision:
+                  cause: str = "", for_transit: bool = False) -> WaitDecision:
     """What to do with a request queued at `queued_at`, asked again at `now`: place it if it
     can be placed now and its window is still open, keep it waiting while the window is open,
     reject it otherwise. `cause` is why placement failed (placement's reason), kept in the
-    rejection. A request never waits past queued_at + W: a check that comes late rejects it."""
+    rejection. A request never waits past queued_at + W: a check that comes late rejects it.
+    `for_transit`: its wait was lengthened for backfill in transit (the rejection says so)."""
     deadline = queued_at + max(wait_seconds, 0.0)
-    if now > deadline:
-        return WaitDecision("reject", deadline, wait_reason(wait_seconds, cause))
+    if now > deadline or (not placeable and now >= deadline):
+        return WaitDecision("reject", deadline, wait_reason(wait_seconds, cause, for_transit))
     if placeable:
         return WaitDecision("place", deadline)
-    if now >= deadline:
-        return WaitDecision("reject", deadline, wait_reason(wait_seconds, cause))
     return WaitDecision("wait", deadline)
 
 

@@ -21,7 +21,7 @@ from controller.sim.workload import stretch_to_load
 from tests.bench import simulate as simulate_bench
 
 # shared/ sits beside the repository (as in CI)
-AZURE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_packing_2020" / "vm_entry_list_5000.csv.gz"
+AZURE = Path(os.environ.get("GLEANER_TRACES", simulate_bench.TRACES)) / simulate_bench.AZURE   # the shared traces
 AZURE_SMALL = Path(__file__).parent.parent / "data" / "traces" / "azure_vm_entries.csv"
 
 

@@ -19,21 +19,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from controller.config import ControllerConfig, ledger_settings
 from controller.sim import traces
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.workload import stretch_to_load
 from tests.bench import simulate as bench
+from tests.unit.test_sim import AZURE as TRACE, azure  # noqa: F401  (the shared trace; azure is its fixture)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sim_regression.json"
-TRACE = Path(os.environ.get("GLEANER_TRACES", bench.TRACES)) / bench.AZURE
+
 NODES, DAYS = 60, 1.0
 SETTINGS = ("default", "any", "least_loss", "reserve_static", "reserve_hint", "reserve_predictive_day",
             "reserve_wait")
@@ -63,19 +61,13 @@ def fingerprints(nodes: int = NODES, days: float = DAYS, names: tuple[str, ...] 
     return out
 
 
-def test_the_simulator_gives_the_fingerprints_it_gave_before(azure_trace):
+def test_the_simulator_gives_the_fingerprints_it_gave_before(azure):
     expected = json.loads(GOLDEN.read_text())
     got = fingerprints(expected["nodes"], expected["days"], tuple(k for k in expected if k not in ("nodes", "days")))
     for name in got:
         assert got[name] == expected[name], name
 
 
-@pytest.fixture
-def azure_trace() -> Path:
-    if not TRACE.exists():
-        pytest.fail(f"the shared traces are missing ({TRACE}); they come with the workplace's shared/ folder",
-                    pytrace=False)
-    return TRACE
 
 
 def main(argv: list[str] | None = None) -> int:
