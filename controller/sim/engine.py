@@ -454,6 +454,7 @@ class Simulation:
         fill = False
         now = self.now
         store = self.store
+        launches: dict[str, float] = {}   # node -> when its first launch here is answered
         for effect in effects:
             if type(effect) is Write:   # Store.apply, inline: nothing below reads the store
                 for lease in effect.created + effect.updated:
@@ -484,9 +485,15 @@ class Simulation:
                         self.queued += 1
                         self.at(event.detail["deadline"], self._safety_tick, False)
             elif type(effect) is Launch:
-                self.at(now + self._launch_seconds(effect.lease.lease_id), self._launched, effect.lease)
+                answered = now + self._launch_seconds(effect.lease.lease_id)
+                launches.setdefault(effect.lease.node_id, answered)
+                self.at(answered, self._launched, effect.lease)
             elif type(effect) is Stop:
-                self._stopping(effect)
+                answered = launches.get(effect.lease.node_id) if effect.after_launch else None
+                if answered is None:
+                    self._stopping(effect)
+                else:   # as the service does: asked once the node's launch is answered (after _launched)
+                    self.at(answered, self._stopping, effect)
         if fill and (self.ledger.backfill.enabled or self.ledger.waiting) and self.fill_at is None:
             self.fill_at = now
             self.at(now, self._fill)

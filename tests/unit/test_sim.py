@@ -61,13 +61,15 @@ def test_a_small_scenario_by_hand():
     f = summary["figures"]
     # t=0 the fill books 4 backfill VMs per node (bf-1..4 on n0, bf-5..8 on n1), running from t=5.
     # t=100 A preempts bf-1 and bf-2 on n0 (ties broken by node, then VM id), instant path: A runs from
-    # 105, the victims stop at 105 (5 s < 30 s notice), each losing (105 - 5) x 1 vCPU = 100 vCPU-s.
+    # 105; the victims run on notice until A's launch is answered (Stop.after_launch), are asked to
+    # stop at 105 and stop at 110 (5 s < 30 s notice), each losing (110 - 5) x 1 vCPU = 105 vCPU-s.
     # t=1105 A is released; the fill that follows launches bf-10 and bf-11 on n0 (running from 1110).
-    # t=2000 B preempts bf-10, the most recent (1 vCPU needed), which stops at 2005: (2005 - 1110) = 895.
+    # t=2000 B preempts bf-10, the most recent (1 vCPU needed), asked to stop when B runs (2005),
+    # stopped at 2010: (2010 - 1110) = 900.
     # t=3000 C is rejected by the ledger: no node has 5 vCPUs.
     preempted = [l for l in sim.store.leases.values() if l.end_reason.startswith("preempted")]
     assert sorted(l.lease_id for l in preempted) == ["bf-1", "bf-10", "bf-2"]
-    assert [d["work_lost_vcpu_seconds"] for d in sim.store.details["vm.preempted"]] == [100.0, 100.0, 895.0]
+    assert [d["work_lost_vcpu_seconds"] for d in sim.store.details["vm.preempted"]] == [105.0, 105.0, 900.0]
     assert {d["path"] for d in sim.store.details["vm.preempted"]} == {"instant"}
     assert sim.store.leases["od-9"].node_id == "n0" and sim.store.leases["od-9"].end_reason == "released"
     assert sim.store.leases["bf-10"].launched_at == 1110.0
@@ -79,12 +81,13 @@ def test_a_small_scenario_by_hand():
     # on-demand: A 2 vCPUs x (1105 - 105) + B 1 vCPU x (4000 - 2005)
     capacity = 8 * END
     assert f["utilization_on_demand"] == round((2 * 1000 + 1 * 1995) / capacity, 6)
-    # backfill: 8 vCPUs 5..100; 6 from A's notice at 100 to 1110; 8 to B's notice at 2000; then 7
-    backfill_area = 8 * 95 + 6 * 1010 + 8 * 890 + 7 * 2000
+    # backfill: 8 vCPUs 5..105; 6 from A's victims' notice (asked when A runs) to 1110; 8 to B's
+    # victim's at 2005; then 7
+    backfill_area = 8 * 100 + 6 * 1005 + 8 * 895 + 7 * 1995
     assert f["utilization_backfill"] == round(backfill_area / capacity, 6)
-    # work done: bf-1, bf-2 100 each; bf-3..8 3995 each; bf-10 895; bf-11 2890
-    done = 2 * 100 + 6 * 3995 + 895 + 2890
-    lost = 100 + 100 + 895
+    # work done: bf-1, bf-2 105 each; bf-3..8 3995 each; bf-10 900; bf-11 2890
+    done = 2 * 105 + 6 * 3995 + 900 + 2890
+    lost = 105 + 105 + 900
     assert f["backfill_work_vcpu_hours"] == round(done / 3600, 3)
     assert f["lost_work_vcpu_hours"] == round(lost / 3600, 3)
     assert f["lost_work_share"] == round(lost / done, 6)
@@ -191,7 +194,7 @@ def test_the_vm_rows_say_each_vms_wait_runtime_and_whether_it_was_preempted():
     rows = {r["lease_id"]: r for r in sim.vm_rows()}
     assert rows["od-9"]["wait_s"] == 5.0 and rows["od-9"]["runtime_s"] == 1000.0   # A: 105 to 1105
     assert rows["bf-1"]["preempted"] and rows["bf-10"]["preempted"] and not rows["bf-3"]["preempted"]
-    assert rows["bf-10"]["runtime_s"] == 895.0 and rows["bf-10"]["wait_s"] is None
+    assert rows["bf-10"]["runtime_s"] == 900.0   # 1110 to 2010: asked to stop once B ran and rows["bf-10"]["wait_s"] is None
     assert rows["bf-3"]["runtime_s"] == END - 5   # still running at the end
 
 

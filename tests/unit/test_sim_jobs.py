@@ -44,16 +44,17 @@ def test_a_preemption_loses_only_the_running_jobs_progress_and_they_run_again(tm
         (3, 1005, 50, 1),     # queued: the VM's 4 vCPUs are taken by jobs 1 and 2; runs 110-160
         (4, 1005, 10, 8),     # needs more than a backfill VM has: never runs
     ]))
-    # At 250 the on-demand VM preempts the backfill VM: job 2 (running since 10) loses 240 s and
-    # queues again. The VM on notice stops at 255; the on-demand VM runs 260-460, then backfill
+    # At 250 the on-demand VM preempts the backfill VM, which runs on notice until the on-demand
+    # VM's launch is answered (Stop.after_launch): at 260 job 2 (running since 10) loses 250 s and
+    # queues again. The VM stops at 265; the on-demand VM runs 260-460, then backfill
     # comes back at 470 and job 2 runs again from the start, 470-1470.
     figures = one_node(jobs, [OnDemandRequest(250.0, 4, 512, 200.0, "od", "od-1")]).summary()["figures"]
     assert figures["preemptions"] == 1
     assert (figures["backfill_jobs_arrived"], figures["backfill_jobs_completed"], figures["backfill_jobs_too_big"],
             figures["backfill_job_requeues"]) == (3, 3, 1, 1)
     assert figures["backfill_job_seconds_done"] == 100 + 50 + 1000
-    assert figures["backfill_job_seconds_lost"] == figures["backfill_job_seconds_lost_to_preemption"] == 240
-    assert figures["backfill_job_lost_share"] == round(240 / 1390, 6)
+    assert figures["backfill_job_seconds_lost"] == figures["backfill_job_seconds_lost_to_preemption"] == 250
+    assert figures["backfill_job_lost_share"] == round(250 / 1400, 6)
     assert figures["backfill_jobs_running_at_end"] == figures["backfill_jobs_queued_at_end"] == 0
 
 
@@ -69,7 +70,7 @@ def test_the_queue_is_first_in_first_out_but_a_job_that_does_not_fit_holds_no_on
 
 def test_a_vacated_job_goes_back_to_its_place_by_submit_time(tmp_path):
     # Jobs 1 and 2 run at 10; job 3 (submitted later) queues. The preemption at 50 vacates both
-    # (the on-demand VM runs 60-260): when backfill comes back at 270 the queue holds 1, 2, 3 in
+    # once the on-demand VM runs (60-260): when backfill comes back at 270 the queue holds 1, 2, 3 in
     # submit order, so the 4 vCPUs go to 1 and 2 again (270-870) and 3 still waits at 800.
     jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 600, 2), (2, 1, 600, 2), (3, 2, 600, 2)]))
     sim = one_node(jobs, [OnDemandRequest(50.0, 4, 512, 200.0, "od", "od-1")], end=800.0)
@@ -77,7 +78,7 @@ def test_a_vacated_job_goes_back_to_its_place_by_submit_time(tmp_path):
     assert isinstance(work, JobLevelWork)
     running = sorted(run.job.job_id for runs in work.running.values() for run in runs)
     assert running == ["1", "2"] and work.summary(sim.end, 0, 0)["backfill_jobs_queued_at_end"] == 1
-    assert work.lost_seconds == 2 * (50 - 10)
+    assert work.lost_seconds == 2 * (60 - 10)
 
 
 def test_every_arrived_job_is_done_running_or_queued_on_a_busy_pool(tmp_path):
