@@ -78,6 +78,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         checks.request(args.vcpus, args.memory, args.image, args.owner, args.request_id or "req-new")
     elif args.command == "release":
         ids.lease_id(args.lease_id)
+    elif args.command == "cancel":
+        ids.request_id(args.request_id)
     elif args.command == "reserve" and args.node not in (None, "hint", "unhint"):
         checks.reserve(args.node, args.vcpus, args.memory, args.whole_node)
     elif args.command == "reserve" and args.label:
@@ -161,6 +163,16 @@ def cmd_request(stub, args):
     else:
         text = f"{reply.outcome}: {reply.reason} (request {reply.request_id})"
     return as_dict(reply), text, 0 if reply.outcome == "placed" else EXIT_REFUSED
+
+
+def cmd_cancel(stub, args):
+    """Withdraw a request still waiting for room. Exit 0 once it is cancelled; 1 if it was
+    answered first (its answer is printed); a placed one names its lease to release instead."""
+    reply = stub.CancelRequest(controller_pb2.CancelRequestRequest(request_id=args.request_id), timeout=args.timeout)
+    if reply.outcome == "cancelled":
+        return as_dict(reply), f"cancelled request {reply.request_id}: {reply.reason}", 0
+    text = f"request {reply.request_id} is {reply.outcome}, not waiting for room: {reply.reason or 'nothing to cancel'}"
+    return as_dict(reply), text, EXIT_REFUSED
 
 
 def cmd_release(stub, args):
@@ -297,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     request.add_argument("--image", default="tiny")
     request.add_argument("--owner", default="admin")
     request.add_argument("--request-id", help="idempotency key (default: a new one)")
+    cancel = sub.add_parser("cancel", help="withdraw an on-demand request still waiting for room")
+    cancel.add_argument("request_id")
     release = sub.add_parser("release", help="stop a VM and end its lease")
     release.add_argument("lease_id")
     release.add_argument("--force", action="store_true", help="destroy at once, no clean shutdown")
@@ -324,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": cmd_request, "release": cmd_release,
+COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": cmd_request, "cancel": cmd_cancel,
+                                 "release": cmd_release,
                                  "backfill": cmd_backfill, "reserve": cmd_reserve, "events": cmd_events,
                                  "status": cmd_status}
 

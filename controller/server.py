@@ -15,7 +15,7 @@ from protos import controller_pb2, controller_pb2_grpc
 from . import checks
 from .config import ControllerConfig
 from .core.policy import BackfillConfig
-from .service import LeaseNotFound, PoolService, RequestResult
+from .service import AlreadyPlaced, LeaseNotFound, PoolService, RequestNotFound, RequestResult
 from .store import Lease, LeaseConflict, StoreError
 
 # Most specific first. A store that fails (disk full, I/O error) is the controller's trouble, not
@@ -23,6 +23,8 @@ from .store import Lease, LeaseConflict, StoreError
 rpc = rpc_errors([
     (InvalidField, grpc.StatusCode.INVALID_ARGUMENT),
     (LeaseNotFound, grpc.StatusCode.NOT_FOUND),
+    (RequestNotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyPlaced, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseConflict, grpc.StatusCode.ALREADY_EXISTS),
     (StoreError, grpc.StatusCode.UNAVAILABLE),
 ])
@@ -84,6 +86,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def RequestVm(self, request, context):
         return result_to_proto(self.pool.request(request.vcpus, request.memory_mib, request.image, request.owner,
                                                  request.request_id, within(context, self.pool.request_wait())))
+
+    @rpc
+    def CancelRequest(self, request, context):
+        return result_to_proto(self.pool.cancel(request.request_id))
 
     @rpc
     def Release(self, request, context):

@@ -44,6 +44,14 @@ class LeaseNotFound(LookupError):
     pass
 
 
+class RequestNotFound(LookupError):
+    pass
+
+
+class AlreadyPlaced(RuntimeError):
+    """A request with a lease: the lease is what to release, not the request."""
+
+
 @dataclass(frozen=True)
 class Preempted:
     lease: Lease
@@ -218,6 +226,20 @@ class PoolService:
                 self.changed.wait(timeout=min(1.0, wait - (time.monotonic() - started)))
                 record = self.ledger.pending(request_id) or self.store.request(request_id) or record
             return replace(self._result(record, time.monotonic() - started), booked_ms=booked_ms)
+
+    def cancel(self, request_id: str) -> RequestResult:
+        """Withdraw a request still waiting for room; one already answered is returned as it is."""
+        ids.request_id(request_id)
+        with self.lock:
+            record = self.ledger.pending(request_id) or self.store.request(request_id)
+            if record is None:
+                raise RequestNotFound(f"no request {request_id!r}")
+            if record.lease_id and record.outcome in ("pending", "placed"):
+                raise AlreadyPlaced(f"request {request_id!r} is placed already, on lease {record.lease_id} "
+                                    f"(node {record.node_id}): release the lease to stop its VM")
+            self._apply(self.ledger.cancel_waiting(request_id, self.clock()))
+            record = self.ledger.pending(request_id) or self.store.request(request_id) or record
+            return self._result(record, 0.0)
 
     def request_wait(self) -> float:
         """Long enough for the slowest path: the wait for room (the wait window, or backfill VMs

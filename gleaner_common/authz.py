@@ -73,6 +73,7 @@ TABLE: dict[str, Rule] = {
     # the controller: agents report for their own node only; admins change the pool; people read
     f"{CONTROLLER_API}Report": Rule(frozenset({Role.AGENT}), node_field="node_id"),
     f"{CONTROLLER_API}RequestVm": Rule(ADMINS),
+    f"{CONTROLLER_API}CancelRequest": Rule(ADMINS),
     f"{CONTROLLER_API}Release": Rule(ADMINS),
     f"{CONTROLLER_API}SetBackfill": Rule(ADMINS),
     f"{CONTROLLER_API}SetReserve": Rule(ADMINS),

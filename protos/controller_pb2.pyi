@@ -80,6 +80,12 @@ class VmRequest(_message.Message):
     request_id: str
     def __init__(self, vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
+class CancelRequestRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
 class Preemption(_message.Message):
     __slots__ = ("lease_id", "vm_name", "outcome", "seconds", "work_lost_vcpu_seconds")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.VmRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.VmRequestResult.FromString,
                 _registered_method=True)
+        self.CancelRequest = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/CancelRequest',
+                request_serializer=protos_dot_controller__pb2.CancelRequestRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.VmRequestResult.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/gleaner.controller.v1.Controller/Release',
                 request_serializer=protos_dot_controller__pb2.ReleaseRequest.SerializeToString,
@@ -120,6 +125,15 @@ class ControllerServicer:
     def RequestVm(self, request, context):
         """Place an on-demand VM, stopping backfill VMs if it needs their room. The same
         request_id again returns the first answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelRequest(self, request, context):
+        """Withdraw a request still waiting for room (queued): it ends cancelled and is never placed.
+        One already placed has a lease to Release instead (FAILED_PRECONDITION names it); one
+        already answered is returned as it is.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,6 +227,11 @@ def add_ControllerServicer_to_server(servicer, server):
             'RequestVm': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestVm,
                     request_deserializer=protos_dot_controller__pb2.VmRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.VmRequestResult.SerializeToString,
+            ),
+            'CancelRequest': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRequest,
+                    request_deserializer=protos_dot_controller__pb2.CancelRequestRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.VmRequestResult.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
@@ -329,6 +348,33 @@ class Controller:
             target,
             '/gleaner.controller.v1.Controller/RequestVm',
             protos_dot_controller__pb2.VmRequest.SerializeToString,
+            protos_dot_controller__pb2.VmRequestResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRequest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/CancelRequest',
+            protos_dot_controller__pb2.CancelRequestRequest.SerializeToString,
             protos_dot_controller__pb2.VmRequestResult.FromString,
             options,
             channel_credentials,

@@ -29,7 +29,7 @@ longer shows the VM; a failed stop is retried until its deadline, never taken as
 node reports that no live lease explains (one that ended, or clashes with another lease) still
 counts against its node, so the books never promise what the node does not have.
 
-Request outcomes: pending -> placed | rejected | failed.
+Request outcomes: pending -> placed | rejected | failed, or cancelled while queued for room.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class RequestRecord:
     memory_mib: int
     image: str
     owner: str
-    outcome: str                 # pending | placed | rejected | failed
+    outcome: str                 # pending | placed | rejected | failed | cancelled
     lease_id: str | None
     node_id: str
     victims: tuple[str, ...]
@@ -741,6 +741,19 @@ class Ledger:
         return [Write(requests=(record,), events=(Audit("request.queued", detail=dict(
             request_id=ask.request_id, reason=cause, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
             deadline=until, waiting=len(self.waiting))),))]
+
+    def cancel_waiting(self, request_id: str, now: float) -> list[Effect]:
+        """Withdraw a request waiting for room: written cancelled, so it is never placed (nor queued
+        again after a restart). Nothing for a request that is not waiting (placed, answered, unknown)."""
+        entry = self.waiting.pop(request_id, None)
+        if entry is None:
+            return []
+        ask, queued_at, _until = entry
+        waited = round(now - queued_at, 3)
+        records = self._resolve(request_id, "cancelled", f"cancelled after waiting {waited:g} s for room")
+        return [Write(requests=records, events=(Audit("request.cancelled", detail=dict(
+            request_id=request_id, vcpus=ask.vcpus, memory_mib=ask.memory_mib, owner=ask.owner,
+            waited_s=waited)),))]
 
     def retry_waiting(self, now: float) -> list[Effect]:
         """Requests waiting for room, oldest first: placed where room came, rejected at their deadline.

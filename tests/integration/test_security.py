@@ -83,6 +83,8 @@ MUTATING_CONTROLLER_CALLS = {
     "RequestVm": lambda s: s.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny",
                                                                 owner="eve", request_id="sec-req"), timeout=10),
     "Release": lambda s: s.Release(controller_pb2.ReleaseRequest(lease_id="od-anything"), timeout=10),
+    "CancelRequest": lambda s: s.CancelRequest(controller_pb2.CancelRequestRequest(request_id="sec-req"),
+                                               timeout=10),
     "SetBackfill": lambda s: s.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, max_instances=9),
                                            timeout=10),
     "SetReserve": lambda s: s.SetReserve(controller_pb2.Reserve(node_id="*", vcpus=3), timeout=10),

@@ -417,6 +417,65 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
     reopened.close()
 
 
+def test_gleanctl_cancels_a_waiting_request_and_the_caller_waiting_on_it_hears_so(tmp_path, capsys):
+    import threading
+    import time
+    from controller.core.reserves import ReserveSettings
+    from controller.gleanctl import EXIT_INVALID, EXIT_REFUSED
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
+                              reserves=ReserveSettings(wait_seconds=3600))
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                          images=["tiny"], min_memory_mib=32))
+    first = pool.request(2, 512, "tiny", "alice", "first", wait_seconds=0).lease
+    answers = []
+    caller = threading.Thread(target=lambda: answers.append(pool.request(2, 512, "tiny", "bob", "second",
+                                                                         wait_seconds=60)))
+    caller.start()
+    deadline = time.monotonic() + 10
+    while "second" not in pool.ledger.waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server = build_server(config, pool, lambda _config: None)
+    target = ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+    try:
+        assert gleanctl_main(target + ["cancel", "second"]) == 0
+        assert "cancelled request second: cancelled after waiting" in capsys.readouterr().out
+        caller.join(timeout=10)   # the caller waiting on it is answered, not left to its timeout
+        assert not caller.is_alive() and answers[0].record.outcome == "cancelled"
+        assert gleanctl_main(target + ["request", "--vcpus", "2", "--memory", "512", "--owner", "bob",
+                                       "--request-id", "second"]) == EXIT_REFUSED   # the same id: its answer
+        assert "cancelled: cancelled after waiting" in capsys.readouterr().out
+        assert gleanctl_main(target + ["cancel", "second"]) == 0                 # again: the same answer
+        assert "cancelled request second" in capsys.readouterr().out
+        assert pool.request(4, 512, "tiny", "carol", "huge", wait_seconds=0).record.outcome == "rejected"
+        assert gleanctl_main(target + ["cancel", "huge"]) == EXIT_REFUSED        # answered otherwise first
+        assert "is rejected, not waiting for room: no node" in capsys.readouterr().out
+        assert gleanctl_main(target + ["cancel", "first"]) == EXIT_REFUSED       # placed: its lease to release
+        err = capsys.readouterr().err
+        assert "failed precondition" in err and f"on lease {first.lease_id}" in err and "release" in err
+        assert gleanctl_main(target + ["cancel", "nobody"]) == EXIT_INVALID
+        assert "no request 'nobody'" in capsys.readouterr().err
+        assert gleanctl_main(target + ["cancel", "bad id!"]) == EXIT_INVALID
+        assert "request_id" in capsys.readouterr().err
+    finally:
+        server.stop(grace=1)
+    assert store.count_events("request.cancelled") == 1
+    assert first.lease_id in {l.lease_id for l in pool.live_leases()}   # cancelling touched no lease
+    pool.close()
+    store.close()
+    reopened = Store(config.store_path)   # a restart does not queue it again
+    assert reopened.request("second").outcome == "cancelled"
+    assert "second" not in {r.request_id for r in reopened.pending_requests()}
+    again = PoolService(config, reopened, SlowAgents())
+    assert not again.ledger.waiting
+    again.close()
+    reopened.close()
+
+
 def test_denial_rows_in_the_audit_log_are_bounded(tmp_path):
     """Each flush adds a bounded number of rows, and the oldest denial rows past the cap go in
     the same transaction; other events are never pruned."""

@@ -153,6 +153,26 @@ def test_a_waiting_request_is_rejected_at_the_end_of_its_window():
     assert ledger.pending("late").outcome == "rejected" and not ledger.waiting
 
 
+def test_a_cancelled_waiting_request_is_written_cancelled_and_never_placed():
+    ledger = ledger_with(ReserveSettings(wait_seconds=60), NO_BACKFILL)
+    leases = fill_with_on_demand(ledger)
+    ledger.request(Ask(2, 512, "tiny", "bob", "late"), T0 + 1)
+    effects = ledger.cancel_waiting("late", T0 + 5)
+    [write] = effects
+    assert [(r.request_id, r.outcome, r.reason) for r in write.requests] == \
+        [("late", "cancelled", "cancelled after waiting 4 s for room")]
+    [cancelled] = events(effects, "request.cancelled")
+    assert cancelled.detail["waited_s"] == 4 and cancelled.detail["owner"] == "bob"
+    assert not ledger.waiting and ledger.pending("late").outcome == "cancelled"
+    _lease, stop = ledger.release(leases[0], True, T0 + 10)   # room frees: nothing takes it
+    confirm(ledger, stop, T0 + 11)
+    assert not events(ledger.fill(T0 + 12) + ledger.tick(T0 + 70), "request.placed")
+    assert not any(r.lease_id for r in ledger.requests.values() if r.request_id == "late")
+    # a request that is not waiting (answered, placed or unknown) is left as it is
+    assert ledger.cancel_waiting("late", T0 + 80) == [] and ledger.cancel_waiting("full0", T0 + 80) == []
+    assert ledger.cancel_waiting("nobody", T0 + 80) == [] and ledger.pending("full0").lease_id
+
+
 def test_without_a_window_and_for_impossible_sizes_rejection_is_immediate():
     ledger = ledger_with(ReserveSettings(), NO_BACKFILL)
     fill_with_on_demand(ledger)
