@@ -1151,16 +1151,21 @@ class Ledger:
             vm=lease.vm_name, reason=f"not adopted: {reason}")),))]
 
     def _redrive(self, node_id: str, now: float) -> list[Effect]:
-        """Unfinished business on a node that (re)joined: ask again what was asked before."""
-        effects: list[Effect] = []
+        """Unfinished business on a node that (re)joined: ask again what was asked before. A victim
+        on notice is asked to stop once the node's launch is answered, as when it was booked
+        (Stop.after_launch): pressed together, libvirt holds the launch up behind the shutdown."""
+        launches: list[Effect] = []
+        stops: list[Effect] = []
         for lease in list(self.by_node.get(node_id, {}).values()):
             if lease.state == "starting":
-                effects.append(Launch(lease))   # the agent launches by name: a second ask is harmless
+                launches.append(Launch(lease))   # the agent launches by name: a second ask is harmless
             elif lease.state == "cancelling":
-                effects.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
+                stops.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
             elif lease.state == "stopping" or lease.state in VICTIM:
                 grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
-                effects.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0)))
+                stops.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0),
+                                            after_launch=lease.state == "on_notice"))
+        effects = launches + stops
         if effects:
             effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
                 launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects))),)))

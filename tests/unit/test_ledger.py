@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.core.ledger import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
-                                    Write)
+                                    Stop, Write)
 from controller.core.policy import BackfillConfig, Policy, Size
 from controller.sim.engine import Store as SimStore
 
@@ -276,6 +276,20 @@ def test_a_victims_stop_is_recorded_as_the_agent_answered_even_when_a_report_sho
     events = victim_events(ledger.stop_done(victim, "clean_shutdown", True, 1.2, "", 1011.5))
     assert [e.detail["stopped"] for e in events] == ["clean_shutdown"]
     assert victim not in ledger.leases
+
+
+def test_after_a_restart_a_victim_on_notice_is_asked_to_stop_after_the_launch_again():
+    ledger, vms = booted_backfill()
+    effects = ledger.request(Ask(2, 256, "tiny", "alice", "r1"), 1010.0)   # instant: beside its victims
+    booked = [e for e in effects if isinstance(e, (Launch, Stop))]
+    assert [type(e) for e in booked] == [Launch, Stop, Stop] and all(e.after_launch for e in booked[1:])
+    # The controller stops before any answer: its successor re-drives the node when it reports.
+    again = Ledger(SETTINGS, BACKFILL, {}, counter(), leases=list(ledger.leases.values()))
+    redriven = [e for e in again.report(Report("n1", "n1:1", 2, 1024, vms), 1012.0) if isinstance(e, (Launch, Stop))]
+    assert [type(e) for e in redriven] == [Launch, Stop, Stop]
+    assert redriven[0].lease.lease_id == booked[0].lease.lease_id
+    assert {e.lease.lease_id for e in redriven[1:]} == {e.lease.lease_id for e in booked[1:]}
+    assert all(e.after_launch and e.grace_seconds <= SETTINGS.notice_seconds for e in redriven[1:])
 
 
 def test_a_lost_stop_answer_holds_the_victims_room_only_briefly():
