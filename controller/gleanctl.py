@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
 from gleaner_common import ids
@@ -92,8 +93,28 @@ def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
     return controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", target.controller, tls))
 
 
+_INT64_TYPES = frozenset({FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+                          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64})
+
+
 def as_dict(message) -> dict:
-    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    """The message for --json, 64-bit integers as numbers (protobuf's JSON mapping writes them as
+    strings, which scripts would have to convert: `seq`, `memory_mib`)."""
+    data = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return _numbers(message.DESCRIPTOR, data)
+
+
+def _numbers(descriptor, data: dict) -> dict:
+    for field in descriptor.fields:
+        if field.name not in data:
+            continue
+        repeated = field.is_repeated
+        if field.type in _INT64_TYPES:
+            data[field.name] = [int(v) for v in data[field.name]] if repeated else int(data[field.name])
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            for item in data[field.name] if repeated else [data[field.name]]:
+                _numbers(field.message_type, item)
+    return data
 
 
 def age(seconds: float) -> str:
