@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -240,6 +241,33 @@ class _RecheckingContext:
 REVOKED_STREAM_GRACE = 5.0
 
 
+@dataclass(frozen=True)
+class Unparsable:
+    """A request whose bytes are not the method's message: gRPC would answer INTERNAL for it
+    (an exception in its deserializer); the call is refused INVALID_ARGUMENT once authorized."""
+    error: str
+
+
+def tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:   # DecodeError, or whatever a message's parser raises on junk
+            return Unparsable(f"{type(exc).__name__}: {exc}")
+    return parse
+
+
+def refuse_unparsable(message: Any, method: str, context, who: str) -> None:
+    if isinstance(message, Unparsable):
+        log_event(log, "rpc.unparsable", logging.WARNING, identity=who, method=method, peer=context.peer(),
+                  error=message.error[:200])
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"the request is not a valid message for {method} ({message.error[:200]})")
+
+
 class Authorizer(grpc.ServerInterceptor):
     """The interceptor: `rules` (TABLE unless given) maps full method names to the roles allowed;
     anything not in it is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
@@ -352,6 +380,7 @@ class Authorizer(grpc.ServerInterceptor):
                 who = str(identity)
                 rule = self.authorize(identity, method)
                 if not handler.request_streaming:
+                    refuse_unparsable(request, method, context, who)
                     self.check_message(identity, method, rule, request)
                 self._holds.take(who, stream)
             except Denied as exc:
@@ -374,7 +403,7 @@ class Authorizer(grpc.ServerInterceptor):
                 with self._serving(identity, method, context, stream):
                     return original(request, context)
         factory = getattr(grpc, f"{kind}_rpc_method_handler")
-        return factory(behavior, request_deserializer=handler.request_deserializer,
+        return factory(behavior, request_deserializer=tolerant(handler.request_deserializer),
                        response_serializer=handler.response_serializer)
 
     @contextlib.contextmanager
@@ -394,6 +423,7 @@ class Authorizer(grpc.ServerInterceptor):
     def _checked(self, identity: Identity, rule: Rule, method: str, messages: Iterable, context) -> Iterator:
         """The request stream, each message checked as it arrives (revocation, node binding)."""
         for message in messages:
+            refuse_unparsable(message, method, context, str(identity))
             try:
                 self.check_message(identity, method, rule, message)
             except Denied as exc:

@@ -122,6 +122,32 @@ def test_only_agents_report_and_only_for_their_own_node(controller, test_env):
     assert "sec-b" in nodes and "sec-c" not in nodes
 
 
+def test_bytes_that_are_no_message_are_refused_as_invalid_not_internal(controller, test_env):
+    """Raw bytes on the wire (no protobuf client): an authorized caller hears INVALID_ARGUMENT
+    naming the call, not INTERNAL; anyone else is refused before the bytes are looked at; the
+    controller changes nothing and keeps serving."""
+    before = controller_state(controller)
+    junk = b"\xff\xff\xff\xff\x0f"   # a field number 0 varint: no message parses it
+    method = "/gleaner.controller.v1.Controller/RequestVm"
+    with controller.channel(test_env.pki.admin) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary(method)(junk, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert f"not a valid message for {method}" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            channel.stream_unary("/gleaner.controller.v1.Controller/Report")(iter([junk]), timeout=10)
+        assert err.value.code() == DENIED   # an admin may not report, whatever the bytes
+    with controller.channel(test_env.pki.agent("sec-junk")) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            channel.stream_unary("/gleaner.controller.v1.Controller/Report")(iter([junk]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    with controller.channel(test_env.pki.viewer) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary(method)(junk, timeout=10)
+        assert err.value.code() == DENIED
+    assert controller_state(controller) == before
+
+
 def test_a_node_cannot_touch_another_nodes_leases(controller, test_env, test_agent):
     """Empty reports and adoption tricks from node sec-d leave node sec-a's VM and lease alone."""
     agent_stub = test_agent.stub()
