@@ -76,7 +76,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> ControllerCo
 
 def parse_reserves(body: Any, source: str) -> ReserveSettings:
     """The [reserves] section (static_nodes, predictive, slot_seconds, utc_offset_seconds,
-    wait_seconds, lead_seconds, max_waiting), checked by the reserves' own rules."""
+    wait_seconds, lead_seconds, max_waiting, drain), checked by the reserves' own rules."""
     if not isinstance(body, dict):
         raise ConfigError(f"{source}: [reserves] must be a table")
     try:

@@ -1286,13 +1286,15 @@ class Ledger:
 
     def _keep_reserve(self, now: float) -> list[Effect]:
         """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark
-        them, and give their running backfill notice."""
+        them, and give their running backfill notice (none when the reserve is soft: drain false,
+        and no live hint; its nodes then stay reserved until the target shrinks)."""
         self.hints = list(live_hints(self.hints, now))
         s = self.reserve_settings
         if not (s.static_nodes or s.predictive is not PredictiveMode.OFF or self.hints or self.reserved_nodes):
             return []   # nothing reserved, nothing to release: the common case costs no snapshot
         state_of = lambda vm_id: self.leases[vm_id].state if vm_id in self.leases else "ended"   # noqa: E731
-        target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of)
+        target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of,
+                                       kept=self.reserved_nodes)
         effects: list[Effect] = []
         nodes = frozenset(chosen.nodes)
         if nodes != self.reserved_nodes:

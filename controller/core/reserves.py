@@ -91,6 +91,11 @@ class ReserveSettings:
     wait_seconds: float = 0.0             # W: 0 rejects an unplaceable request at once
     lead_seconds: float = 600.0           # a hint (and the next slot) counts this early: drain time
     max_waiting: int = 1000               # requests waiting for room at once
+    # True: the reserve's nodes give their running backfill notice (drained: its work is lost).
+    # False (soft): they only take no new backfill, and come free as their VMs end or are
+    # preempted. While a hint is live (added and not over) the reserve drains as with True, so
+    # the hint's nodes are free by its start: an admin asked for them.
+    drain: bool = True
 
     def validate(self) -> ReserveSettings:
         """The settings, or ReserveError naming the first field at fault."""
@@ -106,6 +111,8 @@ class ReserveSettings:
         _seconds("wait_seconds", self.wait_seconds, most=DAY)
         _seconds("lead_seconds", self.lead_seconds, most=DAY)
         _whole("max_waiting", self.max_waiting, least=0)
+        if not isinstance(self.drain, bool):
+            raise ReserveError("drain", f"must be true or false, not {self.drain!r}")
         return self
 
     def as_dict(self) -> dict[str, Any]:
@@ -494,16 +501,20 @@ def on_demand_nodes(pool: Pool) -> float:
 
 
 def plan_for_pool(settings: ReserveSettings, pool: Pool, hints: Iterable[Hint] = (),
-                  history: DemandHistory | None = None, state_of: Callable[[str], str] | None = None
-                  ) -> tuple[ReserveTarget, ReservedNodes]:
+                  history: DemandHistory | None = None, state_of: Callable[[str], str] | None = None,
+                  kept: Iterable[str] = ()) -> tuple[ReserveTarget, ReservedNodes]:
     """reserve_plan over the ledger's Pool, reading VMs only when it must: every node without
     backfill is cheaper to keep free than any node with some, so while those suffice no VM
-    list is read (the steady state, once the reserved nodes are drained)."""
+    list is read (the steady state, once the reserved nodes are drained). A soft reserve (drain
+    false, no live hint) is soft_reserved's, from the nodes reserved last time (`kept`)."""
     columns = pool.columns   # the nodes as columns: this runs at every fill, over every node
     up_rows = np.flatnonzero(columns.up)
+    hints = tuple(hints)
     target = reserve_target(settings, pool.now, len(up_rows), hints, history)
     if not target.nodes:
         return target, ReservedNodes((), ())
+    if not (settings.drain or hints):
+        return target, soft_reserved(pool, target, kept)
     # a node without backfill costs (False, 0, False, -share, id): its order among them
     nodes = pool.nodes
     heap = [(-on_demand_share(n), n.node_id, n)
@@ -515,6 +526,35 @@ def plan_for_pool(settings: ReserveSettings, pool: Pool, hints: Iterable[Hint] =
         return target, _reserved(free, (), target.nodes, shares)
     up = [nodes[i] for i in up_rows.tolist()]
     return target, choose_reserved_nodes([_load(n, pool, state_of) for n in up], target.nodes, target.idle)
+
+
+def soft_reserved(pool: Pool, target: ReserveTarget, kept: Iterable[str]) -> ReservedNodes:
+    """A soft reserve's nodes: no notice is given, so a node comes free only as its backfill ends
+    or is preempted, and the reserve must not move once chosen or it would never come free. The
+    up nodes reserved last time stay first, then the nodes with the fewest backfill VMs (the
+    soonest free; nothing is lost by choosing them), the most on-demand beside, then by id. Read
+    from the columns alone: no VM list, whatever the pool."""
+    c, nodes = pool.columns, pool.nodes
+    position = c.position
+    stay = [i for i in (position.get(node_id) for node_id in kept) if i is not None and c.up[i]]
+    order = sorted(stay, key=lambda i: _soft_cost(c, nodes[i]))
+    wanted = max(target.nodes, 0)
+    if not _enough(nodes, order, wanted, target.idle):
+        rows = np.flatnonzero(c.up)
+        if stay:
+            rows = rows[~np.isin(rows, stay)]
+        order += sorted(rows.tolist(), key=lambda i: _soft_cost(c, nodes[i]))
+    chosen = _cheapest_until(((on_demand_share(nodes[i]), nodes[i]) for i in order), wanted, target.idle)
+    return _reserved(chosen, (), wanted, [on_demand_share(n) for n in chosen])
+
+
+def _soft_cost(columns, node: NodeView) -> tuple:
+    return (int(columns.backfill_vms[columns.position[node.node_id]]), -on_demand_share(node), node.node_id)
+
+
+def _enough(nodes: Sequence[NodeView], rows: Sequence[int], count: int, idle: float) -> bool:
+    shares = [on_demand_share(nodes[i]) for i in rows]
+    return len(rows) >= count and len(rows) - sum(shares) >= idle - EPSILON
 
 
 def reserve_plan(settings: ReserveSettings, now: float, nodes: Sequence[NodeLoad], hints: Iterable[Hint] = (),

@@ -94,7 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      "setting is a termination policy (" + ", ".join(x.value for x in Policy) +
                                      ") or a reserve mode over the --config's [reserves]: static=N, "
                                      "predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                                     "or several joined with '+' (static=12+wait=600)")
+                                     "drain=true|false (false: a soft reserve), or several joined with '+' "
+                                     "(static=12+wait=600, predictive=day+drain=false)")
     p.add_argument("--out", type=Path, help="directory for summary.json, vms.csv (one row per VM) and timeline.csv "
                                             "(utilization and lost work over time); one subdirectory per policy "
                                             "with --compare")
@@ -142,8 +143,11 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
                 reserves = dataclasses.replace(reserves, wait_seconds=float(value)).validate()
             elif key == "hint":
                 hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
+            elif key == "drain" and value in ("true", "false"):
+                reserves = dataclasses.replace(reserves, drain=value == "true").validate()
             else:
-                raise SimUsage(f"--compare {part!r}: not a policy nor static=, predictive=, wait=, hint=")
+                raise SimUsage(f"--compare {part!r}: not a policy nor static=, predictive=, wait=, hint=, "
+                               f"drain=true|false")
         except (ValueError, ReserveError) as exc:
             raise SimUsage(f"--compare {part!r}: {exc}") from None
     return backfill, reserves, hints

@@ -23,7 +23,8 @@ way). Each setting runs the same requests and jobs through controller.sim.engine
   figure, as per-node reserves); reserve_balancer_static, Balancer's R = 12 (the on-demand pool's
   size: nodes on-demand VMs use count); reserve_hint, a hint of 12 nodes each day from 08:00 for
   10 hours (drained lead_seconds ahead); reserve_predictive_day and reserve_predictive_week, the
-  peak demand of the same 6-hour slot over the last day or week; reserve_wait, a wait window of
+  peak demand of the same 6-hour slot over the last day or week (`_soft`: the same without
+  draining, drain = false: the reserve's nodes only take no new backfill); reserve_wait, a wait window of
   600 s before a request with no room is rejected (controller/core/reserves.py).
 
 What is timed: `wall_s` and `sim_events_per_s` are those of one more run of the default settings
@@ -98,6 +99,8 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
             ("reserve_hint", ReserveSettings(), hints),
             ("reserve_predictive_day", ReserveSettings(predictive=PredictiveMode.DAY), []),
             ("reserve_predictive_week", ReserveSettings(predictive=PredictiveMode.WEEK), []),
+            ("reserve_predictive_day_soft", ReserveSettings(predictive=PredictiveMode.DAY, drain=False), []),
+            ("reserve_predictive_week_soft", ReserveSettings(predictive=PredictiveMode.WEEK, drain=False), []),
             ("reserve_wait", ReserveSettings(wait_seconds=600), [])):
         runs[name] = dict(backfill=on, reserves={}, reserve_settings=settings, hints=run_hints)
     return runs

@@ -379,14 +379,16 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
 
 def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_field():
     from controller.core.reserves import PredictiveMode
-    config = parse_config({"reserves": {"static_nodes": 3, "predictive": "day", "wait_seconds": 120}})
+    config = parse_config({"reserves": {"static_nodes": 3, "predictive": "day", "wait_seconds": 120,
+                                        "drain": False}})
     assert config.reserves.static_nodes == 3 and config.reserves.predictive is PredictiveMode.DAY
+    assert config.reserves.drain is False and parse_config({}).reserves.drain is True
     import tomllib
     assert parse_config(tomllib.loads(to_toml(config))).reserves == config.reserves
     for bad, field in (({"predictive": "year"}, "reserves.predictive"),
                        ({"slot_seconds": 7000}, "reserves.slot_seconds"),
                        ({"wait_seconds": -1}, "reserves.wait_seconds"), ({"static": 1}, "reserves.static"),
-                       ({"static_nodes": "two"}, "reserves.static_nodes")):
+                       ({"static_nodes": "two"}, "reserves.static_nodes"), ({"drain": "no"}, "reserves.drain")):
         with pytest.raises(ConfigError, match=field):
             parse_config({"reserves": bad})
 

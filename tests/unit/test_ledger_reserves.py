@@ -78,6 +78,45 @@ def test_a_reserved_nodes_backfill_gets_notice_and_its_work_counts_as_lost():
     assert reserved not in backfill_on(ledger)
 
 
+def test_a_soft_reserve_gives_no_notice_and_takes_no_new_backfill():
+    ledger = ledger_with(ReserveSettings())
+    confirm(ledger, ledger.fill(T0), T0 + 1)
+    assert backfill_on(ledger) == set(NODES)
+    ledger.set_reserve_settings(ReserveSettings(static_nodes=1, drain=False))
+    effects = ledger.fill(T0 + 100)
+    [reserved] = ledger.reserved_nodes
+    assert not [e for e in effects if isinstance(e, Stop)] and not events(effects, "vm.drained")
+    assert reserved in backfill_on(ledger)   # what runs there keeps running ...
+    for lease in [l for l in ledger.leases.values() if l.node_id == reserved]:
+        confirm(ledger, ledger.release(lease.lease_id, True, T0 + 101)[1], T0 + 102)
+    assert reserved not in launched_nodes(ledger.fill(T0 + 103))   # ... and its freed room stays free
+    assert reserved not in backfill_on(ledger)
+
+
+def test_a_soft_reserve_stays_on_its_nodes_while_others_come_free():
+    ledger = ledger_with(ReserveSettings())
+    confirm(ledger, ledger.fill(T0), T0 + 1)
+    ledger.set_reserve_settings(ReserveSettings(static_nodes=1, drain=False))
+    ledger.fill(T0 + 100)
+    [reserved] = ledger.reserved_nodes
+    other = next(n for n in NODES if n != reserved)
+    for lease in [l for l in ledger.leases.values() if l.node_id == other]:   # now the emptiest node
+        confirm(ledger, ledger.release(lease.lease_id, True, T0 + 101)[1], T0 + 102)
+    effects = ledger.fill(T0 + 103)
+    assert ledger.reserved_nodes == {reserved} and not events(effects, "reserve.changed")
+    assert other in launched_nodes(effects)   # backfill refills the node that is not reserved
+
+
+def test_a_soft_reserve_still_drains_for_a_live_hint():
+    ledger = ledger_with(ReserveSettings(lead_seconds=120.0, drain=False))
+    confirm(ledger, ledger.fill(T0), T0 + 1)
+    ledger.add_hint(Hint(1, T0 + 1000, T0 + 4600, "exam"), T0 + 10)
+    effects = ledger.fill(T0 + 1000 - 120)
+    [reserved] = ledger.reserved_nodes
+    stops = [e for e in effects if isinstance(e, Stop)]
+    assert stops and {s.lease.node_id for s in stops} == {reserved}
+
+
 def test_a_hinted_reserve_is_free_of_backfill_by_its_start():
     lead = 120.0
     ledger = ledger_with(ReserveSettings(lead_seconds=lead))

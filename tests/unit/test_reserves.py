@@ -369,6 +369,58 @@ def test_plan_for_pool_reads_vms_lazily_but_decides_as_reserve_plan(raw, static,
     assert plan_for_pool(s, pool, hints) == reserve_plan(s, NOW, node_loads(pool), hints)
 
 
+def pool_of(backfill_counts: dict[str, int], on_demand_gib: dict[str, int] | None = None,
+            down: tuple[str, ...] = ()) -> Pool:
+    """Nodes of 8 vCPUs and 4 GiB with so many 256-MiB backfill VMs (and on-demand GiB) each."""
+    nodes = [NodeView(n, Size(8, 4096), up=n not in down) for n in backfill_counts]
+    vms = [VmView(f"bf-{n}-{j}", n, VmRole.BACKFILL, Size(1, 256), NOW - 100) for n, k in backfill_counts.items()
+           for j in range(k)]
+    vms += [VmView(f"od-{n}", n, VmRole.ON_DEMAND, Size(1, 1024 * gib), NOW - 10)
+            for n, gib in (on_demand_gib or {}).items()]
+    return Pool.of(nodes, vms, NOW)
+
+
+SOFT = ReserveSettings(static_nodes=2, drain=False)
+
+
+def test_a_soft_reserve_takes_the_nodes_with_the_least_backfill_and_gives_no_notice():
+    target, chosen = plan_for_pool(SOFT, pool_of({"a": 3, "b": 1, "c": 2, "d": 1}, {"d": 2}))
+    assert chosen.nodes == ("d", "b") and chosen.notices == () and target.nodes == 2   # d: on-demand beside
+
+
+def test_a_soft_reserve_keeps_its_nodes_while_they_come_free():
+    # b and c were chosen when they had the least backfill; now a is empty, but the reserve
+    # stays where it is (moving it would start coming free elsewhere all over again)
+    pool = pool_of({"a": 0, "b": 3, "c": 2, "d": 4})
+    assert plan_for_pool(SOFT, pool, kept={"b", "c"})[1].nodes == ("c", "b")
+    # a kept node gone down is replaced by the cheapest other; a larger target adds the cheapest
+    assert plan_for_pool(SOFT, pool_of({"a": 0, "b": 3, "c": 2, "d": 4}, down=("b",)), kept={"b", "c"})[1].nodes \
+        == ("c", "a")
+    assert plan_for_pool(ReserveSettings(static_nodes=3, drain=False), pool, kept={"b", "c"})[1].nodes == ("c", "b", "a")
+    # a smaller target keeps the kept node soonest free
+    assert plan_for_pool(ReserveSettings(static_nodes=1, drain=False), pool, kept={"b", "c"})[1].nodes == ("c",)
+
+
+def test_a_soft_reserve_still_drains_while_a_hint_is_live():
+    pool = pool_of({"a": 3, "b": 1, "c": 2})
+    hint = Hint(1, NOW + 60, NOW + HOUR)
+    assert plan_for_pool(SOFT, pool, [hint], kept={"a"}) == reserve_plan(SOFT, NOW, node_loads(pool), [hint])
+    assert plan_for_pool(SOFT, pool, [hint])[1].notices   # the hinted node's backfill gets notice
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.integers(0, 4), min_size=1),
+       st.sets(st.sampled_from("abcdefgh")), st.sets(st.sampled_from("abcdefgh")), st.integers(0, 9))
+def test_a_soft_reserve_keeps_every_kept_up_node_it_can_and_never_exceeds_the_up_nodes(counts, kept, down, static):
+    pool = pool_of(counts, down=tuple(down))
+    up = {n for n in counts if n not in down}
+    target, chosen = plan_for_pool(ReserveSettings(static_nodes=static, drain=False), pool, kept=kept)
+    assert set(chosen.nodes) <= up and len(set(chosen.nodes)) == len(chosen.nodes) and chosen.notices == ()
+    assert len(chosen.nodes) == min(target.nodes, len(up)) and chosen.short == target.nodes - len(chosen.nodes)
+    staying = kept & up
+    assert set(chosen.nodes) >= staying or set(chosen.nodes) <= staying   # kept nodes go last, and only as many
+
+
 # -- the wait window ------------------------------------------------------------------------------
 
 def test_without_a_window_an_unplaceable_request_is_rejected_at_once():

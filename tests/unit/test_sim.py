@@ -270,7 +270,7 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["goals"]["lost_work_under_3_percent"]["measured"] == out["default"]["job_lost_share"]
     assert out["goals"]["utilization_at_least_nimbus"]["measured"] == out["default"]["utilization_working"]
     names = {"default", "reserve_static", "reserve_balancer_static", "reserve_hint", "reserve_predictive_day",
-             "reserve_predictive_week", "reserve_wait"} | {p.value for p in Policy}
+             "reserve_predictive_week", "reserve_predictive_day_soft", "reserve_predictive_week_soft", "reserve_wait"} | {p.value for p in Policy}
     assert names <= set(out)
     for name in names:
         for key in ("utilization", "lost_work_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
@@ -338,12 +338,16 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     code = cli.main(["--requests", str(Path(__file__).parent.parent / "data" / "traces" / "requests.csv"),
                      "--format", "csv", "--nodes", "2", "--days", "0.1", "--backfill", "enabled=true",
                      "--config", str(config), "--hint", "1:0.5:0.5",
-                     "--compare", "most_recent,static=1,predictive=day+wait=0,hint=1:1:1", "--quiet"])
+                     "--compare", "most_recent,static=1,predictive=day+wait=0,hint=1:1:1,static=1+drain=false",
+                     "--quiet"])
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1"]
+    assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1",
+                              "static=1+drain=false"]
     assert any(line.startswith("requests_queued") for line in out)
     assert cli.main(["--requests", str(AZURE_SMALL), "--compare", "static=x", "--quiet"]) == 2
     assert "static=x" in capsys.readouterr().err
+    assert cli.main(["--requests", str(AZURE_SMALL), "--compare", "drain=no", "--quiet"]) == 2
+    assert "drain=true|false" in capsys.readouterr().err
     assert cli.main(["--requests", str(AZURE_SMALL), "--nodes", "2", "--hint", "3:1:1", "--quiet"]) == 2
     assert "nodes" in capsys.readouterr().err
