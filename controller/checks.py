@@ -15,6 +15,7 @@ from gleaner_common.ids import InvalidField, bounded
 
 from .core.ledger import Reserve
 from .core.policy import BackfillConfig, Policy
+from .core.reserves import ReserveError, ReserveSettings
 
 MAX_VCPUS = 1024                      # one VM; no host we know of has more
 MAX_MEMORY_MIB = 16 * 2**20           # 16 TiB
@@ -32,6 +33,8 @@ REPORT_ROLES = ("on_demand", "backfill")
 CLOCK_SKEW_SECONDS = 86400            # a VM's launch time may be this far in the agent's future
 BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb": int, "vcpus": int,
                  "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int}
+RESERVE_KEYS = {"static_nodes": int, "predictive": str, "slot_seconds": int, "utc_offset_seconds": int,
+                "wait_seconds": float, "lead_seconds": float, "max_waiting": int, "drain": bool}
 
 
 class SettingError(ValueError):
@@ -66,25 +69,48 @@ def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
     return config
 
 
+def reserve_settings(current: ReserveSettings, changes: Mapping[str, Any]) -> ReserveSettings:
+    """The settings in force with `changes` (set fields of SetReserveSettingsRequest), checked by
+    the reserves' own rules: InvalidField names the first field at fault."""
+    try:
+        return ReserveSettings.from_dict({**current.as_dict(), **changes})
+    except ReserveError as exc:
+        raise InvalidField(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
+
+
 def parse_backfill_setting(item: str) -> tuple[str, Any]:
     """One KEY=VALUE backfill setting, typed; its bounds are backfill()'s to check. Here, not in
     gleanctl, so the simulator can read the same settings without loading gRPC."""
+    key, value = parse_setting(item, BACKFILL_KEYS)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise SettingError(f"{key}: must not be negative")
+    return key, value
+
+
+def parse_reserve_setting(item: str) -> tuple[str, Any]:
+    """One KEY=VALUE [reserves] setting, typed (SettingError otherwise) and checked on its own by
+    the reserves' rules (InvalidField names the field)."""
+    key, value = parse_setting(item, RESERVE_KEYS)
+    reserve_settings(ReserveSettings(), {key: value})
+    return key, value
+
+
+def parse_setting(item: str, keys: Mapping[str, type]) -> tuple[str, Any]:
+    """KEY=VALUE with KEY one of `keys`, the value of the key's type (bool, int, float, str)."""
     key, sep, raw = item.partition("=")
-    if not sep or key not in BACKFILL_KEYS:
-        raise SettingError(f"{item!r}: expected KEY=VALUE with KEY one of {', '.join(BACKFILL_KEYS)}")
-    kind = BACKFILL_KEYS[key]
+    if not sep or key not in keys:
+        raise SettingError(f"{item!r}: expected KEY=VALUE with KEY one of {', '.join(keys)}")
+    kind = keys[key]
     if kind is bool:
         if raw.lower() not in ("true", "false", "on", "off", "yes", "no"):
             raise SettingError(f"{key}: expected true or false, not {raw!r}")
         return key, raw.lower() in ("true", "on", "yes")
-    if kind is int:
+    if kind in (int, float):
         try:
-            value = int(raw)
+            return key, kind(raw)
         except ValueError:
-            raise SettingError(f"{key}: expected a whole number, not {raw!r}") from None
-        if value < 0:
-            raise SettingError(f"{key}: must not be negative")
-        return key, value
+            raise SettingError(f"{key}: expected {'a whole number' if kind is int else 'a number'}, "
+                               f"not {raw!r}") from None
     return key, raw
 
 

@@ -81,6 +81,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         ids.lease_id(args.lease_id)
     elif args.command == "cancel":
         ids.request_id(args.request_id)
+    elif args.command == "reserve" and args.node == "set":
+        for item in args.rest:
+            try:
+                checks.parse_reserve_setting(item)
+            except checks.SettingError:
+                pass   # not KEY=VALUE of a known key: a usage error, said by the command itself
     elif args.command == "reserve" and args.node not in (None, "hint", "unhint"):
         checks.reserve(args.node, args.vcpus, args.memory, args.whole_node)
     elif args.command == "reserve" and args.label:
@@ -223,6 +229,8 @@ def cmd_backfill(stub, args):
 def cmd_reserve(stub, args):
     if args.node in ("hint", "unhint"):
         return cmd_hint(stub, args)
+    if args.node == "set":
+        return cmd_reserve_set(stub, args)
     if args.rest:
         raise UsageError(f"unexpected arguments after the node: {' '.join(args.rest)}")
     if args.node is None:
@@ -238,6 +246,17 @@ def cmd_reserve(stub, args):
         return as_dict(reply)["reserves"], text, 0
     data, status_text = reserve_status(status)
     return dict(reserves=as_dict(reply)["reserves"], **data), f"{text}\n\n{status_text}", 0
+
+
+def cmd_reserve_set(stub, args):
+    """`reserve set KEY=VALUE ...`: change [reserves] settings now (they hold across restarts
+    until the config file's [reserves] is edited)."""
+    if not args.rest:
+        raise UsageError(f"usage: gleanctl reserve set KEY=VALUE ... (KEY one of {', '.join(checks.RESERVE_KEYS)})")
+    changes = dict(checks.parse_reserve_setting(item) for item in args.rest)
+    status = stub.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(**changes), timeout=args.timeout)
+    data, text = reserve_status(status)
+    return data, text, 0
 
 
 def cmd_hint(stub, args):
@@ -340,9 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
     reserve = sub.add_parser(
         "reserve", help="show reserves (per node, and Balancer's: static, predictive, hints, wait window), set a "
-                        "per-node one, or `reserve hint N --in H --for D` / `reserve unhint [--label L]`")
-    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node; or hint, unhint")
-    reserve.add_argument("rest", nargs="*", help="with hint: the number of nodes")
+                        "per-node one, `reserve set KEY=VALUE ...` ([reserves] settings), or "
+                        "`reserve hint N --in H --for D` / `reserve unhint [--label L]`")
+    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node; or set, hint, unhint")
+    reserve.add_argument("rest", nargs="*", help="with set: KEY=VALUE settings; with hint: the number of nodes")
     reserve.add_argument("--in", dest="in_hours", type=float, help="hint: hours until the nodes are needed")
     reserve.add_argument("--for", dest="for_hours", type=float, help="hint: hours they are needed for")
     reserve.add_argument("--label", default="", help="hint: who or what it is for; unhint: which hints to drop")

@@ -156,6 +156,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         return reply
 
     @rpc
+    def SetReserveSettings(self, request, context):
+        self.pool.set_reserve_settings({f.name: getattr(request, f.name) for f in request.DESCRIPTOR.fields
+                                        if request.HasField(f.name)})
+        return self.GetReserveStatus(None, context)
+
+    @rpc
     def CancelHints(self, request, context):
         self.pool.cancel_hints(checks.hint_label(request.label))
         return self.GetReserveStatus(None, context)

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
@@ -87,14 +88,11 @@ class PoolService:
         self.clock = clock
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)   # notified whenever the books change
+        reserve_settings = self._reserve_settings_at_start(config.reserves)
         self.ledger = Ledger(ledger_settings(config), store.backfill(), store.reserves(), random_id,
                              store.live_leases(), store.pending_requests(), store.recently_ended(),
-                             reserve_settings=config.reserves, hints=store.hints(), history=store.history())
-        warning = lead_warning(config.reserves, self.ledger.backfill.retry_seconds,
-                               self.ledger.backfill.grace_seconds, self.ledger.settings.stop_timeout)
-        store.note_reserve_settings(config.reserves.as_dict())
-        if warning:
-            log_event(log, "reserve.lead_short", logging.WARNING, reason=warning)
+                             reserve_settings=reserve_settings, hints=store.hints(), history=store.history())
+        self._warn_if_lead_short()
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
@@ -342,6 +340,38 @@ class PoolService:
             self.store.set_backfill(config)
             self.ledger.backfill = config
         self.store.record("backfill.configured", **config.as_dict())
+
+    def _reserve_settings_at_start(self, from_file: ReserveSettings) -> ReserveSettings:
+        """The config file's [reserves] when it changed since the last start (or at the first),
+        else the settings in force at the last stop: a gleanctl change holds across restarts
+        until the file itself is edited. Written, and audited if they change, before use."""
+        in_force, last_file = self.store.reserve_settings()
+        settings, source = from_file, "config file"
+        if in_force is not None and last_file == from_file.as_dict():
+            try:
+                settings, source = ReserveSettings.from_dict(in_force), "kept from the last run"
+            except ReserveError as exc:   # written by another version: the file's, and say so
+                log_event(log, "reserve.settings_unreadable", logging.WARNING, error=str(exc))
+        self.store.set_reserve_settings(settings.as_dict(), source, from_file=from_file.as_dict())
+        log_event(log, "reserve.settings", source=source, **settings.as_dict())
+        return settings
+
+    def _warn_if_lead_short(self) -> None:
+        warning = lead_warning(self.ledger.reserve_settings, self.ledger.backfill.retry_seconds,
+                               self.ledger.backfill.grace_seconds, self.ledger.settings.stop_timeout)
+        if warning:
+            log_event(log, "reserve.lead_short", logging.WARNING, reason=warning)
+
+    def set_reserve_settings(self, changes: Mapping[str, Any]) -> ReserveSettings:
+        """Change some [reserves] settings now (checked: InvalidField names the field); written
+        and audited before the ledger uses them, and the next fill applies them."""
+        with self.lock:
+            settings = checks.reserve_settings(self.ledger.reserve_settings, changes)
+            self.store.set_reserve_settings(settings.as_dict(), "gleanctl")
+            self.ledger.set_reserve_settings(settings)
+            self._warn_if_lead_short()
+        self.request_fill()
+        return settings
 
     def set_reserve(self, reserve: Reserve) -> None:
         """Set (or, all zero, remove) a reserve; every node's view is rebuilt with it."""

@@ -311,18 +311,31 @@ class Store:
         self._write("INSERT OR REPLACE INTO reserves (node_id, vcpus, memory_mib, whole_node) VALUES (?, ?, ?, ?)",
                     (reserve.node_id, reserve.vcpus, reserve.memory_mib, int(reserve.whole_node)))
 
-    def note_reserve_settings(self, values: dict[str, Any]) -> bool:
-        """Keep the reserve settings in force and audit a change (they come from the TOML at each
-        start); returns whether they changed."""
-        text = json.dumps(values, sort_keys=True)
-        rows = self._rows("SELECT value FROM settings WHERE key = 'reserve_settings'")
-        if rows and rows[0]["value"] == text:
-            return False
+    def reserve_settings(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the reserve settings in force when last written, the config file's as last read);
+        None for what was never written."""
+        rows = {r["key"]: json.loads(r["value"]) for r in self._rows(
+            "SELECT key, value FROM settings WHERE key IN ('reserve_settings', 'reserve_settings_file')")}
+        return rows.get("reserve_settings"), rows.get("reserve_settings_file")
+
+    def set_reserve_settings(self, in_force: dict[str, Any], source: str,
+                             from_file: dict[str, Any] | None = None) -> bool:
+        """Write the reserve settings in force (and, at a start, the config file's as read), with a
+        reserve.configured event naming the source when those in force change; returns whether
+        they changed."""
+        text = json.dumps(in_force, sort_keys=True)
+        before, _file = self.reserve_settings()
+        changed = before is None or json.dumps(before, sort_keys=True) != text
         with self._failing(), self._lock, self._db:
             self._db.execute("BEGIN")
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_settings', ?)", (text,))
-            self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "", text))
-        return True
+            if from_file is not None:
+                self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_settings_file', ?)",
+                                 (json.dumps(from_file, sort_keys=True),))
+            if changed:
+                self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "",
+                                                 json.dumps({**in_force, "source": source}, sort_keys=True)))
+        return changed
 
     def hints(self) -> list[Hint]:
         """The reserves' hints as last written (the ledger drops the ones that are over)."""

@@ -80,6 +80,7 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}SetReserve": Rule(ADMINS),
     f"{CONTROLLER_API}AddHint": Rule(ADMINS),
     f"{CONTROLLER_API}CancelHints": Rule(ADMINS),
+    f"{CONTROLLER_API}SetReserveSettings": Rule(ADMINS),
     f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),
     f"{CONTROLLER_API}ListVms": Rule(PEOPLE),
     f"{CONTROLLER_API}GetBackfill": Rule(PEOPLE),

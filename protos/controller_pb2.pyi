@@ -316,6 +316,26 @@ class CancelHintsRequest(_message.Message):
     label: str
     def __init__(self, label: _Optional[str] = ...) -> None: ...
 
+class SetReserveSettingsRequest(_message.Message):
+    __slots__ = ("static_nodes", "predictive", "slot_seconds", "utc_offset_seconds", "wait_seconds", "lead_seconds", "max_waiting", "drain")
+    STATIC_NODES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIVE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UTC_OFFSET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAITING_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    static_nodes: int
+    predictive: str
+    slot_seconds: int
+    utc_offset_seconds: int
+    wait_seconds: float
+    lead_seconds: float
+    max_waiting: int
+    drain: bool
+    def __init__(self, static_nodes: _Optional[int] = ..., predictive: _Optional[str] = ..., slot_seconds: _Optional[int] = ..., utc_offset_seconds: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., lead_seconds: _Optional[float] = ..., max_waiting: _Optional[int] = ..., drain: _Optional[bool] = ...) -> None: ...
+
 class Hint(_message.Message):
     __slots__ = ("nodes", "start_at", "until", "label")
     NODES_FIELD_NUMBER: _ClassVar[int]

@@ -99,6 +99,11 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.CancelHintsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ReserveStatus.FromString,
                 _registered_method=True)
+        self.SetReserveSettings = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/SetReserveSettings',
+                request_serializer=protos_dot_controller__pb2.SetReserveSettingsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ReserveStatus.FromString,
+                _registered_method=True)
         self.ListEvents = channel.unary_unary(
                 '/gleaner.controller.v1.Controller/ListEvents',
                 request_serializer=protos_dot_controller__pb2.ListEventsRequest.SerializeToString,
@@ -204,6 +209,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetReserveSettings(self, request, context):
+        """Change some [reserves] settings while the controller runs; unset fields keep their value.
+        The change holds across restarts until the config file's [reserves] section is edited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListEvents(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -282,6 +295,11 @@ def add_ControllerServicer_to_server(servicer, server):
             'CancelHints': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelHints,
                     request_deserializer=protos_dot_controller__pb2.CancelHintsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ReserveStatus.SerializeToString,
+            ),
+            'SetReserveSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetReserveSettings,
+                    request_deserializer=protos_dot_controller__pb2.SetReserveSettingsRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.ReserveStatus.SerializeToString,
             ),
             'ListEvents': grpc.unary_unary_rpc_method_handler(
@@ -645,6 +663,33 @@ class Controller:
             target,
             '/gleaner.controller.v1.Controller/CancelHints',
             protos_dot_controller__pb2.CancelHintsRequest.SerializeToString,
+            protos_dot_controller__pb2.ReserveStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetReserveSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/SetReserveSettings',
+            protos_dot_controller__pb2.SetReserveSettingsRequest.SerializeToString,
             protos_dot_controller__pb2.ReserveStatus.FromString,
             options,
             channel_credentials,

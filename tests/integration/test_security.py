@@ -53,7 +53,8 @@ def controller_state(controller: ControllerProcess) -> tuple:
     stub = controller.stub()
     return (stub.GetBackfill(controller_pb2.GetBackfillRequest(), timeout=10),
             stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=10),
-            stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=10).hints,
+            *(lambda status: (status.hints, status.settings_json))(
+                stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=10)),
             sorted((l.lease_id, l.node_id, l.state) for l in controller.leases()),
             sorted(n.node_id for n in stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes))
 
@@ -91,6 +92,8 @@ MUTATING_CONTROLLER_CALLS = {
     "AddHint": lambda s: s.AddHint(controller_pb2.AddHintRequest(nodes=1, in_hours=1, for_hours=1, label="eve"),
                                    timeout=10),
     "CancelHints": lambda s: s.CancelHints(controller_pb2.CancelHintsRequest(), timeout=10),
+    "SetReserveSettings": lambda s: s.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(static_nodes=5),
+                                                         timeout=10),
 }
 
 

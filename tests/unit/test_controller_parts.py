@@ -377,6 +377,58 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
     reopened.close()
 
 
+def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_is_edited(tmp_path, capsys):
+    import dataclasses
+    import grpc
+    from controller.core.reserves import PredictiveMode, ReserveSettings
+    from controller.gleanctl import EXIT_INVALID
+    from controller.server import build_server
+    from controller.service import PoolService
+    from protos import controller_pb2, controller_pb2_grpc
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
+                              reserves=ReserveSettings(static_nodes=1))
+    store = Store(config.store_path)
+    pool = PoolService(config, store, SlowAgents())
+    for node_id in ("a", "b", "c"):
+        pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
+                                              memory_mib=4096, images=["tiny"]))
+    server = build_server(config, pool, lambda _config: None)
+    target = ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+    changed = ReserveSettings(static_nodes=1, predictive=PredictiveMode.DAY, wait_seconds=120, drain=False)
+    try:
+        assert gleanctl_main(target + ["reserve", "set", "predictive=day", "drain=false", "wait_seconds=120"]) == 0
+        assert "drain=False" in capsys.readouterr().out and pool.ledger.reserve_settings == changed
+        for bad, field in (("predictive=year", "predictive"), ("slot_seconds=7000", "slot_seconds"),
+                           ("static_nodes=-1", "static_nodes")):
+            assert gleanctl_main(target + ["reserve", "set", bad]) == EXIT_INVALID
+            assert field in capsys.readouterr().err
+        assert gleanctl_main(target + ["reserve", "set", "colour=red"]) == EXIT_USAGE
+        assert "KEY one of static_nodes" in capsys.readouterr().err
+        assert gleanctl_main(target + ["reserve", "set"]) == EXIT_USAGE
+        stub = controller_pb2_grpc.ControllerStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        with pytest.raises(grpc.RpcError) as err:   # the controller checks too, whoever calls
+            stub.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(lead_seconds=-1), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "lead_seconds" in err.value.details()
+        assert pool.ledger.reserve_settings == changed
+    finally:
+        server.stop(grace=1)
+    [configured] = [e for e in store.events(kind="reserve.configured", limit=10) if e.detail["source"] == "gleanctl"]
+    assert configured.detail["drain"] is False and configured.detail["predictive"] == "day"
+    pool.close()
+    store.close()
+    reopened = Store(config.store_path)   # the same file: the change holds
+    again = PoolService(config, reopened, SlowAgents())
+    assert again.ledger.reserve_settings == changed and reopened.count_events("reserve.configured") == 2
+    again.close()
+    edited = dataclasses.replace(config, reserves=ReserveSettings(static_nodes=2))   # the file edited: it wins
+    third = PoolService(edited, reopened, SlowAgents())
+    assert third.ledger.reserve_settings == ReserveSettings(static_nodes=2)
+    latest = reopened.events(kind="reserve.configured", limit=1, newest=True)[-1]
+    assert latest.detail["source"] == "config file" and latest.detail["static_nodes"] == 2
+    third.close()
+    reopened.close()
+
+
 def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_field():
     from controller.core.reserves import PredictiveMode
     config = parse_config({"reserves": {"static_nodes": 3, "predictive": "day", "wait_seconds": 120,
