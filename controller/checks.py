@@ -91,6 +91,8 @@ def parse_reserve_setting(item: str) -> tuple[str, Any]:
     """One KEY=VALUE [reserves] setting, typed (SettingError otherwise) and checked on its own by
     the reserves' rules (InvalidField names the field)."""
     key, value = parse_setting(item, RESERVE_KEYS)
+    if key == "predictive":
+        value = value.lower()   # as true/false are: DAY is day
     reserve_settings(ReserveSettings(), {key: value})
     return key, value
 

@@ -82,11 +82,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     elif args.command == "cancel":
         ids.request_id(args.request_id)
     elif args.command == "reserve" and args.node == "set":
-        for item in args.rest:
-            try:
-                checks.parse_reserve_setting(item)
-            except checks.SettingError:
-                pass   # not KEY=VALUE of a known key: a usage error, said by the command itself
+        reserve_changes(args.rest)
     elif args.command == "reserve" and args.node not in (None, "hint", "unhint"):
         checks.reserve(args.node, args.vcpus, args.memory, args.whole_node)
     elif args.command == "reserve" and args.label:
@@ -251,12 +247,24 @@ def cmd_reserve(stub, args):
 def cmd_reserve_set(stub, args):
     """`reserve set KEY=VALUE ...`: change [reserves] settings now (they hold across restarts
     until the config file's [reserves] is edited)."""
-    if not args.rest:
-        raise UsageError(f"usage: gleanctl reserve set KEY=VALUE ... (KEY one of {', '.join(checks.RESERVE_KEYS)})")
-    changes = dict(checks.parse_reserve_setting(item) for item in args.rest)
+    changes = reserve_changes(args.rest)
     status = stub.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(**changes), timeout=args.timeout)
     data, text = reserve_status(status)
     return data, text, 0
+
+
+def reserve_changes(items: list[str]) -> dict[str, Any]:
+    """`reserve set`'s KEY=VALUE items, typed and each checked (SettingError, InvalidField)."""
+    if not items:
+        raise checks.SettingError(f"usage: gleanctl reserve set KEY=VALUE ... (KEY one of "
+                                  f"{', '.join(checks.RESERVE_KEYS)})")
+    changes: dict[str, Any] = {}
+    for item in items:
+        key, value = checks.parse_reserve_setting(item)
+        if key in changes:
+            raise checks.SettingError(f"{key}: given twice")
+        changes[key] = value
+    return changes
 
 
 def cmd_hint(stub, args):
@@ -392,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     except ids.InvalidField as exc:
         print(f"gleanctl: invalid argument {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except (checks.SettingError, UsageError) as exc:
+        print(f"gleanctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "pki":  # local files only: no controller involved
             data, text = pkicmd.run(args)

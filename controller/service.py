@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gleaner_common import ids
+from gleaner_common.authz import current_identity
 from gleaner_common.ids import InvalidField
 from gleaner_common.logs import log_event
 
@@ -91,7 +92,8 @@ class PoolService:
         reserve_settings = self._reserve_settings_at_start(config.reserves)
         self.ledger = Ledger(ledger_settings(config), store.backfill(), store.reserves(), random_id,
                              store.live_leases(), store.pending_requests(), store.recently_ended(),
-                             reserve_settings=reserve_settings, hints=store.hints(), history=store.history())
+                             reserve_settings=reserve_settings, hints=store.hints(), history=store.history(),
+                             reserved_nodes=store.reserved_nodes())
         self._warn_if_lead_short()
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
@@ -352,6 +354,12 @@ class PoolService:
                 settings, source = ReserveSettings.from_dict(in_force), "kept from the last run"
             except ReserveError as exc:   # written by another version: the file's, and say so
                 log_event(log, "reserve.settings_unreadable", logging.WARNING, error=str(exc))
+        elif in_force is not None and last_file is not None:
+            file_now = from_file.as_dict()   # keys set with gleanctl (not the file's then) that the file now undoes
+            dropped = sorted(k for k, v in in_force.items() if last_file.get(k, v) != v and file_now.get(k, v) != v)
+            if dropped:   # set with gleanctl, then the file was edited: the file wins, say what went
+                log_event(log, "reserve.settings_overridden", logging.WARNING, keys=",".join(dropped),
+                          reason="the config file's [reserves] was edited since the last start")
         self.store.set_reserve_settings(settings.as_dict(), source, from_file=from_file.as_dict())
         log_event(log, "reserve.settings", source=source, **settings.as_dict())
         return settings
@@ -366,8 +374,17 @@ class PoolService:
         """Change some [reserves] settings now (checked: InvalidField names the field); written
         and audited before the ledger uses them, and the next fill applies them."""
         with self.lock:
-            settings = checks.reserve_settings(self.ledger.reserve_settings, changes)
-            self.store.set_reserve_settings(settings.as_dict(), "gleanctl")
+            before = self.ledger.reserve_settings
+            settings = checks.reserve_settings(before, changes)
+            slots_moved = (settings.slot_seconds, settings.utc_offset_seconds) != \
+                (before.slot_seconds, before.utc_offset_seconds)
+            who = current_identity()
+            note = dict(history_reset=True) if slots_moved else {}
+            self.store.set_reserve_settings(settings.as_dict(), f"gleanctl ({who or 'local'})", note=note)
+            if slots_moved:
+                log_event(log, "reserve.history_reset", logging.WARNING,
+                          reason="slot_seconds or utc_offset_seconds changed: the predictive reserve's history "
+                                 "was kept in the old slots and starts afresh")
             self.ledger.set_reserve_settings(settings)
             self._warn_if_lead_short()
         self.request_fill()

@@ -233,6 +233,9 @@ class Store:
                     if write.hints is not None:   # in the transaction of the audit event that explains it
                         self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_hints', ?)",
                                          (json.dumps([asdict(h) for h in write.hints]),))
+                    if write.reserved is not None:
+                        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
+                                         (json.dumps(list(write.reserved)),))
                     if write.events:
                         self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
                                                               json.dumps(dict(e.detail), default=str))
@@ -319,7 +322,7 @@ class Store:
         return rows.get("reserve_settings"), rows.get("reserve_settings_file")
 
     def set_reserve_settings(self, in_force: dict[str, Any], source: str,
-                             from_file: dict[str, Any] | None = None) -> bool:
+                             from_file: dict[str, Any] | None = None, note: dict[str, Any] | None = None) -> bool:
         """Write the reserve settings in force (and, at a start, the config file's as read), with a
         reserve.configured event naming the source when those in force change; returns whether
         they changed."""
@@ -334,8 +337,15 @@ class Store:
                                  (json.dumps(from_file, sort_keys=True),))
             if changed:
                 self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "",
-                                                 json.dumps({**in_force, "source": source}, sort_keys=True)))
+                                                 json.dumps({**in_force, **(note or {}), "source": source},
+                                                            sort_keys=True)))
         return changed
+
+    def reserved_nodes(self) -> list[str]:
+        """The nodes the reserves kept free of backfill when last changed."""
+        rows = self._rows("SELECT value FROM settings WHERE key = 'reserved_nodes'")
+        values = json.loads(rows[0]["value"]) if rows else []
+        return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
     def hints(self) -> list[Hint]:
         """The reserves' hints as last written (the ledger drops the ones that are over)."""

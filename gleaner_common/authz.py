@@ -261,14 +261,6 @@ def tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-def refuse_unparsable(message: Any, method: str, context, who: str) -> None:
-    if isinstance(message, Unparsable):
-        log_event(log, "rpc.unparsable", logging.WARNING, identity=who, method=method, peer=context.peer(),
-                  error=message.error[:200])
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"the request is not a valid message for {method} ({message.error[:200]})")
-
-
 class Authorizer(grpc.ServerInterceptor):
     """The interceptor: `rules` (TABLE unless given) maps full method names to the roles allowed;
     anything not in it is denied. With `insecure` (a unix socket, no TLS) every caller is LOCAL."""
@@ -354,6 +346,18 @@ class Authorizer(grpc.ServerInterceptor):
                       error=str(exc), note="further denials like it are counted, not logged, until the next flush")
         context.abort(exc.code, str(exc))
 
+    def refuse_unparsable(self, message: Any, method: str, context: grpc.ServicerContext, who: str) -> None:
+        """Abort the call (INVALID_ARGUMENT) if `message` did not parse; counted with the denials,
+        so a caller sending junk in a loop costs one log line per flush, not one per message."""
+        if not isinstance(message, Unparsable):
+            return
+        if self.denials.add(who, method, "not a valid message"):
+            log_event(log, "rpc.unparsable", logging.WARNING, identity=who, method=method, peer=context.peer(),
+                      error=message.error[:200], note="further ones like it are counted, not logged, until the "
+                                                      "next flush")
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"the request is not a valid message for {method} ({message.error[:200]})")
+
     def recheck(self, identity: Identity, method: str, context: grpc.ServicerContext) -> None:
         """Within a stream: end it (PERMISSION_DENIED) if its caller was revoked since it began."""
         try:
@@ -381,7 +385,7 @@ class Authorizer(grpc.ServerInterceptor):
                 who = str(identity)
                 rule = self.authorize(identity, method)
                 if not handler.request_streaming:
-                    refuse_unparsable(request, method, context, who)
+                    self.refuse_unparsable(request, method, context, who)
                     self.check_message(identity, method, rule, request)
                 self._holds.take(who, stream)
             except Denied as exc:
@@ -424,7 +428,7 @@ class Authorizer(grpc.ServerInterceptor):
     def _checked(self, identity: Identity, rule: Rule, method: str, messages: Iterable, context) -> Iterator:
         """The request stream, each message checked as it arrives (revocation, node binding)."""
         for message in messages:
-            refuse_unparsable(message, method, context, str(identity))
+            self.refuse_unparsable(message, method, context, str(identity))
             try:
                 self.check_message(identity, method, rule, message)
             except Denied as exc:

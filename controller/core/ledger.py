@@ -158,9 +158,11 @@ class Write:
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Audit, ...] = ()
     hints: tuple[Hint, ...] | None = None   # the reserves' hints now, replacing the stored ones (None: unchanged)
+    reserved: tuple[str, ...] | None = None  # the nodes kept free of backfill now (None: unchanged)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.updated or self.requests or self.events or self.hints is not None)
+        return bool(self.created or self.updated or self.requests or self.events or self.hints is not None
+                    or self.reserved is not None)
 
 
 @dataclass(frozen=True)
@@ -350,14 +352,15 @@ class Ledger:
                  new_id: Callable[[str], str], leases: Iterable[Lease] = (),
                  requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = (),
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
-                 history: DemandHistory | None = None) -> None:
+                 history: DemandHistory | None = None, reserved_nodes: Iterable[str] = ()) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
         lease waits for room again from when it was made (its window may be over: the next retry
         rejects it). `ended` are the most recently ended leases: a VM a node still runs under one
         of them is stopped, not adopted. `reserve_settings`, `hints` and `history` are Balancer's
-        reserves (controller.core.reserves): with the defaults nothing is reserved."""
+        reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
+        are the nodes they kept free when the controller stopped."""
         self.settings = settings
         self.backfill = backfill
         self.reserves: dict[str, Reserve] = dict(reserves)
@@ -367,7 +370,8 @@ class Ledger:
         # A history kept with other slots cannot be read by these: it starts afresh.
         self.history = history if history is not None and \
             (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
-        self.reserved_nodes: frozenset[str] = frozenset()   # kept free of backfill by the reserves
+        # kept free of backfill by the reserves (as written at the last change: a soft reserve stays)
+        self.reserved_nodes: frozenset[str] = frozenset(reserved_nodes)
         # Requests that found no room, oldest first: request_id -> (the ask, when it was queued,
         # when its wait ends).
         self.waiting: OrderedDict[str, tuple[Ask, float, float]] = OrderedDict()
@@ -1165,6 +1169,8 @@ class Ledger:
                 grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
                 stops.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0),
                                             after_launch=lease.state == "on_notice"))
+        # on-demand first: the service and the simulator chain after_launch stops to a node's first launch
+        launches.sort(key=lambda launch: launch.lease.role != "on_demand")
         effects = launches + stops
         if effects:
             effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
@@ -1304,7 +1310,8 @@ class Ledger:
                 self._touch(node_id)
             effects.append(Write(events=(Audit("reserve.changed", detail=dict(   # node lists bounded: a pool is large
                 target=target.as_dict(), added=added[:AUDIT_NODES], removed=removed[:AUDIT_NODES],
-                added_count=len(added), removed_count=len(removed), short=chosen.short)),)))
+                added_count=len(added), removed_count=len(removed), short=chosen.short)),),
+                reserved=tuple(sorted(nodes))))
         reason = DRAINED + target.explain()
         for vm_id in chosen.notices:
             lease = self.leases.get(vm_id)

@@ -57,6 +57,7 @@ DAY = 86400
 MONTH_DAYS = 30
 MIN_SLOT_SECONDS = 60
 MAX_HINTS = 100            # hints kept at once (anything an admin can open has a bound)
+MAX_COUNT = 1_000_000      # nodes reserved, requests waiting: far past any pool, and within uint32
 EPSILON = 1e-9             # demand sampled as 3.0000000001 nodes still needs 3
 NO_SLOT = -(2 ** 63)       # a history entry that holds no slot yet (slots before the epoch are < 0)
 
@@ -136,11 +137,13 @@ class ReserveSettings:
         return cls(**fields).validate()
 
 
-def _whole(field: str, value: Any, least: int) -> None:
+def _whole(field: str, value: Any, least: int, most: int = MAX_COUNT) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ReserveError(field, f"must be a whole number, not {value!r}")
     if value < least:
         raise ReserveError(field, f"must be at least {least}, not {value}")
+    if value > most:
+        raise ReserveError(field, f"must be at most {most}, not {value}")
 
 
 def _seconds(field: str, value: Any, most: float) -> None:
@@ -506,14 +509,14 @@ def plan_for_pool(settings: ReserveSettings, pool: Pool, hints: Iterable[Hint] =
     """reserve_plan over the ledger's Pool, reading VMs only when it must: every node without
     backfill is cheaper to keep free than any node with some, so while those suffice no VM
     list is read (the steady state, once the reserved nodes are drained). A soft reserve (drain
-    false, no live hint) is soft_reserved's, from the nodes reserved last time (`kept`)."""
+    false, no hint counting yet) is soft_reserved's, from the nodes reserved last time (`kept`)."""
     columns = pool.columns   # the nodes as columns: this runs at every fill, over every node
     up_rows = np.flatnonzero(columns.up)
     hints = tuple(hints)
     target = reserve_target(settings, pool.now, len(up_rows), hints, history)
     if not target.nodes:
         return target, ReservedNodes((), ())
-    if not (settings.drain or hints):
+    if not settings.drain and not target.hinted:   # a hint that counts drains, so its nodes are free by its start
         return target, soft_reserved(pool, target, kept)
     # a node without backfill costs (False, 0, False, -share, id): its order among them
     nodes = pool.nodes
@@ -521,40 +524,38 @@ def plan_for_pool(settings: ReserveSettings, pool: Pool, hints: Iterable[Hint] =
             for n in map(nodes.__getitem__, np.flatnonzero(columns.up & (columns.backfill_vms == 0)).tolist())]
     heapq.heapify(heap)
     free = _cheapest_until(((-share, n) for share, _, n in _drain(heap)), target.nodes, target.idle)
-    shares = [on_demand_share(n) for n in free]
-    if len(free) >= target.nodes and len(free) - sum(shares) >= target.idle - EPSILON:
-        return target, _reserved(free, (), target.nodes, shares)
+    if _enough(free, target.nodes, target.idle):
+        return target, _reserved(free, (), target.nodes, [on_demand_share(n) for n in free])
     up = [nodes[i] for i in up_rows.tolist()]
     return target, choose_reserved_nodes([_load(n, pool, state_of) for n in up], target.nodes, target.idle)
 
 
 def soft_reserved(pool: Pool, target: ReserveTarget, kept: Iterable[str]) -> ReservedNodes:
     """A soft reserve's nodes: no notice is given, so a node comes free only as its backfill ends
-    or is preempted, and the reserve must not move once chosen or it would never come free. The
-    up nodes reserved last time stay first, then the nodes with the fewest backfill VMs (the
-    soonest free; nothing is lost by choosing them), the most on-demand beside, then by id. Read
-    from the columns alone: no VM list, whatever the pool."""
+    or is preempted, and the reserve must not move to wherever is emptiest now or it would never
+    come free. So: the up nodes without backfill (free already; the most on-demand beside first),
+    then the up nodes reserved last time (`kept`), then the fewest backfill VMs (the soonest free),
+    each by id last. Read from the columns alone: no VM list, whatever the pool."""
     c, nodes = pool.columns, pool.nodes
-    position = c.position
-    stay = [i for i in (position.get(node_id) for node_id in kept) if i is not None and c.up[i]]
-    order = sorted(stay, key=lambda i: _soft_cost(c, nodes[i]))
-    wanted = max(target.nodes, 0)
-    if not _enough(nodes, order, wanted, target.idle):
-        rows = np.flatnonzero(c.up)
-        if stay:
-            rows = rows[~np.isin(rows, stay)]
-        order += sorted(rows.tolist(), key=lambda i: _soft_cost(c, nodes[i]))
-    chosen = _cheapest_until(((on_demand_share(nodes[i]), nodes[i]) for i in order), wanted, target.idle)
-    return _reserved(chosen, (), wanted, [on_demand_share(n) for n in chosen])
+    kept_rows = {i for i in (c.position.get(node_id) for node_id in kept) if i is not None}
+    up = np.flatnonzero(c.up)
+    free = up[c.backfill_vms[up] == 0].tolist()
+    order = sorted(free, key=lambda i: _soft_cost(c, nodes[i], kept_rows))
+    if not _enough([nodes[i] for i in order], target.nodes):
+        rest = up[c.backfill_vms[up] > 0].tolist()
+        order += sorted(rest, key=lambda i: _soft_cost(c, nodes[i], kept_rows))
+    chosen = _cheapest_until(((on_demand_share(nodes[i]), nodes[i]) for i in order), target.nodes, target.idle)
+    return _reserved(chosen, (), target.nodes, [on_demand_share(n) for n in chosen])
 
 
-def _soft_cost(columns, node: NodeView) -> tuple:
-    return (int(columns.backfill_vms[columns.position[node.node_id]]), -on_demand_share(node), node.node_id)
+def _soft_cost(columns, node: NodeView, kept_rows: set[int]) -> tuple:
+    row = columns.position[node.node_id]
+    return (row not in kept_rows, int(columns.backfill_vms[row]), -on_demand_share(node), node.node_id)
 
 
-def _enough(nodes: Sequence[NodeView], rows: Sequence[int], count: int, idle: float) -> bool:
-    shares = [on_demand_share(nodes[i]) for i in rows]
-    return len(rows) >= count and len(rows) - sum(shares) >= idle - EPSILON
+def _enough(chosen: Sequence[NodeView], count: int, idle: float = 0.0) -> bool:
+    """Whether `chosen` holds `count` nodes and `idle` node-equivalents beside on-demand's use."""
+    return len(chosen) >= count and len(chosen) - sum(on_demand_share(n) for n in chosen) >= idle - EPSILON
 
 
 def reserve_plan(settings: ReserveSettings, now: float, nodes: Sequence[NodeLoad], hints: Iterable[Hint] = (),

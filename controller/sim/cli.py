@@ -143,8 +143,8 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
                 reserves = dataclasses.replace(reserves, wait_seconds=float(value)).validate()
             elif key == "hint":
                 hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
-            elif key == "drain" and value in ("true", "false"):
-                reserves = dataclasses.replace(reserves, drain=value == "true").validate()
+            elif key == "drain":
+                reserves = dataclasses.replace(reserves, drain=checks.parse_setting(part, {"drain": bool})[1]).validate()
             else:
                 raise SimUsage(f"--compare {part!r}: not a policy nor static=, predictive=, wait=, hint=, "
                                f"drain=true|false")

@@ -377,8 +377,9 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
     reopened.close()
 
 
-def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_is_edited(tmp_path, capsys):
+def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_is_edited(tmp_path, capsys, caplog):
     import dataclasses
+    import logging
     import grpc
     from controller.core.reserves import PredictiveMode, ReserveSettings
     from controller.gleanctl import EXIT_INVALID
@@ -405,6 +406,14 @@ def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_
         assert gleanctl_main(target + ["reserve", "set", "colour=red"]) == EXIT_USAGE
         assert "KEY one of static_nodes" in capsys.readouterr().err
         assert gleanctl_main(target + ["reserve", "set"]) == EXIT_USAGE
+        assert gleanctl_main(target + ["reserve", "set", "drain=false", "drain=true"]) == EXIT_USAGE
+        assert "drain: given twice" in capsys.readouterr().err
+        assert gleanctl_main(["--controller", "127.0.0.1:1", "reserve", "set", "static_nodes"]) == EXIT_USAGE
+        assert "expected KEY=VALUE" in capsys.readouterr().err   # said before any want of TLS settings
+        assert gleanctl_main(target + ["reserve", "set", "slot_seconds=3600"]) == 0   # the history's slots move
+        capsys.readouterr()
+        assert store.events(kind="reserve.configured", limit=1, newest=True)[-1].detail["history_reset"] is True
+        assert gleanctl_main(target + ["reserve", "set", "slot_seconds=21600", "predictive=DAY"]) == 0
         stub = controller_pb2_grpc.ControllerStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
         with pytest.raises(grpc.RpcError) as err:   # the controller checks too, whoever calls
             stub.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(lead_seconds=-1), timeout=10)
@@ -412,20 +421,38 @@ def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_
         assert pool.ledger.reserve_settings == changed
     finally:
         server.stop(grace=1)
-    [configured] = [e for e in store.events(kind="reserve.configured", limit=10) if e.detail["source"] == "gleanctl"]
+    [configured, *_slot_changes] = [e for e in store.events(kind="reserve.configured", limit=10)
+                                    if e.detail["source"].startswith("gleanctl")]
     assert configured.detail["drain"] is False and configured.detail["predictive"] == "day"
+    assert configured.detail["source"] == "gleanctl (admin/local-root)"   # who: here the insecure local caller
+    assert "history_reset" not in configured.detail
     pool.close()
     store.close()
     reopened = Store(config.store_path)   # the same file: the change holds
     again = PoolService(config, reopened, SlowAgents())
-    assert again.ledger.reserve_settings == changed and reopened.count_events("reserve.configured") == 2
+    assert again.ledger.reserve_settings == changed and reopened.count_events("reserve.configured") == 4
     again.close()
     edited = dataclasses.replace(config, reserves=ReserveSettings(static_nodes=2))   # the file edited: it wins
-    third = PoolService(edited, reopened, SlowAgents())
+    with caplog.at_level(logging.WARNING, logger="controller.service"):
+        third = PoolService(edited, reopened, SlowAgents())
+    [overridden] = [r for r in caplog.records if r.getMessage() == "reserve.settings_overridden"]
+    assert overridden.keys == "drain,predictive,wait_seconds"   # what the gleanctl change had set
     assert third.ledger.reserve_settings == ReserveSettings(static_nodes=2)
     latest = reopened.events(kind="reserve.configured", limit=1, newest=True)[-1]
     assert latest.detail["source"] == "config file" and latest.detail["static_nodes"] == 2
     third.close()
+    reopened.close()
+
+
+def test_the_store_keeps_the_reserved_nodes_written_with_their_event(tmp_path):
+    from controller.core.ledger import Audit, Write
+    store = Store(tmp_path / "controller.sqlite3")
+    assert store.reserved_nodes() == []
+    store.apply(Write(events=(Audit("reserve.changed"),), reserved=("n1", "n3")))
+    store.apply(Write(events=(Audit("vm.launching"),)))   # other writes leave them as they are
+    store.close()
+    reopened = Store(tmp_path / "controller.sqlite3")
+    assert reopened.reserved_nodes() == ["n1", "n3"] and reopened.count_events("reserve.changed") == 1
     reopened.close()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -283,13 +283,16 @@ def test_after_a_restart_a_victim_on_notice_is_asked_to_stop_after_the_launch_ag
     effects = ledger.request(Ask(2, 256, "tiny", "alice", "r1"), 1010.0)   # instant: beside its victims
     booked = [e for e in effects if isinstance(e, (Launch, Stop))]
     assert [type(e) for e in booked] == [Launch, Stop, Stop] and all(e.after_launch for e in booked[1:])
-    # The controller stops before any answer: its successor re-drives the node when it reports.
-    again = Ledger(SETTINGS, BACKFILL, {}, counter(), leases=list(ledger.leases.values()))
+    # The controller stops before any answer: its successor re-drives the node when it reports,
+    # the on-demand launch first (the stops wait for the node's first launch), even behind a
+    # backfill VM booked earlier and still starting there.
+    starting = replace(booked[1].lease, lease_id="bf-0", vm_name="t-bf-0", state="starting", deadline=1030.0)
+    again = Ledger(SETTINGS, BACKFILL, {}, counter(), leases=[starting, *ledger.leases.values()])
     redriven = [e for e in again.report(Report("n1", "n1:1", 2, 1024, vms), 1012.0) if isinstance(e, (Launch, Stop))]
-    assert [type(e) for e in redriven] == [Launch, Stop, Stop]
-    assert redriven[0].lease.lease_id == booked[0].lease.lease_id
-    assert {e.lease.lease_id for e in redriven[1:]} == {e.lease.lease_id for e in booked[1:]}
-    assert all(e.after_launch and e.grace_seconds <= SETTINGS.notice_seconds for e in redriven[1:])
+    assert [type(e) for e in redriven] == [Launch, Launch, Stop, Stop]
+    assert [e.lease.lease_id for e in redriven[:2]] == [booked[0].lease.lease_id, "bf-0"]
+    assert {e.lease.lease_id for e in redriven[2:]} == {e.lease.lease_id for e in booked[1:]}
+    assert all(e.after_launch and e.grace_seconds <= SETTINGS.notice_seconds for e in redriven[2:])
 
 
 def test_a_lost_stop_answer_holds_the_victims_room_only_briefly():

@@ -7,7 +7,7 @@ import pytest
 
 from controller.core.ledger import Ask, Launch, Ledger, RequestRecord, Stop, Write
 from controller.core.policy import BackfillConfig
-from controller.core.reserves import Hint, ReserveError, ReserveSettings
+from controller.core.reserves import Hint, ReserveError, ReserveSettings, plan_for_pool
 
 from .test_ledger import BACKFILL, SETTINGS, Report, counter
 
@@ -93,18 +93,27 @@ def test_a_soft_reserve_gives_no_notice_and_takes_no_new_backfill():
     assert reserved not in backfill_on(ledger)
 
 
-def test_a_soft_reserve_stays_on_its_nodes_while_others_come_free():
+def test_a_soft_reserve_stays_on_its_nodes_while_others_come_free_and_across_a_restart():
     ledger = ledger_with(ReserveSettings())
     confirm(ledger, ledger.fill(T0), T0 + 1)
-    ledger.set_reserve_settings(ReserveSettings(static_nodes=1, drain=False))
-    ledger.fill(T0 + 100)
+    soft = ReserveSettings(static_nodes=1, drain=False)
+    ledger.set_reserve_settings(soft)
+    [write] = [e for e in ledger.fill(T0 + 100) if isinstance(e, Write) and e.reserved is not None]
     [reserved] = ledger.reserved_nodes
+    assert write.reserved == (reserved,)   # written with its reserve.changed event, for a restart
     other = next(n for n in NODES if n != reserved)
-    for lease in [l for l in ledger.leases.values() if l.node_id == other]:   # now the emptiest node
-        confirm(ledger, ledger.release(lease.lease_id, True, T0 + 101)[1], T0 + 102)
+    lease = next(l for l in ledger.leases.values() if l.node_id == other)   # now the node with least backfill
+    confirm(ledger, ledger.release(lease.lease_id, True, T0 + 101)[1], T0 + 102)
     effects = ledger.fill(T0 + 103)
     assert ledger.reserved_nodes == {reserved} and not events(effects, "reserve.changed")
     assert other in launched_nodes(effects)   # backfill refills the node that is not reserved
+    # a restart keeps the reserve where it was, though a fresh choice would take `other` now
+    lease = next(l for l in ledger.leases.values() if l.node_id == other)
+    confirm(ledger, ledger.release(lease.lease_id, True, T0 + 150)[1], T0 + 151)
+    assert plan_for_pool(soft, ledger.snapshot(T0 + 152))[1].nodes == (other,)
+    again = ledger_with(soft, leases=list(ledger.leases.values()), reserved_nodes=[reserved])
+    effects = again.fill(T0 + 200)
+    assert again.reserved_nodes == {reserved} and not events(effects, "reserve.changed")
 
 
 def test_a_soft_reserve_still_drains_for_a_live_hint():

@@ -33,6 +33,20 @@ def error_field(call) -> str:
 
 # -- settings -------------------------------------------------------------------------------------
 
+def test_gleanctl_and_the_api_offer_exactly_the_reserve_settings():
+    import dataclasses
+    from controller import checks
+    from protos import controller_pb2
+    fields = {f.name for f in dataclasses.fields(ReserveSettings)}
+    assert set(checks.RESERVE_KEYS) == fields == {f.name for f in controller_pb2.SetReserveSettingsRequest.DESCRIPTOR.fields}
+
+
+def test_counts_are_bounded_naming_the_field():
+    assert error_field(lambda: ReserveSettings(static_nodes=99_999_999_999).validate()) == "static_nodes"
+    assert error_field(lambda: ReserveSettings(max_waiting=5_000_000_000).validate()) == "max_waiting"
+    assert ReserveSettings(static_nodes=1_000_000, max_waiting=1_000_000).validate()
+
+
 def test_default_settings_are_valid_and_reject_at_once():
     s = ReserveSettings().validate()
     assert s.static_nodes == 0 and s.predictive is PredictiveMode.OFF and s.wait_seconds == 0
@@ -389,23 +403,32 @@ def test_a_soft_reserve_takes_the_nodes_with_the_least_backfill_and_gives_no_not
 
 
 def test_a_soft_reserve_keeps_its_nodes_while_they_come_free():
-    # b and c were chosen when they had the least backfill; now a is empty, but the reserve
+    # b and c were chosen when they had the least backfill; now a has less, but the reserve
     # stays where it is (moving it would start coming free elsewhere all over again)
-    pool = pool_of({"a": 0, "b": 3, "c": 2, "d": 4})
+    pool = pool_of({"a": 1, "b": 3, "c": 2, "d": 4})
     assert plan_for_pool(SOFT, pool, kept={"b", "c"})[1].nodes == ("c", "b")
     # a kept node gone down is replaced by the cheapest other; a larger target adds the cheapest
-    assert plan_for_pool(SOFT, pool_of({"a": 0, "b": 3, "c": 2, "d": 4}, down=("b",)), kept={"b", "c"})[1].nodes \
+    assert plan_for_pool(SOFT, pool_of({"a": 1, "b": 3, "c": 2, "d": 4}, down=("b",)), kept={"b", "c"})[1].nodes \
         == ("c", "a")
     assert plan_for_pool(ReserveSettings(static_nodes=3, drain=False), pool, kept={"b", "c"})[1].nodes == ("c", "b", "a")
     # a smaller target keeps the kept node soonest free
     assert plan_for_pool(ReserveSettings(static_nodes=1, drain=False), pool, kept={"b", "c"})[1].nodes == ("c",)
 
 
-def test_a_soft_reserve_still_drains_while_a_hint_is_live():
+def test_a_soft_reserve_takes_a_node_free_of_backfill_before_its_own():
+    # a node with no backfill is free now: nothing is lost by moving there
+    pool = pool_of({"a": 0, "b": 3, "c": 2, "d": 4})
+    assert plan_for_pool(SOFT, pool, kept={"b", "c"})[1].nodes == ("a", "c")
+
+
+def test_a_soft_reserve_drains_while_a_hint_counts_and_not_before():
     pool = pool_of({"a": 3, "b": 1, "c": 2})
-    hint = Hint(1, NOW + 60, NOW + HOUR)
+    hint = Hint(1, NOW + 60, NOW + HOUR)   # within lead_seconds of its start: it counts
     assert plan_for_pool(SOFT, pool, [hint], kept={"a"}) == reserve_plan(SOFT, NOW, node_loads(pool), [hint])
     assert plan_for_pool(SOFT, pool, [hint])[1].notices   # the hinted node's backfill gets notice
+    later = Hint(1, NOW + 6 * DAY, NOW + 7 * DAY)   # days away: the reserve stays soft, and where it was
+    target, chosen = plan_for_pool(SOFT, pool, [later], kept={"a", "c"})
+    assert target.hinted == 0 and chosen.nodes == ("c", "a") and chosen.notices == ()
 
 
 @settings(max_examples=200, deadline=None)
