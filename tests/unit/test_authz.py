@@ -80,6 +80,22 @@ def test_every_identity_may_check_health_and_the_table_decides_the_rest(lab):
         running.stop(0)
 
 
+def test_junk_bytes_are_invalid_argument_and_logged_once_per_flush(lab, caplog):
+    running, address = serve(lab, OPEN)
+    try:
+        with client_channel(address, lab.viewer, None) as channel, \
+                caplog.at_level(logging.WARNING, logger="gleaner_common.authz"):
+            for _ in range(3):
+                code, details = code_of(lambda: channel.unary_unary(CHECK)(b"\xff\xff\xff\xff\x0f", timeout=5))
+                assert code == grpc.StatusCode.INVALID_ARGUMENT and f"not a valid message for {CHECK}" in details
+        assert [r.getMessage() for r in caplog.records].count("rpc.unparsable") == 1
+        assert [(who, n) for who, method, why, n in running.authorizer.denials.flush()
+                if method == CHECK and why == "not a valid message"] == [("viewer/lab-viewer", 3)]
+        assert code_of(lambda: check(address, lab.viewer))[0] == grpc.StatusCode.OK   # well-formed: served
+    finally:
+        running.stop(0)
+
+
 def test_a_revoked_certificate_is_refused_after_reload(lab, tmp_path):
     viewer = pki.issue(lab.directory, Role.VIEWER, "carol")
     running, address = serve(lab)
