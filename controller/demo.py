@@ -152,6 +152,10 @@ def run_pool(lab: Lab, stub, keep: bool) -> None:
         if lease.role == "on_demand":
             wait_for(lambda: guest_ready(lab.agent_dir, lease.vm_name), READY_TIMEOUT, f"{lease.vm_name} to boot")
             say(f"the on-demand guest {lease.vm_name} has booted")
+    # its victim shuts down beside it (on notice): shown once it is gone, so status counts it
+    wait_for(lambda: not [l for l in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases
+                          if l.state in ("on_notice", "preempting")], READY_TIMEOUT, "the preempted backfill VM to stop")
+    say("the preempted backfill VM has shut down")
     lab.gleanctl("vms")
     lab.gleanctl("status")
     lab.gleanctl("events", "--limit", "12")
