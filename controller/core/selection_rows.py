@@ -143,9 +143,51 @@ def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndar
             if recent:
                 samples[row, -len(recent):] = recent
         return moving_average(samples, window)
-    # moving_average's figures with fewer numpy calls (a pass runs this for the nodes that
-    # reported): the padding is 0 rather than NaN and counted out, NaN samples are zeroed and
-    # counted out, so the rows summed are the ones nansum sums, and the quotient is the same.
+    if window > PAIRWISE_BLOCK:
+        return _predictions_in_numpy(sample_lists, window)
+    # moving_average's figures in plain floats (a pass runs this for the few nodes that reported):
+    # the padding is 0 rather than NaN and counted out, NaN samples are zeroed and counted out, so
+    # each row sums the numbers nansum sums, in numpy's order (numpy_row_sum), and the quotient is
+    # the same.
+    out = np.zeros(len(sample_lists))
+    for row, node_samples in enumerate(sample_lists):
+        recent = list(node_samples)[-window:]
+        count = len(recent)
+        missing = sum(1 for value in recent if value != value)   # NaN is not equal to itself
+        if missing:
+            recent = [0.0 if value != value else value for value in recent]
+            count -= missing
+        if count > 0:
+            out[row] = numpy_row_sum([0.0] * (window - len(recent)) + recent) / count
+    return out
+
+
+PAIRWISE_BLOCK = 128   # numpy's pairwise summation sums rows up to this long in one block
+
+
+def numpy_row_sum(values: Sequence[float]) -> float:
+    """The sum of a row of at most PAIRWISE_BLOCK floats as numpy sums a float64 row (its
+    pairwise summation: eight running sums, combined in pairs, then the rest one by one), to
+    the last bit; tests/unit/test_fast_paths.py checks it against numpy."""
+    count = len(values)
+    if count < 8:
+        total = 0.0
+        for value in values:
+            total += value
+        return total
+    sums = list(values[:8])
+    whole = count - count % 8
+    for start in range(8, whole, 8):
+        for lane in range(8):
+            sums[lane] += values[start + lane]
+    total = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+    for value in values[whole:]:
+        total += value
+    return total
+
+
+def _predictions_in_numpy(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
+    """predictions' figures with one matrix (for windows longer than numpy's summation block)."""
     rows = len(sample_lists)
     filled = np.zeros((rows, window))
     counts = np.zeros(rows, dtype=np.int64)

@@ -7,6 +7,7 @@ is checked here against a brute-force or from-scratch computation of the same th
 """
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -202,6 +203,22 @@ def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
     whole = moving_average(matrix, window)
     for row, samples in enumerate(sample_lists):
         assert predictions([samples], window)[0] == whole[row]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(-1e9, 1e9), st.sampled_from([0.0, -0.0, 1e-9, 16.0, float("nan")])),
+                         max_size=150), min_size=1, max_size=4),
+       st.integers(1, 140))
+def test_predictions_in_plain_floats_sum_as_numpy_does_to_the_last_bit(sample_lists, window):
+    # numpy_row_sum copies numpy's pairwise summation order; a numpy that sums otherwise fails here
+    matrix = np.full((len(sample_lists), window), np.nan)
+    for row, samples in enumerate(sample_lists):
+        recent = samples[-window:]
+        if recent:
+            matrix[row, -len(recent):] = recent
+    whole = moving_average(matrix, window)
+    got = predictions(sample_lists, window)
+    assert [(x, math.copysign(1, x)) for x in got.tolist()] == [(x, math.copysign(1, x)) for x in whole.tolist()]
 
 
 @settings(max_examples=60, deadline=None)
