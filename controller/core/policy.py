@@ -660,6 +660,11 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
 def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
     """Preemptible backfill VMs past their longest life, oldest first (ties in pool order)."""
     now, columns = pool.now, pool.columns
+    oldest = np.fmin.reduce(columns.oldest_victim_at) if len(columns.oldest_victim_at) else np.nan
+    if not max(now - oldest, 0.0) >= duration_seconds:
+        # the oldest victim of all (now - t only shrinks as t grows) has not run that long, so no
+        # row would pass the test below (NaN: no victim anywhere): most fills recycle nothing
+        return ()
     # the nodes whose oldest victim has run that long (NaN, no victim, compares false)
     due_on = np.flatnonzero(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
     due = [vm for row in due_on for vm in pool.on_node(pool.nodes[row].node_id)
