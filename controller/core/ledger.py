@@ -257,6 +257,20 @@ class NodeState:
     redrive: bool = False              # unfinished leases here wait for this node's next report
 
 
+_SIZES: dict[tuple[int, int], Size] = {}
+
+
+def shared_size(vcpus: int, memory_mib: int) -> Size:
+    """Size(vcpus, memory_mib), one instance per value (a Size is immutable, and a pool's VMs
+    come in a few sizes): the books make one per booking."""
+    size = _SIZES.get((vcpus, memory_mib))
+    if size is None:
+        if len(_SIZES) >= 1024:
+            _SIZES.clear()
+        size = _SIZES[(vcpus, memory_mib)] = Size(vcpus, memory_mib)
+    return size
+
+
 def stable_seed(text: str) -> int:
     """A seed that is the same in every process (str hash() is not)."""
     return zlib.crc32(text.encode()) & 0xFFFF
@@ -445,42 +459,46 @@ class Ledger:
     # -- the books --------------------------------------------------------------------------------
 
     def _book(self, lease: Lease, now: float) -> Lease:
-        old = self.leases.pop(lease.lease_id, None)
+        lease_id, node_id, state = lease.lease_id, lease.node_id, lease.state
+        old = self.leases.pop(lease_id, None)
         if old is not None:
-            self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
-            self._vms_on[old.node_id].remove(lease.lease_id)
-            self._named_on[old.node_id].pop(old.vm_name, None)
-            if old.node_id != lease.node_id:   # its own node is touched below (versions are only compared)
-                self._touch(old.node_id)
+            old_node, old_state = old.node_id, old.state
+            by_node = self.by_node.get(old_node)
+            if by_node is not None:
+                by_node.pop(lease_id, None)
+            self._vms_on[old_node].remove(lease_id)
+            self._named_on[old_node].pop(old.vm_name, None)
+            if old_node != node_id:   # its own node is touched below (versions are only compared)
+                self._touch(old_node)
             if old.deadline is not None:
-                self._timed.pop(lease.lease_id, None)
-            if old.state == "waiting":
-                self._waiting_on[old.node_id] -= 1
-            if old.role == "backfill" and old.state in IN_TRANSIT:
-                left = self._in_transit.pop(old.node_id) - 1
+                self._timed.pop(lease_id, None)
+            if old_state == "waiting":
+                self._waiting_on[old_node] -= 1
+            if old_state in IN_TRANSIT and old.role == "backfill":
+                left = self._in_transit.pop(old_node) - 1
                 if left:
-                    self._in_transit[old.node_id] = left
-            if old.state in REACTS:
-                self._reacting_on[old.node_id] -= 1
-        if lease.state in TERMINAL:
+                    self._in_transit[old_node] = left
+            if old_state in REACTS:
+                self._reacting_on[old_node] -= 1
+        if state in TERMINAL:
             self._retire(lease, now)
-            self.retry_at.pop(lease.lease_id, None)
-            self.stop_calls.discard(lease.lease_id)
-            self.gone_since.pop(lease.lease_id, None)
+            self.retry_at.pop(lease_id, None)
+            self.stop_calls.discard(lease_id)
+            self.gone_since.pop(lease_id, None)
         else:
-            self.leases[lease.lease_id] = lease
-            self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
-            self._named_on.setdefault(lease.node_id, {})[lease.vm_name] = lease
+            self.leases[lease_id] = lease
+            self.by_node.setdefault(node_id, {})[lease_id] = lease
+            self._named_on.setdefault(node_id, {})[lease.vm_name] = lease
             self._view_lease(lease)
             if lease.deadline is not None:
-                self._timed[lease.lease_id] = lease
-            if lease.state == "waiting":
-                self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
-            if lease.role == "backfill" and lease.state in IN_TRANSIT:
-                self._in_transit[lease.node_id] = self._in_transit.get(lease.node_id, 0) + 1
-            if lease.state in REACTS:
-                self._reacting_on[lease.node_id] = self._reacting_on.get(lease.node_id, 0) + 1
-        self._touch(lease.node_id)
+                self._timed[lease_id] = lease
+            if state == "waiting":
+                self._waiting_on[node_id] = self._waiting_on.get(node_id, 0) + 1
+            if state in IN_TRANSIT and lease.role == "backfill":
+                self._in_transit[node_id] = self._in_transit.get(node_id, 0) + 1
+            if state in REACTS:
+                self._reacting_on[node_id] = self._reacting_on.get(node_id, 0) + 1
+        self._touch(node_id)
         return lease
 
     def _view_lease(self, lease: Lease) -> None:
@@ -488,14 +506,21 @@ class Ledger:
         vms = self._vms_on.get(lease.node_id)
         if vms is None:
             vms = self._vms_on[lease.node_id] = _NodeVms()
-        held = lease.held
-        if held != ZERO:
-            # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
-            vm = object.__new__(VmView)
-            vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role], size=held,
-                               launched_at=lease.launched_at or lease.created_at,
-                               preemptible=lease.role == "backfill" and lease.state == "running")
-            vms.add(vm)
+        state = lease.state   # what it holds (Lease.held), without a Size unless it holds some
+        if state in HOLDS_ALL:
+            vcpus, memory = lease.vcpus, lease.memory_mib
+        elif state in HOLDS_MEMORY:
+            vcpus, memory = 0, lease.memory_mib
+        else:
+            return
+        if vcpus == 0 and memory == 0:
+            return
+        # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
+        vm = object.__new__(VmView)
+        vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role],
+                           size=shared_size(vcpus, memory), launched_at=lease.launched_at or lease.created_at,
+                           preemptible=lease.role == "backfill" and state == "running")
+        vms.add(vm)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
