@@ -47,7 +47,7 @@ from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preem
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
-from .selection import BestFirst, Selection, potential_productivity, select_volunteers
+from .selection import BestFirst, Selection, node_potential_productivity, potential_productivity, select_volunteers
 from .selection_rows import RowValues, SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
@@ -1363,12 +1363,23 @@ class Ledger:
         self._reported = set()
         ids, predicted = rows.ids, rows.predicted
         last = self._p_rows
+        moved: tuple[np.ndarray, list[int]] | None = None   # (the last P, the rows where this one differs)
         if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
             p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
             p[rows.excluded] = 0.0
         elif not touched:   # no row's inputs changed: the same P (an array no one writes to)
             p = last[2]
-        else:   # P is row by row: computed again for the rows whose inputs changed
+        elif len(touched) <= 16:   # P is row by row: the few rows whose inputs changed, in plain floats
+            p = last[2].copy()
+            cpu_max, free_memory, excluded, slot = rows.cpu_max, rows.free_memory, rows.excluded, config.memory_mb
+            moved = (last[2], [])
+            for i in touched:
+                value = 0.0 if excluded[i] else \
+                    node_potential_productivity(cpu_max.item(i), predicted.item(i), free_memory.item(i), slot)
+                p[i] = value
+                if value != last[2].item(i):   # as p != last P reads it (NaN differs)
+                    moved[1].append(i)
+        else:   # ... or many rows, in numpy
             p = last[2].copy()
             if touched:
                 part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
@@ -1381,7 +1392,7 @@ class Ledger:
         # Room for every node: every node with P > 0, best first (what select_volunteers answers
         # then), kept sorted row by row rather than sorted afresh.
         all_fit = count >= len(ids) and not deferred
-        result = Selection(self._best_first.update(ids, p)) if all_fit else \
+        result = Selection(self._best_first.update(ids, p, moved)) if all_fit else \
             select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
         if evaluation:
             self.churn = 0
@@ -1389,6 +1400,8 @@ class Ledger:
         self._selected_by_p = all_fit
         if p is self._idle_p:
             pass   # no node's P changed
+        elif moved is not None and moved[0] is self._idle_p and ids is self._idle_ids:
+            self._backfill_idle.difference_update([ids[i] for i in moved[1]])   # the rows that differ, known
         elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
             self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
         else:

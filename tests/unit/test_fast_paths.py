@@ -19,7 +19,8 @@ from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place,
                                     Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
                                     plan_backfill)
 from controller.core.policy import _ascending
-from controller.core.selection import BestFirst, _all_best_first, moving_average, select_volunteers
+from controller.core.selection import (BestFirst, _all_best_first, moving_average, node_potential_productivity,
+                                      potential_productivity, select_volunteers)
 from controller.core.selection_rows import SelectionRows, predictions
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
@@ -219,6 +220,17 @@ def test_predictions_in_plain_floats_sum_as_numpy_does_to_the_last_bit(sample_li
     whole = moving_average(matrix, window)
     got = predictions(sample_lists, window)
     assert [(x, math.copysign(1, x)) for x in got.tolist()] == [(x, math.copysign(1, x)) for x in whole.tolist()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([0.0, 1.0, 16.0, 64.0]),
+       st.one_of(st.floats(0, 64), st.sampled_from([0.0, -0.0, float("nan"), float("inf")])),
+       st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 127.0, 128.0, float("nan")])),
+       st.sampled_from([-5, 0, 1, 96, 128, 1000]))
+def test_one_nodes_potential_productivity_is_the_arrays_to_the_last_bit(cpu_max, predicted, free_memory, slot):
+    whole = potential_productivity(np.array([cpu_max]), np.array([predicted]), np.array([free_memory]), slot)[0]
+    one = node_potential_productivity(cpu_max, predicted, free_memory, slot)
+    assert (one == whole or one != one and whole != whole) and math.copysign(1, one) == math.copysign(1, whole)
 
 
 @settings(max_examples=60, deadline=None)
