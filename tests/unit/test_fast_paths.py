@@ -105,7 +105,8 @@ def columns_equal(a: NodeArrays, b: NodeArrays) -> bool:
         return out
     same = a.ids == b.ids and all(np.array_equal(getattr(a, k), getattr(b, k), equal_nan=k.endswith("_at")) for k in (
         "up", "capacity_vcpus", "capacity_memory", "pinned_vcpus", "pinned_memory", "allocated_vcpus",
-        "allocated_memory", "oldest_victim_at", "ladder_length", "name_rank"))
+        "allocated_memory", "room_vcpus", "room_memory", "unpinned_vcpus", "unpinned_memory", "oldest_victim_at",
+        "ladder_length", "name_rank"))
     return same and np.array_equal(padded(a.ladder_at, np.nan), padded(b.ladder_at, np.nan), equal_nan=True) and \
         np.array_equal(padded(a.ladder_vcpus, 2**63 - 1), padded(b.ladder_vcpus, 2**63 - 1)) and \
         np.array_equal(padded(a.ladder_memory, 2**63 - 1), padded(b.ladder_memory, 2**63 - 1))
