@@ -1012,18 +1012,18 @@ class Ledger:
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
             self._unable_cache.clear()
-        backfill_cpu, names = 0.0, []
-        for vm in report.vms:  # one pass: this runs for every report of every node
-            names.append(vm.name)
+        vms = report.vms   # this runs for every report of every node
+        signature = tuple([vm.name for vm in vms])
+        backfill_cpu = 0.0
+        for vm in vms:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
         node.backfill_cpu = backfill_cpu
-        signature = tuple(names)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
                 or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
-            effects += self._match_vms(node, report.vms, now)
+            effects += self._match_vms(node, vms, now, signature)
             node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
         if node.redrive:
             node.redrive = False
@@ -1035,12 +1035,14 @@ class Ledger:
         self._touch(node.node_id)
         return Write(events=(Audit(kind, node.node_id, detail=detail),))
 
-    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
-        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
+    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float,
+                   reported_names: Sequence[str] | None = None) -> list[Effect]:
+        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone.
+        `reported_names`: the reported VMs' names, in order, if the caller has them."""
         effects: list[Effect] = []
         named = self._named_on.get(node.node_id, {})
-        if not self._reacting_on.get(node.node_id) and node.unexplained == ZERO:
-            names = {vm.name for vm in reported}
+        if not self._reacting_on.get(node.node_id) and (node.unexplained is ZERO or node.unexplained == ZERO):
+            names = set(reported_names) if reported_names is not None else {vm.name for vm in reported}
             if len(names) == len(reported) and names <= named.keys() and \
                     all(named[n].state in NOT_YET_LAUNCHED for n in named.keys() - names):
                 # The common report: each VM is one of this node's leases, none in a state a report

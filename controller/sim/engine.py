@@ -458,6 +458,8 @@ class Simulation:
     # -- carrying out the ledger's effects ----------------------------------------------------------
 
     def apply(self, effects: list) -> None:
+        if not effects:
+            return   # most reports change nothing
         fill = False
         now = self.now
         store = self.store
