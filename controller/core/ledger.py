@@ -551,6 +551,8 @@ class Ledger:
         self._dirty.update(self.nodes)
 
     def _refresh_views(self) -> None:
+        if not self._dirty:
+            return   # nothing changed since the last refresh (often: a decision right after another)
         regroup = False   # a node came or went: the columns are built afresh, in the views' order
         for node_id in sorted(self._dirty):   # the views' order, the pool's, is the same in every process
             node = self.nodes.get(node_id)
