@@ -1366,30 +1366,7 @@ class Ledger:
         self._rebuilt = set()
         self._reported = set()
         ids, predicted = rows.ids, rows.predicted
-        last = self._p_rows
-        moved: tuple[np.ndarray, list[int]] | None = None   # (the last P, the rows where this one differs)
-        if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
-            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
-            p[rows.excluded] = 0.0
-        elif not touched:   # no row's inputs changed: the same P (an array no one writes to)
-            p = last[2]
-        elif len(touched) <= 16:   # P is row by row: the few rows whose inputs changed, in plain floats
-            p = last[2].copy()
-            cpu_max, free_memory, excluded, slot = rows.cpu_max, rows.free_memory, rows.excluded, config.memory_mb
-            moved = (last[2], [])
-            for i in touched:
-                value = 0.0 if excluded[i] else \
-                    node_potential_productivity(cpu_max.item(i), predicted.item(i), free_memory.item(i), slot)
-                p[i] = value
-                if value != last[2].item(i):   # as p != last P reads it (NaN differs)
-                    moved[1].append(i)
-        else:   # ... or many rows, in numpy
-            p = last[2].copy()
-            if touched:
-                part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
-                                              config.memory_mb)
-                part[rows.excluded[touched]] = 0.0
-                p[touched] = part
+        p, moved = self._productivity(rows, touched, config.memory_mb)
         self._p_rows = (ids, config.memory_mb, p)
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
@@ -1419,6 +1396,34 @@ class Ledger:
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(
             dropped=dropped, added=added, threshold_cores=self.settings.swap_threshold_cores))
             for dropped, added in result.swaps))]
+
+    def _productivity(self, rows: SelectionRows, touched: list[int] | None, slot_memory_mib: int
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, list[int]] | None]:
+        """P per row: afresh, or the last pass's with the `touched` rows computed again; and, when
+        known, (the last P, the rows where this one differs)."""
+        ids, predicted, last = rows.ids, rows.predicted, self._p_rows
+        if touched is None or last is None or last[0] is not ids or last[1] != slot_memory_mib:
+            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, slot_memory_mib)
+            p[rows.excluded] = 0.0
+            return p, None
+        if not touched:   # no row's inputs changed: the same P (an array no one writes to)
+            return last[2], None
+        p = last[2].copy()
+        if len(touched) > 16:   # many rows: in numpy
+            part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
+                                          slot_memory_mib)
+            part[rows.excluded[touched]] = 0.0
+            p[touched] = part
+            return p, None
+        # the few rows whose inputs changed, in plain floats
+        cpu_max, free_memory, excluded, moved = rows.cpu_max, rows.free_memory, rows.excluded, []
+        for i in touched:
+            value = 0.0 if excluded[i] else \
+                node_potential_productivity(cpu_max.item(i), predicted.item(i), free_memory.item(i), slot_memory_mib)
+            p[i] = value
+            if value != last[2].item(i):   # as p != last P reads it (NaN differs)
+                moved.append(i)
+        return p, (last[2], moved)
 
 
 STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"))
