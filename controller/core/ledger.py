@@ -47,7 +47,7 @@ from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preem
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
-from .selection import BestFirst, Selection, potential_productivity, select_volunteers
+from .selection import BestFirst, Selection, node_potential_productivity, potential_productivity, select_volunteers
 from .selection_rows import RowValues, SelectionRows
 
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
@@ -259,6 +259,20 @@ class NodeState:
     redrive: bool = False              # unfinished leases here wait for this node's next report
 
 
+_SIZES: dict[tuple[int, int], Size] = {}
+
+
+def shared_size(vcpus: int, memory_mib: int) -> Size:
+    """Size(vcpus, memory_mib), one instance per value (a Size is immutable, and a pool's VMs
+    come in a few sizes): the books make one per booking."""
+    size = _SIZES.get((vcpus, memory_mib))
+    if size is None:
+        if len(_SIZES) >= 1024:
+            _SIZES.clear()
+        size = _SIZES[(vcpus, memory_mib)] = Size(vcpus, memory_mib)
+    return size
+
+
 def stable_seed(text: str) -> int:
     """A seed that is the same in every process (str hash() is not)."""
     return zlib.crc32(text.encode()) & 0xFFFF
@@ -449,42 +463,46 @@ class Ledger:
     # -- the books --------------------------------------------------------------------------------
 
     def _book(self, lease: Lease, now: float) -> Lease:
-        old = self.leases.pop(lease.lease_id, None)
+        lease_id, node_id, state = lease.lease_id, lease.node_id, lease.state
+        old = self.leases.pop(lease_id, None)
         if old is not None:
-            self.by_node.get(old.node_id, {}).pop(lease.lease_id, None)
-            self._vms_on[old.node_id].remove(lease.lease_id)
-            self._named_on[old.node_id].pop(old.vm_name, None)
-            if old.node_id != lease.node_id:   # its own node is touched below (versions are only compared)
-                self._touch(old.node_id)
+            old_node, old_state = old.node_id, old.state
+            by_node = self.by_node.get(old_node)
+            if by_node is not None:
+                by_node.pop(lease_id, None)
+            self._vms_on[old_node].remove(lease_id)
+            self._named_on[old_node].pop(old.vm_name, None)
+            if old_node != node_id:   # its own node is touched below (versions are only compared)
+                self._touch(old_node)
             if old.deadline is not None:
-                self._timed.pop(lease.lease_id, None)
-            if old.state == "waiting":
-                self._waiting_on[old.node_id] -= 1
-            if old.role == "backfill" and old.state in IN_TRANSIT:
-                left = self._in_transit.pop(old.node_id) - 1
+                self._timed.pop(lease_id, None)
+            if old_state == "waiting":
+                self._waiting_on[old_node] -= 1
+            if old_state in IN_TRANSIT and old.role == "backfill":
+                left = self._in_transit.pop(old_node) - 1
                 if left:
-                    self._in_transit[old.node_id] = left
-            if old.state in REACTS:
-                self._reacting_on[old.node_id] -= 1
-        if lease.state in TERMINAL:
+                    self._in_transit[old_node] = left
+            if old_state in REACTS:
+                self._reacting_on[old_node] -= 1
+        if state in TERMINAL:
             self._retire(lease, now)
-            self.retry_at.pop(lease.lease_id, None)
-            self.stop_calls.discard(lease.lease_id)
-            self.gone_since.pop(lease.lease_id, None)
+            self.retry_at.pop(lease_id, None)
+            self.stop_calls.discard(lease_id)
+            self.gone_since.pop(lease_id, None)
         else:
-            self.leases[lease.lease_id] = lease
-            self.by_node.setdefault(lease.node_id, {})[lease.lease_id] = lease
-            self._named_on.setdefault(lease.node_id, {})[lease.vm_name] = lease
+            self.leases[lease_id] = lease
+            self.by_node.setdefault(node_id, {})[lease_id] = lease
+            self._named_on.setdefault(node_id, {})[lease.vm_name] = lease
             self._view_lease(lease)
             if lease.deadline is not None:
-                self._timed[lease.lease_id] = lease
-            if lease.state == "waiting":
-                self._waiting_on[lease.node_id] = self._waiting_on.get(lease.node_id, 0) + 1
-            if lease.role == "backfill" and lease.state in IN_TRANSIT:
-                self._in_transit[lease.node_id] = self._in_transit.get(lease.node_id, 0) + 1
-            if lease.state in REACTS:
-                self._reacting_on[lease.node_id] = self._reacting_on.get(lease.node_id, 0) + 1
-        self._touch(lease.node_id)
+                self._timed[lease_id] = lease
+            if state == "waiting":
+                self._waiting_on[node_id] = self._waiting_on.get(node_id, 0) + 1
+            if state in IN_TRANSIT and lease.role == "backfill":
+                self._in_transit[node_id] = self._in_transit.get(node_id, 0) + 1
+            if state in REACTS:
+                self._reacting_on[node_id] = self._reacting_on.get(node_id, 0) + 1
+        self._touch(node_id)
         return lease
 
     def _view_lease(self, lease: Lease) -> None:
@@ -492,14 +510,21 @@ class Ledger:
         vms = self._vms_on.get(lease.node_id)
         if vms is None:
             vms = self._vms_on[lease.node_id] = _NodeVms()
-        held = lease.held
-        if held != ZERO:
-            # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
-            vm = object.__new__(VmView)
-            vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role], size=held,
-                               launched_at=lease.launched_at or lease.created_at,
-                               preemptible=lease.role == "backfill" and lease.state == "running")
-            vms.add(vm)
+        state = lease.state   # what it holds (Lease.held), without a Size unless it holds some
+        if state in HOLDS_ALL:
+            vcpus, memory = lease.vcpus, lease.memory_mib
+        elif state in HOLDS_MEMORY:
+            vcpus, memory = 0, lease.memory_mib
+        else:
+            return
+        if vcpus == 0 and memory == 0:
+            return
+        # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
+        vm = object.__new__(VmView)
+        vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role],
+                           size=shared_size(vcpus, memory), launched_at=lease.launched_at or lease.created_at,
+                           preemptible=lease.role == "backfill" and state == "running")
+        vms.add(vm)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -530,6 +555,8 @@ class Ledger:
         self._dirty.update(self.nodes)
 
     def _refresh_views(self) -> None:
+        if not self._dirty:
+            return   # nothing changed since the last refresh (often: a decision right after another)
         regroup = False   # a node came or went: the columns are built afresh, in the views' order
         for node_id in sorted(self._dirty):   # the views' order, the pool's, is the same in every process
             node = self.nodes.get(node_id)
@@ -1004,18 +1031,18 @@ class Ledger:
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
             self._unable_cache.clear()
-        backfill_cpu, names = 0.0, []
-        for vm in report.vms:  # one pass: this runs for every report of every node
-            names.append(vm.name)
+        vms = report.vms   # this runs for every report of every node
+        signature = tuple([vm.name for vm in vms])
+        backfill_cpu = 0.0
+        for vm in vms:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
         node.backfill_cpu = backfill_cpu
-        signature = tuple(names)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
                 or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
-            effects += self._match_vms(node, report.vms, now)
+            effects += self._match_vms(node, vms, now, signature)
             node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
         if node.redrive:
             node.redrive = False
@@ -1027,12 +1054,14 @@ class Ledger:
         self._touch(node.node_id)
         return Write(events=(Audit(kind, node.node_id, detail=detail),))
 
-    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float) -> list[Effect]:
-        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone."""
+    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float,
+                   reported_names: Sequence[str] | None = None) -> list[Effect]:
+        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone.
+        `reported_names`: the reported VMs' names, in order, if the caller has them."""
         effects: list[Effect] = []
         named = self._named_on.get(node.node_id, {})
-        if not self._reacting_on.get(node.node_id) and node.unexplained == ZERO:
-            names = {vm.name for vm in reported}
+        if not self._reacting_on.get(node.node_id) and (node.unexplained is ZERO or node.unexplained == ZERO):
+            names = set(reported_names) if reported_names is not None else {vm.name for vm in reported}
             if len(names) == len(reported) and names <= named.keys() and \
                     all(named[n].state in NOT_YET_LAUNCHED for n in named.keys() - names):
                 # The common report: each VM is one of this node's leases, none in a state a report
@@ -1364,26 +1393,14 @@ class Ledger:
         self._rebuilt = set()
         self._reported = set()
         ids, predicted = rows.ids, rows.predicted
-        last = self._p_rows
-        if touched is None or last is None or last[0] is not ids or last[1] != config.memory_mb:
-            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, config.memory_mb)
-            p[rows.excluded] = 0.0
-        elif not touched:   # no row's inputs changed: the same P (an array no one writes to)
-            p = last[2]
-        else:   # P is row by row: computed again for the rows whose inputs changed
-            p = last[2].copy()
-            if touched:
-                part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
-                                              config.memory_mb)
-                part[rows.excluded[touched]] = 0.0
-                p[touched] = part
+        p, moved = self._productivity(rows, touched, config.memory_mb)
         self._p_rows = (ids, config.memory_mb, p)
         count = len(ids) if not config.max_instances else min(len(ids), config.max_instances)
         deferred = not evaluation and self.churn > self.settings.churn_burst
         # Room for every node: every node with P > 0, best first (what select_volunteers answers
         # then), kept sorted row by row rather than sorted afresh.
         all_fit = count >= len(ids) and not deferred
-        result = Selection(self._best_first.update(ids, p)) if all_fit else \
+        result = Selection(self._best_first.update(ids, p, moved)) if all_fit else \
             select_volunteers(ids, p, self.selected, count, self.settings.swap_threshold_cores, deferred)
         if evaluation:
             self.churn = 0
@@ -1391,6 +1408,8 @@ class Ledger:
         self._selected_by_p = all_fit
         if p is self._idle_p:
             pass   # no node's P changed
+        elif moved is not None and moved[0] is self._idle_p and ids is self._idle_ids:
+            self._backfill_idle.difference_update([ids[i] for i in moved[1]])   # the rows that differ, known
         elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
             self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
         else:
@@ -1404,6 +1423,34 @@ class Ledger:
         return [Write(events=tuple(Audit("selection.swap", added, detail=dict(
             dropped=dropped, added=added, threshold_cores=self.settings.swap_threshold_cores))
             for dropped, added in result.swaps))]
+
+    def _productivity(self, rows: SelectionRows, touched: list[int] | None, slot_memory_mib: int
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, list[int]] | None]:
+        """P per row: afresh, or the last pass's with the `touched` rows computed again; and, when
+        known, (the last P, the rows where this one differs)."""
+        ids, predicted, last = rows.ids, rows.predicted, self._p_rows
+        if touched is None or last is None or last[0] is not ids or last[1] != slot_memory_mib:
+            p = potential_productivity(rows.cpu_max, predicted, rows.free_memory, slot_memory_mib)
+            p[rows.excluded] = 0.0
+            return p, None
+        if not touched:   # no row's inputs changed: the same P (an array no one writes to)
+            return last[2], None
+        p = last[2].copy()
+        if len(touched) > 16:   # many rows: in numpy
+            part = potential_productivity(rows.cpu_max[touched], predicted[touched], rows.free_memory[touched],
+                                          slot_memory_mib)
+            part[rows.excluded[touched]] = 0.0
+            p[touched] = part
+            return p, None
+        # the few rows whose inputs changed, in plain floats
+        cpu_max, free_memory, excluded, moved = rows.cpu_max, rows.free_memory, rows.excluded, []
+        for i in touched:
+            value = 0.0 if excluded[i] else \
+                node_potential_productivity(cpu_max.item(i), predicted.item(i), free_memory.item(i), slot_memory_mib)
+            p[i] = value
+            if value != last[2].item(i):   # as p != last P reads it (NaN differs)
+                moved.append(i)
+        return p, (last[2], moved)
 
 
 STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"))

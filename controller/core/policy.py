@@ -184,6 +184,10 @@ class NodeArrays:
         self.capacity_vcpus, self.capacity_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.pinned_vcpus, self.pinned_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.allocated_vcpus, self.allocated_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
+        # capacity less allocated (NodeView.room), and less pinned (the room preemption can make):
+        # kept per row, so placement does not subtract every node's columns per request
+        self.room_vcpus, self.room_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
+        self.unpinned_vcpus, self.unpinned_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.oldest_victim_at = np.full(count, np.nan)
         self.ladder_length = np.zeros(count, np.int64)
         self.ladder_sizes = np.ones(count, dtype=bool)   # the ladder has the victims' sizes (not a stand-in)
@@ -205,6 +209,10 @@ class NodeArrays:
         self.capacity_vcpus[i], self.capacity_memory[i] = node.capacity.vcpus, node.capacity.memory_mib
         self.pinned_vcpus[i], self.pinned_memory[i] = node.pinned.vcpus, node.pinned.memory_mib
         self.allocated_vcpus[i], self.allocated_memory[i] = node.allocated.vcpus, node.allocated.memory_mib
+        self.room_vcpus[i] = node.capacity.vcpus - node.allocated.vcpus
+        self.room_memory[i] = node.capacity.memory_mib - node.allocated.memory_mib
+        self.unpinned_vcpus[i] = node.capacity.vcpus - node.pinned.vcpus
+        self.unpinned_memory[i] = node.capacity.memory_mib - node.pinned.memory_mib
         self.oldest_victim_at[i] = np.nan if node.oldest_victim_at is None else node.oldest_victim_at
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
@@ -470,12 +478,12 @@ def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tu
     # running sums only grow, so each "short" set is a prefix of its rungs: their union is the
     # longer prefix, and one count of it is that maximum.
     if 2 * len(feasible) > len(columns.ids):   # most rows: over every row, not a copy of most of them
-        need_vcpus = want.vcpus - columns.capacity_vcpus + columns.allocated_vcpus
-        need_memory = want.memory_mib - columns.capacity_memory + columns.allocated_memory
+        need_vcpus = want.vcpus - columns.room_vcpus
+        need_memory = want.memory_mib - columns.room_memory
         reach = ((ladder_vcpus < need_vcpus[:, None]) | (ladder_memory < need_memory[:, None])).sum(axis=1)[feasible]
     else:
-        need_vcpus = want.vcpus - columns.capacity_vcpus[feasible] + columns.allocated_vcpus[feasible]
-        need_memory = want.memory_mib - columns.capacity_memory[feasible] + columns.allocated_memory[feasible]
+        need_vcpus = want.vcpus - columns.room_vcpus[feasible]
+        need_memory = want.memory_mib - columns.room_memory[feasible]
         reach = ((ladder_vcpus[feasible] < need_vcpus[:, None]) |
                  (ladder_memory[feasible] < need_memory[:, None])).sum(axis=1)
     covered = reach < columns.ladder_length[feasible]
@@ -513,8 +521,8 @@ def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Ite
     valid = np.arange(width) < length[:, None]
     sizes_vcpus = np.where(valid, np.diff(c.ladder_vcpus[rows, :width], prepend=0, axis=1), 0)
     sizes_memory = np.where(valid, np.diff(c.ladder_memory[rows, :width], prepend=0, axis=1), 0)
-    need_vcpus = want.vcpus - c.capacity_vcpus[rows] + c.allocated_vcpus[rows]
-    need_memory = want.memory_mib - c.capacity_memory[rows] + c.allocated_memory[rows]
+    need_vcpus = want.vcpus - c.room_vcpus[rows]
+    need_memory = want.memory_mib - c.room_memory[rows]
     short_vcpus = (np.cumsum(-np.sort(-sizes_vcpus, axis=1), axis=1) < need_vcpus[:, None]).sum(axis=1)
     short_memory = (np.cumsum(-np.sort(-sizes_memory, axis=1), axis=1) < need_memory[:, None]).sum(axis=1)
     covered = (short_vcpus < length) & (short_memory < length)
@@ -532,10 +540,9 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
-    feasible = np.flatnonzero(c.up & (c.capacity_vcpus - c.pinned_vcpus >= want.vcpus)
-                              & (c.capacity_memory - c.pinned_memory >= want.memory_mib))
-    spare_vcpus = c.capacity_vcpus[feasible] - c.allocated_vcpus[feasible] - want.vcpus
-    spare_memory = c.capacity_memory[feasible] - c.allocated_memory[feasible] - want.memory_mib
+    feasible = np.flatnonzero(c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib))
+    spare_vcpus = c.room_vcpus[feasible] - want.vcpus
+    spare_memory = c.room_memory[feasible] - want.memory_mib
     fits = np.flatnonzero((spare_vcpus >= 0) & (spare_memory >= 0))
     if len(fits):  # best fit, the least spare vCPUs then memory then id: keep large holes for large requests
         best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
@@ -572,7 +579,7 @@ def _infeasible_reason(pool: Pool, want: Size) -> str:
         down = len(pool.nodes)
         return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
     # the most room counting backfill as free, by vCPUs then memory (capacity - pinned, the largest)
-    vcpus, memory = (c.capacity_vcpus - c.pinned_vcpus)[up], (c.capacity_memory - c.pinned_memory)[up]
+    vcpus, memory = c.unpinned_vcpus[up], c.unpinned_memory[up]
     best_vcpus = int(vcpus.max())
     best_memory = int(memory[vcpus == best_vcpus].max())
     return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "
@@ -660,6 +667,11 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
 def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
     """Preemptible backfill VMs past their longest life, oldest first (ties in pool order)."""
     now, columns = pool.now, pool.columns
+    oldest = np.fmin.reduce(columns.oldest_victim_at) if len(columns.oldest_victim_at) else np.nan
+    if not max(now - oldest, 0.0) >= duration_seconds:
+        # the oldest victim of all (now - t only shrinks as t grows) has not run that long, so no
+        # row would pass the test below (NaN: no victim anywhere): most fills recycle nothing
+        return ()
     # the nodes whose oldest victim has run that long (NaN, no victim, compares false)
     due_on = np.flatnonzero(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
     due = [vm for row in due_on for vm in pool.on_node(pool.nodes[row].node_id)

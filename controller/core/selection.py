@@ -33,6 +33,24 @@ def potential_productivity(cpu_max: np.ndarray, fg_predicted: np.ndarray, free_m
     return np.maximum(np.minimum(cpu_max - fg_predicted, 1.0 * slots), 0.0)
 
 
+def node_potential_productivity(cpu_max: float, fg_predicted: float, free_memory_mib: float,
+                                slot_memory_mib: int) -> float:
+    """potential_productivity for one node in plain floats: the same IEEE operations in the same
+    order, so the same value to the last bit (tests/unit/test_fast_paths.py checks it)."""
+    slots = _maximum(free_memory_mib, 0.0) // max(slot_memory_mib, 1)
+    return _maximum(_minimum(cpu_max - fg_predicted, 1.0 * slots), 0.0)
+
+
+def _maximum(a: float, b: float) -> float:
+    """np.maximum of two floats: NaN if either is, else b on a tie (0.0 and -0.0); max() keeps a."""
+    return a if a > b or a != a else b
+
+
+def _minimum(a: float, b: float) -> float:
+    """np.minimum of two floats (as _maximum)."""
+    return a if a < b or a != a else b
+
+
 @dataclass(frozen=True)
 class Selection:
     chosen: tuple[str, ...]        # best first
@@ -118,7 +136,10 @@ class BestFirst:
         self._chosen: list[str] = []               # their ids, in the same order
         self._answer: tuple[str, ...] = ()
 
-    def update(self, node_ids: list[str], productivity: np.ndarray) -> tuple[str, ...]:
+    def update(self, node_ids: list[str], productivity: np.ndarray,
+               moved: tuple[np.ndarray, list[int]] | None = None) -> tuple[str, ...]:
+        """`moved`, if known: (an array, the rows where `productivity` differs from it); used when
+        that array is the last call's, rather than comparing every row."""
         if node_ids is not self._ids or len(productivity) != len(self._p):
             self._ids, self._p = node_ids, productivity
             self._chosen = _all_best_first(node_ids, productivity)
@@ -129,9 +150,13 @@ class BestFirst:
             return self._answer
         if productivity is self._p:
             return self._answer   # the very P of the last call (an array given here is never written to)
-        changed = np.flatnonzero(productivity != self._p).tolist()
-        if changed:
+        if moved is not None and moved[0] is self._p:
+            changed = moved[1]
+            old, new = [self._p.item(i) for i in changed], [productivity.item(i) for i in changed]
+        else:
+            changed = np.flatnonzero(productivity != self._p).tolist()
             old, new = self._p[changed].tolist(), productivity[changed].tolist()
+        if changed:
             keys, chosen = self._keys, self._chosen
             for i, before, after in zip(changed, old, new):
                 node = node_ids[i]

@@ -37,6 +37,7 @@ class SelectionRows:
         self.cpu_max = np.zeros(0)
         self.free_memory = np.zeros(0)    # memory less the reserve and on-demand VMs, in MiB
         self.excluded = np.zeros(0, dtype=bool)
+        self.figures: list[tuple[float, float, bool]] = []
         self.windows: list[tuple[float, ...] | None] = []
         self.window = 0
 
@@ -64,17 +65,16 @@ class SelectionRows:
             changed = self.ids
         if reported is None or regrouped:
             at = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
-            stale = np.flatnonzero((at >= self.computed_at) | (at != self.reported_at))
+            stale = np.flatnonzero((at >= self.computed_at) | (at != self.reported_at)).tolist()
             self.reported_at = at
-        else:
-            position = self.position
-            rows = sorted(position[n] for n in reported if n in position)
-            stale = np.array(rows, dtype=np.int64)
-            if rows:
-                self.reported_at[stale] = [self.states[i].last_report for i in rows]
+        else:   # a few rows: one numpy item at a time (a fancy index costs more)
+            position, states, reported_at = self.position, self.states, self.reported_at
+            stale = sorted(position[n] for n in reported if n in position)
+            for i in stale:
+                reported_at[i] = states[i].last_report
         recompute, samples = [], []
         windows = self.windows
-        for i in stale.tolist():
+        for i in stale:
             recent = tuple(self.states[i].fg_samples)[-window:]
             if recent != windows[i] or window != self.window:
                 windows[i] = recent
@@ -82,9 +82,10 @@ class SelectionRows:
                 samples.append(recent)
         self.window = window
         if recompute:
-            self.predicted[recompute] = predictions(samples, window)
+            _set_rows(self.predicted, recompute, predictions(samples, window))
         self.computed_at = now
         touched = set(recompute)
+        figures = self.figures
         for node_id in changed:
             i = self.position.get(node_id)
             if i is not None:
@@ -92,8 +93,10 @@ class SelectionRows:
                 cpu_max, excluded = view.capacity.vcpus, view.backfill_excluded
                 free_memory = float(view.capacity.memory_mib - view.reserve.memory_mib) - \
                     float(view.on_demand_memory_mib)
-                if cpu_max != self.cpu_max[i] or free_memory != self.free_memory[i] or excluded != self.excluded[i]:
+                last = figures[i]
+                if cpu_max != last[0] or free_memory != last[1] or excluded != last[2]:
                     self.cpu_max[i], self.free_memory[i], self.excluded[i] = cpu_max, free_memory, excluded
+                    figures[i] = (cpu_max, free_memory, excluded)
                     touched.add(i)
         return None if regrouped else sorted(touched)
 
@@ -105,6 +108,9 @@ class SelectionRows:
         self.reported_at = np.full(count, np.nan)   # NaN equals nothing: every row is computed
         self.predicted, self.cpu_max, self.free_memory = np.zeros(count), np.zeros(count), np.zeros(count)
         self.excluded = np.zeros(count, dtype=bool)
+        # each row's (cpu_max, free_memory, excluded) as written to those three arrays, in plain
+        # values: compared per changed node without reading numpy items (only update writes them)
+        self.figures: list[tuple[float, float, bool]] = [(0.0, 0.0, False)] * count
         self.windows = [None] * count   # the samples each row's prediction was computed from
 
     def by_node(self, values: np.ndarray) -> Mapping[str, float]:
@@ -133,6 +139,15 @@ class RowValues(Mapping):
         return len(self._position)
 
 
+def _set_rows(array: np.ndarray, rows: list[int], values: np.ndarray) -> None:
+    """array[rows] = values; a few rows one item at a time (a fancy index costs more)."""
+    if len(rows) > 8:
+        array[rows] = values
+        return
+    for i, value in zip(rows, values.tolist()):
+        array[i] = value
+
+
 def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
     """The moving average of each node's last `window` samples (NaN-padded on the left, as one
     matrix of every node would be: each row's figure does not depend on the other rows)."""
@@ -143,9 +158,52 @@ def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndar
             if recent:
                 samples[row, -len(recent):] = recent
         return moving_average(samples, window)
-    # moving_average's figures with fewer numpy calls (a pass runs this for the nodes that
-    # reported): the padding is 0 rather than NaN and counted out, NaN samples are zeroed and
-    # counted out, so the rows summed are the ones nansum sums, and the quotient is the same.
+    if window > PAIRWISE_BLOCK:
+        return _predictions_in_numpy(sample_lists, window)
+    # moving_average's figures in plain floats (a pass runs this for the few nodes that reported):
+    # the padding is 0 rather than NaN and counted out, NaN samples are zeroed and counted out, so
+    # each row sums the numbers nansum sums, in numpy's order (numpy_row_sum), and the quotient is
+    # the same.
+    out = []
+    for node_samples in sample_lists:
+        recent = list(node_samples)[-window:]
+        count = len(recent)
+        padded = [0.0] * (window - count) + recent
+        total = numpy_row_sum(padded)
+        if total != total:   # NaN: a sample is missing (NaN), or infinities cancelled (summed again alike)
+            missing = sum(1 for value in recent if value != value)   # NaN is not equal to itself
+            count -= missing
+            total = numpy_row_sum([0.0 if value != value else value for value in padded])
+        out.append(total / count if count > 0 else 0.0)
+    return np.array(out, dtype=float)
+
+
+PAIRWISE_BLOCK = 128   # numpy's pairwise summation sums rows up to this long in one block
+
+
+def numpy_row_sum(values: Sequence[float]) -> float:
+    """The sum of a row of at most PAIRWISE_BLOCK floats as numpy sums a float64 row (its
+    pairwise summation: eight running sums, combined in pairs, then the rest one by one), to
+    the last bit; tests/unit/test_fast_paths.py checks it against numpy."""
+    count = len(values)
+    if count < 8:
+        total = 0.0
+        for value in values:
+            total += value
+        return total
+    sums = list(values[:8])
+    whole = count - count % 8
+    for start in range(8, whole, 8):
+        for lane in range(8):
+            sums[lane] += values[start + lane]
+    total = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+    for value in values[whole:]:
+        total += value
+    return total
+
+
+def _predictions_in_numpy(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
+    """predictions' figures with one matrix (for windows longer than numpy's summation block)."""
     rows = len(sample_lists)
     filled = np.zeros((rows, window))
     counts = np.zeros(rows, dtype=np.int64)

@@ -7,6 +7,7 @@ is checked here against a brute-force or from-scratch computation of the same th
 """
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -18,7 +19,8 @@ from controller.core.policy import (BackfillConfig, NodeArrays, NodeView, Place,
                                     Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
                                     plan_backfill)
 from controller.core.policy import _ascending
-from controller.core.selection import BestFirst, _all_best_first, moving_average, select_volunteers
+from controller.core.selection import (BestFirst, _all_best_first, moving_average, node_potential_productivity,
+                                      potential_productivity, select_volunteers)
 from controller.core.selection_rows import SelectionRows, predictions
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
@@ -103,7 +105,8 @@ def columns_equal(a: NodeArrays, b: NodeArrays) -> bool:
         return out
     same = a.ids == b.ids and all(np.array_equal(getattr(a, k), getattr(b, k), equal_nan=k.endswith("_at")) for k in (
         "up", "capacity_vcpus", "capacity_memory", "pinned_vcpus", "pinned_memory", "allocated_vcpus",
-        "allocated_memory", "oldest_victim_at", "ladder_length", "name_rank"))
+        "allocated_memory", "room_vcpus", "room_memory", "unpinned_vcpus", "unpinned_memory", "oldest_victim_at",
+        "ladder_length", "name_rank"))
     return same and np.array_equal(padded(a.ladder_at, np.nan), padded(b.ladder_at, np.nan), equal_nan=True) and \
         np.array_equal(padded(a.ladder_vcpus, 2**63 - 1), padded(b.ladder_vcpus, 2**63 - 1)) and \
         np.array_equal(padded(a.ladder_memory, 2**63 - 1), padded(b.ladder_memory, 2**63 - 1))
@@ -202,6 +205,33 @@ def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
     whole = moving_average(matrix, window)
     for row, samples in enumerate(sample_lists):
         assert predictions([samples], window)[0] == whole[row]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(-1e9, 1e9), st.sampled_from([0.0, -0.0, 1e-9, 16.0, float("nan")])),
+                         max_size=150), min_size=1, max_size=4),
+       st.integers(1, 140))
+def test_predictions_in_plain_floats_sum_as_numpy_does_to_the_last_bit(sample_lists, window):
+    # numpy_row_sum copies numpy's pairwise summation order; a numpy that sums otherwise fails here
+    matrix = np.full((len(sample_lists), window), np.nan)
+    for row, samples in enumerate(sample_lists):
+        recent = samples[-window:]
+        if recent:
+            matrix[row, -len(recent):] = recent
+    whole = moving_average(matrix, window)
+    got = predictions(sample_lists, window)
+    assert [(x, math.copysign(1, x)) for x in got.tolist()] == [(x, math.copysign(1, x)) for x in whole.tolist()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([0.0, 1.0, 16.0, 64.0]),
+       st.one_of(st.floats(0, 64), st.sampled_from([0.0, -0.0, float("nan"), float("inf")])),
+       st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 127.0, 128.0, float("nan")])),
+       st.sampled_from([-5, 0, 1, 96, 128, 1000]))
+def test_one_nodes_potential_productivity_is_the_arrays_to_the_last_bit(cpu_max, predicted, free_memory, slot):
+    whole = potential_productivity(np.array([cpu_max]), np.array([predicted]), np.array([free_memory]), slot)[0]
+    one = node_potential_productivity(cpu_max, predicted, free_memory, slot)
+    assert (one == whole or one != one and whole != whole) and math.copysign(1, one) == math.copysign(1, whole)
 
 
 @settings(max_examples=60, deadline=None)
