@@ -330,23 +330,30 @@ def test_a_damaged_store_is_reported_and_left_untouched(tmp_path):
     assert path.read_bytes() == before
 
 
-def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(tmp_path, capsys):
-    import json
-    from controller.core.reserves import PredictiveMode, ReserveSettings
-    from controller.gleanctl import EXIT_INVALID
+def serve_three_nodes(tmp_path, reserves):
+    """An in-process controller (no TLS, loopback) with `reserves` and nodes a, b, c of 2 vCPUs:
+    (config, store, pool, server, gleanctl's target arguments)."""
     from controller.server import build_server
     from controller.service import PoolService
     from protos import controller_pb2
     config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
-                              reserves=ReserveSettings(static_nodes=1, predictive=PredictiveMode.WEEK,
-                                                       wait_seconds=60))
+                              reserves=reserves)
     store = Store(config.store_path)
     pool = PoolService(config, store, SlowAgents())
     for node_id in ("a", "b", "c"):
         pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
                                               memory_mib=4096, images=["tiny"]))
     server = build_server(config, pool, lambda _config: None)
-    target = ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+    return config, store, pool, server, ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+
+
+def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(tmp_path, capsys):
+    import json
+    from controller.core.reserves import PredictiveMode, ReserveSettings
+    from controller.gleanctl import EXIT_INVALID
+    from controller.service import PoolService
+    config, store, pool, server, target = serve_three_nodes(
+        tmp_path, ReserveSettings(static_nodes=1, predictive=PredictiveMode.WEEK, wait_seconds=60))
     try:
         assert gleanctl_main(target + ["--json", "reserve", "hint", "2", "--in", "1", "--for", "3",
                                        "--label", "exam"]) == 0
@@ -383,18 +390,9 @@ def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_
     import grpc
     from controller.core.reserves import PredictiveMode, ReserveSettings
     from controller.gleanctl import EXIT_INVALID
-    from controller.server import build_server
     from controller.service import PoolService
     from protos import controller_pb2, controller_pb2_grpc
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
-                              reserves=ReserveSettings(static_nodes=1))
-    store = Store(config.store_path)
-    pool = PoolService(config, store, SlowAgents())
-    for node_id in ("a", "b", "c"):
-        pool.ingest(controller_pb2.NodeReport(node_id=node_id, agent_address="127.0.0.1:9", cpus=2,
-                                              memory_mib=4096, images=["tiny"]))
-    server = build_server(config, pool, lambda _config: None)
-    target = ["--controller", f"127.0.0.1:{server.port}", "--insecure", "--timeout", "10"]
+    config, store, pool, server, target = serve_three_nodes(tmp_path, ReserveSettings(static_nodes=1))
     changed = ReserveSettings(static_nodes=1, predictive=PredictiveMode.DAY, wait_seconds=120, drain=False)
     try:
         assert gleanctl_main(target + ["reserve", "set", "predictive=day", "drain=false", "wait_seconds=120"]) == 0

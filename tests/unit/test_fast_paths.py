@@ -193,15 +193,21 @@ def test_selection_with_room_for_every_node_is_every_positive_node_best_first(ps
     assert result.chosen == tuple(expected) and result.swaps == ()
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(st.one_of(st.floats(0, 64), st.just(float("nan"))), max_size=12), min_size=1, max_size=8),
-       st.integers(1, 10))
-def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
+def as_matrix(sample_lists, window: int) -> np.ndarray:
+    """The samples as SelectionRows keeps them: one row a node, its last `window` right-aligned, NaN before."""
     matrix = np.full((len(sample_lists), window), np.nan)
     for row, samples in enumerate(sample_lists):
         recent = samples[-window:]
         if recent:
             matrix[row, -len(recent):] = recent
+    return matrix
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(0, 64), st.just(float("nan"))), max_size=12), min_size=1, max_size=8),
+       st.integers(1, 10))
+def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
+    matrix = as_matrix(sample_lists, window)
     whole = moving_average(matrix, window)
     for row, samples in enumerate(sample_lists):
         assert predictions([samples], window)[0] == whole[row]
@@ -213,11 +219,7 @@ def test_predictions_row_by_row_match_one_matrix(sample_lists, window):
        st.integers(1, 140))
 def test_predictions_in_plain_floats_sum_as_numpy_does_to_the_last_bit(sample_lists, window):
     # numpy_row_sum copies numpy's pairwise summation order; a numpy that sums otherwise fails here
-    matrix = np.full((len(sample_lists), window), np.nan)
-    for row, samples in enumerate(sample_lists):
-        recent = samples[-window:]
-        if recent:
-            matrix[row, -len(recent):] = recent
+    matrix = as_matrix(sample_lists, window)
     whole = moving_average(matrix, window)
     got = predictions(sample_lists, window)
     assert [(x, math.copysign(1, x)) for x in got.tolist()] == [(x, math.copysign(1, x)) for x in whole.tolist()]
