@@ -446,11 +446,14 @@ class Simulation:
         self.at(SAFETY_TICK_S, self._safety_tick)
         self.work.start(self.at)
         gc.freeze()
-        with young_collections_every(GC_YOUNG_ALLOCATIONS):
-            self._run_events(started)
-        self.now = self.end
-        self._integrate()
-        self.wall = time.perf_counter() - started
+        try:
+            with young_collections_every(GC_YOUNG_ALLOCATIONS):
+                self._run_events(started)
+            self.now = self.end
+            self._integrate()
+            self.wall = time.perf_counter() - started
+        finally:
+            gc.unfreeze()   # else this simulation (a reference cycle) outlives its last use in the process
         finish = getattr(self.progress, "finish", None)
         if finish is not None:
             finish()

@@ -99,6 +99,18 @@ def test_a_small_scenario_by_hand():
     assert summary["events"]["vm.preempted"] == 3
 
 
+def test_a_finished_simulation_can_be_freed_and_leaves_the_collector_as_it_was():
+    import gc
+    import weakref
+    threshold = gc.get_threshold()
+    sim = scenario(REQUESTS)
+    sim.run()
+    gone = weakref.ref(sim)
+    del sim
+    gc.collect()
+    assert gone() is None and gc.get_freeze_count() == 0 and gc.get_threshold() == threshold
+
+
 def test_a_request_that_cannot_fit_beside_its_victims_waits_for_them():
     # 7,000 MiB does not fit beside 4 GiB of backfill: it waits until its victims are gone
     sim = scenario([OnDemandRequest(100.0, 3, 7000, 100.0, "dora", "D")], grace_seconds=3)
