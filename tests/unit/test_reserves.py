@@ -434,14 +434,17 @@ def test_a_soft_reserve_drains_while_a_hint_counts_and_not_before():
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from("abcdefgh"), st.integers(0, 4), min_size=1),
        st.sets(st.sampled_from("abcdefgh")), st.sets(st.sampled_from("abcdefgh")), st.integers(0, 9))
-def test_a_soft_reserve_keeps_every_kept_up_node_it_can_and_never_exceeds_the_up_nodes(counts, kept, down, static):
+def test_a_soft_reserve_takes_free_nodes_then_its_own_and_never_exceeds_the_up_nodes(counts, kept, down, static):
     pool = pool_of(counts, down=tuple(down))
     up = {n for n in counts if n not in down}
     target, chosen = plan_for_pool(ReserveSettings(static_nodes=static, drain=False), pool, kept=kept)
     assert set(chosen.nodes) <= up and len(set(chosen.nodes)) == len(chosen.nodes) and chosen.notices == ()
     assert len(chosen.nodes) == min(target.nodes, len(up)) and chosen.short == target.nodes - len(chosen.nodes)
-    staying = kept & up
-    assert set(chosen.nodes) >= staying or set(chosen.nodes) <= staying   # kept nodes go last, and only as many
+    taken, free = set(chosen.nodes), {n for n in up if not counts[n]}
+    if taken - free:          # a node with backfill only once every node free of it is taken ...
+        assert free <= taken
+    if taken - free - kept:   # ... and one the reserve did not hold only once every node it held is
+        assert kept & up <= taken
 
 
 # -- the wait window ------------------------------------------------------------------------------
