@@ -348,19 +348,20 @@ class PoolService:
         else the settings in force at the last stop: a gleanctl change holds across restarts
         until the file itself is edited. Written, and audited if they change, before use."""
         in_force, last_file = self.store.reserve_settings()
+        file_now = from_file.as_dict()
         settings, source = from_file, "config file"
-        if in_force is not None and last_file == from_file.as_dict():
+        if in_force is not None and last_file == file_now:
             try:
                 settings, source = ReserveSettings.from_dict(in_force), "kept from the last run"
             except ReserveError as exc:   # written by another version: the file's, and say so
                 log_event(log, "reserve.settings_unreadable", logging.WARNING, error=str(exc))
         elif in_force is not None and last_file is not None:
-            file_now = from_file.as_dict()   # keys set with gleanctl (not the file's then) that the file now undoes
+            # keys set with gleanctl (not the file's then) that the file now undoes
             dropped = sorted(k for k, v in in_force.items() if last_file.get(k, v) != v and file_now.get(k, v) != v)
             if dropped:   # set with gleanctl, then the file was edited: the file wins, say what went
                 log_event(log, "reserve.settings_overridden", logging.WARNING, keys=",".join(dropped),
                           reason="the config file's [reserves] was edited since the last start")
-        self.store.set_reserve_settings(settings.as_dict(), source, from_file=from_file.as_dict())
+        self.store.set_reserve_settings(settings.as_dict(), source, from_file=file_now)
         log_event(log, "reserve.settings", source=source, **settings.as_dict())
         return settings
 

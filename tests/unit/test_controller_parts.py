@@ -470,16 +470,24 @@ def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_fie
             parse_config({"reserves": bad})
 
 
-def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(tmp_path):
+def one_node_with_a_wait_window(tmp_path, listen: str):
+    """An in-process pool (stand-in agents) with a one-hour wait window and node n1 of 2 vCPUs:
+    (config, store, pool)."""
     from controller.core.reserves import ReserveSettings
     from controller.service import PoolService
     from protos import controller_pb2
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen=listen,
                               reserves=ReserveSettings(wait_seconds=3600))
     store = Store(config.store_path)
     pool = PoolService(config, store, SlowAgents())
     pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
                                           images=["tiny"], min_memory_mib=32))
+    return config, store, pool
+
+
+def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(tmp_path):
+    from controller.service import PoolService
+    config, store, pool = one_node_with_a_wait_window(tmp_path, "127.0.0.1:1")
     assert pool.request(2, 512, "tiny", "alice", "first", wait_seconds=0).lease is not None
     waiting = pool.request(2, 512, "tiny", "bob", "second", wait_seconds=0)
     assert waiting.record.outcome == "pending" and waiting.record.path == "queued" and waiting.lease is None
@@ -499,17 +507,10 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
 def test_gleanctl_cancels_a_waiting_request_and_the_caller_waiting_on_it_hears_so(tmp_path, capsys):
     import threading
     import time
-    from controller.core.reserves import ReserveSettings
     from controller.gleanctl import EXIT_INVALID, EXIT_REFUSED
     from controller.server import build_server
     from controller.service import PoolService
-    from protos import controller_pb2
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:0",
-                              reserves=ReserveSettings(wait_seconds=3600))
-    store = Store(config.store_path)
-    pool = PoolService(config, store, SlowAgents())
-    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
-                                          images=["tiny"], min_memory_mib=32))
+    config, store, pool = one_node_with_a_wait_window(tmp_path, "127.0.0.1:0")
     first = pool.request(2, 512, "tiny", "alice", "first", wait_seconds=0).lease
     answers = []
     caller = threading.Thread(target=lambda: answers.append(pool.request(2, 512, "tiny", "bob", "second",
