@@ -133,24 +133,41 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
     for part in name.split("+"):
         key, _, value = part.partition("=")
         try:
-            if not value:
+            if not value and key in POLICIES:
                 backfill = dataclasses.replace(backfill, termination_policy=Policy(key))
-            elif key == "static":
-                reserves = dataclasses.replace(reserves, static_nodes=int(value)).validate()
-            elif key == "predictive":
+            elif key == "static" and value:
+                reserves = dataclasses.replace(reserves, static_nodes=_number(int, part, "a whole number of nodes")
+                                               ).validate()
+            elif key == "predictive" and value:
+                if value not in MODES:
+                    raise SimUsage(f"--compare {part!r}: predictive takes one of {', '.join(MODES)}, not {value!r}")
                 reserves = dataclasses.replace(reserves, predictive=PredictiveMode(value)).validate()
-            elif key == "wait":
-                reserves = dataclasses.replace(reserves, wait_seconds=float(value)).validate()
+            elif key == "wait" and value:
+                reserves = dataclasses.replace(reserves, wait_seconds=_number(float, part, "seconds")).validate()
             elif key == "hint":
                 hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
             elif key == "drain":
                 reserves = dataclasses.replace(reserves, drain=checks.parse_setting(part, {"drain": bool})[1]).validate()
             else:
-                raise SimUsage(f"--compare {part!r}: not a policy nor static=, predictive=, wait=, hint=, "
+                raise SimUsage(f"--compare {part!r}: not a policy ({', '.join(POLICIES)}) nor static=N, "
+                               f"predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
                                f"drain=true|false")
         except (ValueError, ReserveError) as exc:
             raise SimUsage(f"--compare {part!r}: {exc}") from None
     return backfill, reserves, hints
+
+
+POLICIES = tuple(policy.value for policy in Policy)
+MODES = tuple(mode.value for mode in PredictiveMode)
+
+
+def _number(kind: type, part: str, unit: str) -> Any:
+    """The number after '=' in a --compare setting, or SimUsage naming what it should be."""
+    key, _, value = part.partition("=")
+    try:
+        return kind(value)
+    except ValueError:
+        raise SimUsage(f"--compare {part!r}: {key} takes {unit}, not {value!r}") from None
 
 
 def read_requests(path: Path, fmt: str) -> list[traces.OnDemandRequest]:

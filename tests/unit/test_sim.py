@@ -357,8 +357,14 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1",
                               "static=1+drain=false"]
     assert any(line.startswith("requests_queued") for line in out)
-    assert cli.main(["--requests", str(AZURE_SMALL), "--compare", "static=x", "--quiet"]) == 2
-    assert "static=x" in capsys.readouterr().err
+    for setting, says in (("static=x", "'static=x': static takes a whole number of nodes, not 'x'"),
+                          ("wait=soon", "'wait=soon': wait takes seconds, not 'soon'"),
+                          ("predictive=hourly", "predictive takes one of off, day, week, month, not 'hourly'"),
+                          ("newest", "'newest': not a policy (most_recent, any, least_loss) nor static=N"),
+                          ("most_recent=1", "'most_recent=1': not a policy"),
+                          ("static", "'static': not a policy")):
+        assert cli.main(["--requests", str(AZURE_SMALL), "--compare", setting, "--quiet"]) == 2
+        assert says in capsys.readouterr().err, setting
     assert cli.main(["--requests", str(AZURE_SMALL), "--compare", "drain=maybe", "--quiet"]) == 2
     assert "drain: expected true or false" in capsys.readouterr().err
     assert cli.main(["--requests", str(AZURE_SMALL), "--nodes", "2", "--hint", "3:1:1", "--quiet"]) == 2
