@@ -42,8 +42,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VictimLadder,
-                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit)
+from .policy import (IDLE, BackfillConfig, Decision, NodeArrays, NodeView, Policy, Pool, Preempt, Reject, Size,
+                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -53,6 +53,9 @@ from .selection_rows import RowValues, SelectionRows
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
+# idle_first: a backfill VM whose CPU over the agent's last sample is under this share of its
+# vCPUs is idle (a worker between jobs); an idle tiny guest under TCG uses about 0.01 of a core
+IDLE_CPU_PER_VCPU = 0.25
 # A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
 # starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
 IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
@@ -331,14 +334,14 @@ class _NodeVms:
         self.pinned_vcpus += vcpus
         self.pinned_memory += memory
 
-    def summed(self, bare: NodeView, unexplained: Size, last: NodeView | None) -> NodeView:
+    def summed(self, bare: NodeView, unexplained: Size, last: NodeView | None, by_busy: bool = False) -> NodeView:
         """policy.summed(bare, the views, unexplained), from the kept sums; the victims' figures
         are those of `last` (the node's previous view) unless its victims changed since."""
         if self.victims_changed or last is None:
             victims = [vm for vm in self.views.values() if vm.role is VmRole.BACKFILL and vm.preemptible]
             times = [vm.launched_at for vm in victims]
             newest, oldest = (max(times), min(times)) if times else (None, None)
-            ladder = VictimLadder.of(victims)
+            ladder = VictimLadder.of(victims, by_busy)   # idle_first's ladders are by its clock
             self.victims_changed = False
         else:
             newest, oldest, ladder = last.newest_victim_at, last.oldest_victim_at, last.victim_ladder
@@ -376,7 +379,11 @@ class Ledger:
         reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
         are the nodes they kept free when the controller stopped."""
         self.settings = settings
-        self.backfill = backfill
+        self._backfill = backfill
+        # idle_first's clock per running backfill lease (VmView.busy_since): kept from the reports
+        # only while the policy is idle_first
+        self._tracks_cpu = backfill.termination_policy is Policy.IDLE_FIRST
+        self._busy_since: dict[str, float] = {}
         self.reserves: dict[str, Reserve] = dict(reserves)
         self.reserve_settings = reserve_settings.validate()
         self.hints: list[Hint] = list(hints)
@@ -486,6 +493,7 @@ class Ledger:
                 self._reacting_on[old_node] -= 1
         if state in TERMINAL:
             self._retire(lease, now)
+            self._busy_since.pop(lease_id, None)
             self.retry_at.pop(lease_id, None)
             self.stop_calls.discard(lease_id)
             self.gone_since.pop(lease_id, None)
@@ -524,7 +532,64 @@ class Ledger:
         vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role],
                            size=shared_size(vcpus, memory), launched_at=lease.launched_at or lease.created_at,
                            preemptible=lease.role == "backfill" and state == "running")
+        if self._tracks_cpu and lease.role == "backfill":
+            vm.__dict__["busy_since"] = self._busy_since.get(lease.lease_id)
         vms.add(vm)
+
+    @property
+    def backfill(self) -> BackfillConfig:
+        return self._backfill
+
+    @backfill.setter
+    def backfill(self, config: BackfillConfig) -> None:
+        """The backfill settings; idle_first's clocks are kept only while it is the policy, so a
+        change to or from it views every backfill lease afresh (with or without them)."""
+        self._backfill = config
+        tracks = config.termination_policy is Policy.IDLE_FIRST
+        if tracks != self._tracks_cpu:
+            self._tracks_cpu = tracks
+            self._busy_since.clear()
+            for lease in [l for l in self.leases.values() if l.role == "backfill"]:
+                self._view_again(lease)
+
+    def _view_again(self, lease: Lease) -> None:
+        vms = self._vms_on.get(lease.node_id)
+        if vms is not None and lease.lease_id in vms.views:
+            vms.remove(lease.lease_id)
+            self._view_lease(lease)
+            self._touch(lease.node_id)
+
+    def note_cpu(self, report: ReportLike, now: float) -> None:
+        """The part of a report idle_first reads (each VM's CPU), without the rest: the simulator
+        gives it when a VM turns idle or busy between the reports that carry the node's load."""
+        if self._tracks_cpu and report.node_id in self.nodes:
+            self._note_cpu(report, now)
+
+    def _note_cpu(self, report: ReportLike, now: float) -> None:
+        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_PER_VCPU per vCPU
+        while the host had a spare half core for it is idle (nothing at risk); one busy since a
+        report showed it idle is busy since now. On a host with no CPU to spare a volunteer may be
+        starved rather than idle: its low figure then counts as busy."""
+        named = self._named_on.get(report.node_id)
+        if not named:
+            return
+        vms = report.vms
+        spare = report.cpus - report.foreground_cpu_cores - sum(vm.cpu_cores for vm in vms if vm.role == "backfill")
+        for vm in vms:
+            lease = named.get(vm.name)
+            if lease is None or lease.role != "backfill" or lease.state != "running":
+                continue
+            was = self._busy_since.get(lease.lease_id)
+            busy = vm.cpu_cores >= IDLE_CPU_PER_VCPU * max(vm.vcpus, 1) or spare < 0.5 * vm.vcpus
+            if not busy:
+                since = IDLE
+            elif was is None:   # no figure before: it may have been busy since its launch
+                since = lease.launched_at or lease.created_at
+            else:
+                since = now if was == IDLE else was
+            if since != was:
+                self._busy_since[lease.lease_id] = since
+                self._view_again(lease)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -581,7 +646,8 @@ class Ledger:
             if bare is None or bare[0] != key:
                 bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),
                                                                   key[4]))
-            view = self._node_views[node_id] = books.summed(bare[1], node.unexplained, self._node_views.get(node_id))
+            view = self._node_views[node_id] = books.summed(bare[1], node.unexplained, self._node_views.get(node_id),
+                                                            self._tracks_cpu)
             self._note_backfill_room(view)
             share = on_demand_share(view) if view.up else 0.0   # the demand history's sample, kept summed
             self._od_total += share - self._od_share.get(node_id, 0.0)
@@ -848,7 +914,8 @@ class Ledger:
             decided_ms=round(record.decided_ms, 3), waited_s=round(now - created_at, 3)))]
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
                                                                   path=path, notice_s=stop_grace,
-                                                                  work_lost_vcpu_seconds=round(work(v, now), 1)))
+                                                                  work_lost_vcpu_seconds=round(work(v, now), 1),
+                                                                  **self._busy_detail(v, now)))
                    for v in victims]
         effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped), requests=(record,),
                                        events=tuple(events))]
@@ -856,6 +923,15 @@ class Ledger:
             effects.append(Launch(lease))
         effects += [self._ask_stop(v, stop_grace, after_launch=path == "instant") for v in stopped]
         return effects
+
+    def _busy_detail(self, lease: Lease, now: float) -> dict[str, Any]:
+        """Under idle_first, what the CPU figures said of a victim: why it was chosen."""
+        if not self._tracks_cpu:
+            return {}
+        since = self._busy_since.get(lease.lease_id)
+        seen = "no CPU figure yet" if since is None else "idle" if since == IDLE else "busy"
+        clock = (lease.launched_at or lease.created_at) if since is None else since
+        return dict(last_seen=seen, busy_for_s=round(max(now - clock, 0.0), 1))
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
         """Whether the node's memory, less the headroom, holds the new VM beside everything it runs now."""
@@ -1038,6 +1114,8 @@ class Ledger:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
         node.backfill_cpu = backfill_cpu
+        if self._tracks_cpu:
+            self._note_cpu(report, now)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class Policy(str, Enum):
     MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
     ANY = "any"                   # random order
     LEAST_LOSS = "least_loss"     # fewest victims, then the least work lost (runtime x vCPUs)
+    IDLE_FIRST = "idle_first"     # idle backfill VMs first (by the CPU the agents report), then those busy the shortest time
 
 
 class VmRole(str, Enum):
@@ -51,6 +53,11 @@ ZERO = Size(0, 0)
 
 
 _launched_at = attrgetter("launched_at")
+IDLE = math.inf   # VmView.busy_since of a VM last seen idle: no work at risk, however long it has run
+
+
+def _risk_clock(vm: VmView) -> float:
+    return vm.launched_at if vm.busy_since is None else vm.busy_since
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
 
@@ -82,16 +89,17 @@ class VictimLadder:
     memory_mib: tuple[int, ...]
 
     @classmethod
-    def of(cls, victims: Iterable[VmView]) -> VictimLadder | None:
-        # newest first; a reversed sort keeps equal launch times in their order, as a key of
-        # -launched_at would
-        newest_first = sorted(victims, key=_launched_at, reverse=True)
+    def of(cls, victims: Iterable[VmView], by_busy: bool = False) -> VictimLadder | None:
+        """The ladder by launch time, or (`by_busy`) by idle_first's clock, VmView.busy_since."""
+        clock = _risk_clock if by_busy else _launched_at
+        # newest first; a reversed sort keeps equal times in their order, as a key of -time would
+        newest_first = sorted(victims, key=clock, reverse=True)
         if not newest_first:
             return None
         sizes = [vm.size for vm in newest_first]
         vcpus = tuple(itertools.accumulate([size.vcpus for size in sizes]))
         memory = tuple(itertools.accumulate([size.memory_mib for size in sizes]))
-        return cls(tuple([vm.launched_at for vm in newest_first]), vcpus, memory)
+        return cls(tuple([clock(vm) for vm in newest_first]), vcpus, memory)
 
 
 @dataclass(frozen=True)
@@ -125,9 +133,17 @@ class VmView:
     size: Size
     launched_at: float            # seconds since the epoch
     preemptible: bool = True      # false while a backfill VM starts or stops
+    # idle_first's clock, from the agents' CPU figures: when the VM's current busy spell began,
+    # IDLE if it was last seen idle, None if not known (then since its launch). Set by the
+    # ledger only while the policy is idle_first.
+    busy_since: float | None = None
 
     def runtime(self, now: float) -> float:
         return max(now - self.launched_at, 0.0)
+
+    def at_risk(self, now: float) -> float:
+        """Seconds of work idle_first takes a stop to lose: the current busy spell (0 if idle)."""
+        return max(now - _risk_clock(self), 0.0)
 
     def work(self, now: float) -> float:
         """Work lost if it stops now: runtime x vCPUs, in vCPU-seconds."""
@@ -304,7 +320,8 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
         node, allocated=unexplained + Size(all_vcpus, all_memory),
         pinned=unexplained + Size(pinned_vcpus, pinned_memory),
         newest_victim_at=newest, backfill_vcpus=backfill_vcpus, backfill_vms=backfill_vms,
-        on_demand_memory_mib=on_demand_memory, oldest_victim_at=oldest, victim_ladder=VictimLadder.of(victims))
+        on_demand_memory_mib=on_demand_memory, oldest_victim_at=oldest,
+        victim_ladder=VictimLadder.of(victims, any(vm.busy_since is not None for vm in victims)))
 
 
 def room_after_transit(node: NodeView, vms: Sequence[VmView], want: Size) -> bool:
@@ -363,6 +380,8 @@ def termination_order(vms: list[VmView], policy: Policy, now: float, rng: random
         return ordered
     if policy is Policy.LEAST_LOSS:
         return sorted(vms, key=lambda vm: (vm.work(now), vm.vm_id))
+    if policy is Policy.IDLE_FIRST:   # idle ones first, the youngest of them first
+        return sorted(vms, key=lambda vm: (vm.at_risk(now), vm.runtime(now), vm.vm_id))
     return sorted(vms, key=lambda vm: (vm.runtime(now), vm.vm_id))
 
 
@@ -438,6 +457,8 @@ def _victim_cost(victims: list[VmView], policy: Policy, now: float) -> tuple:
     """How bad a node's victim set is; the node with the lowest cost is preempted."""
     if policy is Policy.LEAST_LOSS:
         return (len(victims), sum(vm.work(now) for vm in victims))
+    if policy is Policy.IDLE_FIRST:   # the longest busy spell stopped should be as short as possible
+        return (max((vm.at_risk(now) for vm in victims), default=0.0), len(victims))
     # most_recent: the oldest VM stopped should be as young as possible.
     return (max((vm.runtime(now) for vm in victims), default=0.0), len(victims))
 
@@ -464,8 +485,8 @@ def _candidates(pool: Pool, feasible: list[NodeView], policy: Policy, rng: rando
 
 
 def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
-    """most_recent's candidates among the rows `feasible`: (lower bound on the node's cost, node),
-    lowest first. The bound is the age of the oldest VM that the node's newest-first victims
+    """most_recent's (and idle_first's, on its clock) candidates among the rows `feasible`: (lower
+    bound on the node's cost, node), lowest first. The bound is the age of the oldest VM that the node's newest-first victims
     must reach to cover what the request needs there (its victim ladder, all nodes at once); a
     node whose victims cannot cover it is left out, as choose_victims would find none. So a
     decision over 10,000 full nodes reads the VMs of only the few that could be cheapest."""
@@ -551,7 +572,7 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
         return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
     best = None
-    if policy is Policy.MOST_RECENT:
+    if policy is Policy.MOST_RECENT or policy is Policy.IDLE_FIRST:   # the ladders are by their clock
         candidates = _youngest_first(pool, feasible, want)
     elif policy is Policy.LEAST_LOSS and pool.columns.ladder_sizes[feasible].all():
         candidates = _fewest_then_least_work(pool, feasible, want)

@@ -56,7 +56,7 @@ import numpy as np
 
 from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
                            LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
-from ..core.policy import BackfillConfig, Size
+from ..core.policy import BackfillConfig, Policy, Size
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, OnDemandRequest
 
@@ -124,11 +124,13 @@ class Store:
 
 class SimVm:
     """A VM as an agent reports it (controller.core.ledger.ReportedVmLike)."""
-    __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "noticed")
+    __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image",
+                 "noticed")
 
     def __init__(self, lease: Lease, now: float) -> None:
         self.name = lease.vm_name
         self.lease_id = lease.lease_id
+        self.node_id = lease.node_id
         self.role = lease.role
         self.vcpus = lease.vcpus
         self.memory_mib = lease.memory_mib
@@ -198,6 +200,10 @@ class BackfillWork(Protocol):
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
 
+    def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
+        """Call `changed(vm)` when a VM's cpu_cores turns idle (0) or busy, as its agent's next
+        report would show: asked only while the controller reads them (idle_first)."""
+
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]: ...
 
 
@@ -221,6 +227,9 @@ class VmLevelWork:
 
     def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
         pass   # a VM's work needs no events of its own
+
+    def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
+        pass   # its VMs are busy from launch to end (cpu_cores = vCPUs)
 
     def vm_started(self, vm: SimVm, now: float) -> None:
         self.started += 1
@@ -382,6 +391,7 @@ class Simulation:
         self.seq = itertools.count()
         self.events_run = 0
         self.fill_at: float | None = None     # a fill asked for and not yet run
+        self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
         self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
@@ -445,6 +455,8 @@ class Simulation:
             self.at(self.settings.report_seconds, self._report_all)
         self.at(SAFETY_TICK_S, self._safety_tick)
         self.work.start(self.at)
+        if backfill.termination_policy is Policy.IDLE_FIRST:
+            self.work.watch_cpu(self._cpu_changed)
         gc.freeze()
         try:
             with young_collections_every(GC_YOUNG_ALLOCATIONS):
@@ -670,6 +682,19 @@ class Simulation:
             if node.node_id not in self.absent:
                 self.report(node)
         self.at(self.now + self.settings.report_seconds, self._report_all)
+
+    def _cpu_changed(self, vm: SimVm) -> None:
+        """A VM turned idle or busy: its node reports once the event that did it is over."""
+        if vm.node_id not in self.cpu_reports:
+            self.cpu_reports.add(vm.node_id)
+            self.at(self.now, self._cpu_report, vm.node_id)
+
+    def _cpu_report(self, node_id: str) -> None:
+        """Only the VMs' CPU: a whole report would also add a foreground sample, and so shorten
+        the prediction window (in samples) that volunteer selection reads."""
+        self.cpu_reports.discard(node_id)
+        node = self.nodes[node_id]
+        self.ledger.note_cpu(Report(node, float(node.on_demand_vcpus)), self.now)
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)

@@ -62,6 +62,7 @@ class JobLevelWork(VmLevelWork):
         self.lost_seconds = 0.0
         self.busy_vcpu_seconds = 0.0   # procs x time run, finished or lost (utilization_working)
         self.lost_to_preemption = 0.0
+        self.cpu_changed: Callable[[SimVm], None] | None = None
 
     # -- BackfillWork ----------------------------------------------------------------------------
 
@@ -70,10 +71,14 @@ class JobLevelWork(VmLevelWork):
         if self.jobs:
             schedule(self.jobs[0].submit, self._arrive, 0)
 
+    def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
+        self.cpu_changed = changed
+
     def vm_started(self, vm: SimVm, now: float) -> None:
         super().vm_started(vm, now)
         self.running[vm.name] = []
         self._set_free(vm.name, vm.vcpus)
+        vm.cpu_cores = 0.0   # a worker waiting for a job; the engine's report after the launch shows it
         self._pull(vm.name, now)
 
     def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
@@ -143,6 +148,7 @@ class JobLevelWork(VmLevelWork):
         self._set_free(vm, self.free[vm] - job.procs)
         assert self.schedule is not None
         self.schedule(now + job.runtime, self._finish, run)
+        self._cpu(vm)
 
     def _finish(self, run: Run) -> None:
         if not run.live:
@@ -154,6 +160,18 @@ class JobLevelWork(VmLevelWork):
         self.busy_vcpu_seconds += run.job.runtime * run.job.procs
         self._set_free(run.vm, self.free[run.vm] + run.job.procs)
         self._pull(run.vm, now)
+        self._cpu(run.vm)
+
+    def _cpu(self, vm: str) -> None:
+        """A VM's cpu_cores: the vCPUs its jobs use; the watcher hears when it turns idle or busy."""
+        sim_vm = self.alive.get(vm)
+        if sim_vm is None:
+            return
+        cores = float(sum(run.job.procs for run in self.running[vm]))
+        turned = (cores > 0) != (sim_vm.cpu_cores > 0)
+        sim_vm.cpu_cores = cores
+        if turned and self.cpu_changed is not None:
+            self.cpu_changed(sim_vm)
 
     def _vacate(self, vm: str, now: float, preempted: bool) -> None:
         """The VM takes no more jobs; its running jobs lose their progress and queue again."""

@@ -1,6 +1,7 @@
 """The controller's pure decisions: placement, victims, backfill plans, volunteer selection."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from controller.core.policy import (BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
+from controller.core.policy import (IDLE, BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
                                _victim_cost, allocated, backfill_room, is_victim, choose_victims, place_on_demand, plan_backfill)
 from controller.core.selection import moving_average, potential_productivity, select_volunteers
 
@@ -47,6 +48,21 @@ def test_most_recent_stops_the_youngest_backfill_vm():
 def test_most_recent_prefers_the_node_whose_victims_are_youngest():
     pool = Pool.of((node("a", vcpus=1), node("b", vcpus=1)), (vm("va", "a", age=60), vm("vb", "b", age=6)), NOW)
     assert place_on_demand(pool, Size(1, 256)).node_id == "b"
+
+
+def test_idle_first_prefers_idle_victims_then_the_shortest_busy_spell():
+    busy_young = dataclasses.replace(vm("young", "a", age=10), busy_since=NOW - 10)
+    idle_old = dataclasses.replace(vm("old", "b", age=1000), busy_since=IDLE)
+    pool = Pool.of((node("a", vcpus=1), node("b", vcpus=1)), (busy_young, idle_old), NOW)
+    assert place_on_demand(pool, Size(1, 256), Policy.MOST_RECENT).node_id == "a"
+    assert place_on_demand(pool, Size(1, 256), Policy.IDLE_FIRST) == Preempt("b", ("old",), 1000.0)
+    # the old VM busy again for the last 30 s: the young one's 10-s spell is the shorter
+    long_lived = dataclasses.replace(idle_old, busy_since=NOW - 30)
+    pool = Pool.of((node("a", vcpus=1), node("b", vcpus=1)), (busy_young, long_lived), NOW)
+    assert place_on_demand(pool, Size(1, 256), Policy.IDLE_FIRST).node_id == "a"
+    unknown = dataclasses.replace(idle_old, busy_since=None)   # no CPU figure: busy since its launch
+    pool = Pool.of((node("a", vcpus=1), node("b", vcpus=1)), (busy_young, unknown), NOW)
+    assert place_on_demand(pool, Size(1, 256), Policy.IDLE_FIRST).node_id == "a"
 
 
 def test_least_loss_takes_one_big_victim_over_two_small_ones():
@@ -229,15 +245,31 @@ def check_placement(pool: Pool, want: Size, policy: Policy, seed: int) -> None:
             if found is not None:
                 costs.append(_victim_cost(found, policy, NOW))
         assert _victim_cost(victims, policy, NOW) <= min(costs)
-    if policy is Policy.MOST_RECENT:  # no spared backfill VM on the node is younger than a needed victim
-        spared_vms = [v for v in on_node if v.role is VmRole.BACKFILL and v.vm_id not in decision.victims]
-        youngest_first = sorted(victims, key=lambda v: v.runtime(NOW))
+    age = {Policy.MOST_RECENT: VmView.runtime, Policy.IDLE_FIRST: VmView.at_risk}.get(policy)
+    if age is not None:  # no spared backfill VM on the node is younger (on the policy's clock) than a needed victim
+        spared_vms = [v for v in on_node if is_victim(v) and v.vm_id not in decision.victims]
         for candidate in spared_vms:
-            for needed in youngest_first:
+            for needed in victims:
                 swapped = [v for v in victims if v is not needed] + [candidate]
-                if candidate.runtime(NOW) < needed.runtime(NOW):
+                if age(candidate, NOW) < age(needed, NOW):
                     # a younger VM was spared: only allowed if it could not replace the older one
                     assert not want.fits_in(room + allocated(swapped))
+
+
+@st.composite
+def busy_clocks(draw, pool: Pool) -> Pool:
+    """The pool with idle_first's clocks on its backfill VMs, as the ledger keeps them under that
+    policy: not known (None), idle, or busy since some time after the VM's launch."""
+    vms = []
+    for v in pool.vms:
+        if v.role is VmRole.BACKFILL:
+            kind = draw(st.sampled_from(["unknown", "idle", "busy"]))
+            if kind == "idle":
+                v = dataclasses.replace(v, busy_since=IDLE)
+            elif kind == "busy":
+                v = dataclasses.replace(v, busy_since=draw(st.floats(v.launched_at, NOW)))
+        vms.append(v)
+    return Pool.of(pool.nodes, tuple(vms), NOW)
 
 
 
@@ -247,6 +279,13 @@ def check_placement(pool: Pool, want: Size, policy: Policy, seed: int) -> None:
 def test_placement_properties(case, policy, seed):
     pool, want = case
     check_placement(pool, want, policy, seed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(placement_cases(), st.integers(0, 2**16), st.data())
+def test_idle_first_placement_properties_with_its_clocks(case, seed, data):
+    pool, want = case
+    check_placement(data.draw(busy_clocks(pool)), want, Policy.IDLE_FIRST, seed)
 
 
 def test_placement_cases_reach_preemption_often_enough():

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.core.ledger import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
                                     Stop, Write)
-from controller.core.policy import BackfillConfig, Policy, Size
+from controller.core.policy import BackfillConfig, Policy, Size, VictimLadder, is_victim
 from controller.sim.engine import Store as SimStore
 
 NODES = {"n1": (2, 1024), "n2": (4, 2048)}
@@ -173,7 +173,19 @@ class LedgerMachine(RuleBasedStateMachine):
         self.calls = []
         live = [l for l in self.store.leases.values() if l.state not in ("ended", "failed")]
         ended = [l for l in self.store.leases.values() if l.state in ("ended", "failed")]
-        self.ledger = Ledger(SETTINGS, BACKFILL, {}, self.new_id, live, self.store.requests.values(), ended)
+        self.ledger = Ledger(SETTINGS, self.ledger.backfill, {}, self.new_id, live, self.store.requests.values(), ended)
+
+    @rule(data=st.data(), busy=st.booleans())
+    def vm_load_changes(self, data, busy):
+        """A VM's guest turns busy or idle: the agents' next reports show its CPU."""
+        vms = [vm for node in self.world.values() for vm in node.values()]
+        assume(vms)
+        vm = data.draw(st.sampled_from(sorted(vms, key=lambda v: v.name)))
+        vm.cpu_cores = float(vm.vcpus) if busy else 0.0
+
+    @rule(policy=st.sampled_from([Policy.MOST_RECENT, Policy.IDLE_FIRST]))
+    def admin_sets_the_termination_policy(self, policy):
+        self.ledger.backfill = replace(self.ledger.backfill, termination_policy=policy)
 
     # -- invariants -------------------------------------------------------------------------------
 
@@ -190,6 +202,17 @@ class LedgerMachine(RuleBasedStateMachine):
         in_transit = Counter(l.node_id for l in self.ledger.leases.values()
                              if l.role == "backfill" and l.state in IN_TRANSIT)
         assert self.ledger._in_transit == dict(in_transit)
+
+    @invariant()
+    def victim_ladders_follow_the_policy_and_the_vms(self):
+        """Each node's ladder is its victims' as they stand, by idle_first's clock only under it."""
+        by_busy = self.ledger.backfill.termination_policy is Policy.IDLE_FIRST
+        pool = self.ledger.snapshot(self.now)
+        for view in pool.nodes:
+            victims = [vm for vm in pool.on_node(view.node_id) if is_victim(vm)]
+            assert view.victim_ladder == VictimLadder.of(victims, by_busy), view.node_id
+            for vm in victims:   # as the reports since the policy took effect said
+                assert vm.busy_since == (self.ledger._busy_since.get(vm.vm_id) if by_busy else None), vm
 
     @invariant()
     def no_node_is_booked_beyond_its_capacity(self):
@@ -333,3 +356,79 @@ def test_a_node_whose_launches_fail_gets_no_backfill_for_a_while_doubling():
     for call in again:                                   # a launch that works ends the pauses
         ledger.launch_done(call.lease.lease_id, True, "", later + 2 * SETTINGS.retry_seconds)
     assert "n1" not in ledger.launch_backoff
+
+
+# -- idle_first: victims by the CPU the reports show -------------------------------------------------
+
+def two_backfill_vms(policy: Policy) -> tuple[Ledger, list[Vm]]:
+    """Node n1 (2 vCPUs) full of backfill: one VM launched at 1001, the other at 1005."""
+    ledger = Ledger(SETTINGS, replace(BACKFILL, termination_policy=policy), {}, counter())
+    ledger.report(Report("n1", "n1:1", 2, 1024, []), 1000.0)
+    launches = [e.lease for e in ledger.fill(1000.0) if isinstance(e, Launch)]
+    assert len(launches) == 2
+    vms = []
+    for lease, at in zip(launches, (1001.0, 1005.0)):
+        ledger.launch_done(lease.lease_id, True, "", at)
+        vms.append(Vm(lease.vm_name, lease.lease_id, "backfill", lease.vcpus, lease.memory_mib, at))
+    return ledger, vms
+
+
+def victim_of(ledger: Ledger, now: float) -> str:
+    """The lease an on-demand request of 1 vCPU stops on the full node (it is booked: one per ledger)."""
+    effects = ledger.request(Ask(1, 128, "tiny", "alice", "r1"), now)
+    stops = [e.lease.lease_id for e in effects if isinstance(e, Stop)]
+    assert len(stops) == 1, effects
+    return stops[0]
+
+
+def loads(ledger: Ledger, vms: list[Vm], cores: tuple[float, float], now: float, foreground: float = 0.0) -> None:
+    for vm, used in zip(vms, cores):
+        vm.cpu_cores = used
+    ledger.report(Report("n1", "n1:1", 2, 1024, vms, foreground_cpu_cores=foreground), now)
+
+
+def test_idle_first_stops_an_idle_vm_before_a_younger_busy_one():
+    for policy, victim in ((Policy.MOST_RECENT, 1), (Policy.IDLE_FIRST, 0)):
+        ledger, vms = two_backfill_vms(policy)
+        loads(ledger, vms, (0.01, 1.0), 1006.0)   # the older one idle, the younger one busy
+        effects = ledger.request(Ask(1, 128, "tiny", "alice", "r1"), 1007.0)
+        (event,) = [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == "vm.preempting"]
+        assert event.lease_id == vms[victim].lease_id, policy
+        if policy is Policy.IDLE_FIRST:   # the audit says why
+            assert (event.detail["last_seen"], event.detail["busy_for_s"]) == ("idle", 0.0)
+        else:
+            assert "last_seen" not in event.detail
+
+
+def test_idle_first_takes_a_low_figure_on_a_host_with_no_cpu_to_spare_as_busy():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (0.01, 1.0), 1006.0, foreground=0.9)   # starved, perhaps: not known to be idle
+    assert victim_of(ledger, 1007.0) == vms[1].lease_id        # both busy since launch: the younger goes
+
+
+def test_idle_first_counts_a_busy_spell_from_the_report_that_ended_the_idle_one():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (1.0, 1.0), 1006.0)   # first figures busy: busy since their launch (1001, 1005)
+    assert victim_of(ledger, 1007.0) == vms[1].lease_id
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (1.0, 0.0), 1006.0)
+    loads(ledger, vms, (1.0, 1.0), 1008.0)   # the younger one busy again since 1008, the older since 1001
+    loads(ledger, vms, (0.0, 1.0), 1009.0)
+    loads(ledger, vms, (1.0, 1.0), 1010.0)   # now the older one is busy since 1010: the shorter spell
+    assert victim_of(ledger, 1011.0) == vms[0].lease_id
+
+
+def test_changing_the_policy_drops_or_starts_idle_firsts_clocks():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (0.0, 1.0), 1006.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (math.inf, 1005.0)   # idle, then busy since launch
+    ledger.backfill = replace(ledger.backfill, termination_policy=Policy.MOST_RECENT)
+    assert ledger.view("n1").victim_ladder.launched_at == (1005.0, 1001.0)     # by launch, newest first
+    assert victim_of(ledger, 1007.0) == vms[1].lease_id
+    for report_again, victim in ((False, 1), (True, 0)):
+        ledger, vms = two_backfill_vms(Policy.MOST_RECENT)
+        loads(ledger, vms, (0.0, 1.0), 1006.0)   # read by nobody: most_recent keeps no clocks
+        ledger.backfill = replace(ledger.backfill, termination_policy=Policy.IDLE_FIRST)
+        if report_again:   # else no figure since: both count from their launch, the younger goes
+            loads(ledger, vms, (0.0, 1.0), 1008.0)
+        assert victim_of(ledger, 1009.0) == vms[victim].lease_id, report_again

@@ -360,7 +360,7 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     for setting, says in (("static=x", "'static=x': static takes a whole number of nodes, not 'x'"),
                           ("wait=soon", "'wait=soon': wait takes seconds, not 'soon'"),
                           ("predictive=hourly", "predictive takes one of off, day, week, month, not 'hourly'"),
-                          ("newest", "'newest': not a policy (most_recent, any, least_loss) nor static=N"),
+                          ("newest", f"'newest': not a policy ({', '.join(p.value for p in Policy)}) nor static=N"),
                           ("most_recent=1", "'most_recent=1': not a policy"),
                           ("static", "'static': not a policy")):
         assert cli.main(["--requests", str(AZURE_SMALL), "--compare", setting, "--quiet"]) == 2
@@ -369,3 +369,19 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     assert "drain: expected true or false" in capsys.readouterr().err
     assert cli.main(["--requests", str(AZURE_SMALL), "--nodes", "2", "--hint", "3:1:1", "--quiet"]) == 2
     assert "nodes" in capsys.readouterr().err
+
+
+def test_at_vm_level_idle_first_decides_as_most_recent(tmp_path):
+    """A VM-level backfill VM is busy from its launch to its end (cpu_cores = its vCPUs): idle_first's
+    clock is its launch, so it stops what most_recent stops, on a pool busy enough to preempt."""
+    code = cli.main(["--requests", str(AZURE_SMALL), "--nodes", "3", "--days", "1", "--load", "0.7",
+                     "--backfill", "enabled=true", "--compare", "most_recent,idle_first", "--out", str(tmp_path),
+                     "--quiet"])
+    assert code == 0
+    runs = {name: json.loads((tmp_path / name / "summary.json").read_text())["figures"]
+            for name in ("most_recent", "idle_first")}
+    for figures in runs.values():
+        for key in ("wall_seconds", "sim_events_per_s"):
+            figures.pop(key)
+    assert runs["most_recent"]["preemptions"] > 10
+    assert runs["most_recent"] == runs["idle_first"]

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from controller.core.ledger import LedgerSettings
-from controller.core.policy import BackfillConfig
+from controller.core.policy import BackfillConfig, Policy
 from controller.sim import cli, traces
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.jobs import JobLevelWork
@@ -189,3 +189,35 @@ def test_the_cli_keeps_only_jobs_no_longer_than_asked(tmp_path, capsys):
     assert cli.main(base + ["--backfill-jobs-max-runtime", "600", "--out", str(tmp_path / "out")]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["header"]["inputs"]["trace_jobs"] == 2 and summary["figures"]["backfill_jobs_arrived"] == 2
+
+
+def two_workers(jobs: list[traces.Job], policy: Policy) -> dict:
+    """Two 1-vCPU backfill VMs start at 10 s on a node of 2 vCPUs; at 200 s an on-demand VM of
+    1 vCPU needs a victim, which stops when the on-demand launch is answered, at 210 s."""
+    settings = SimSettings(nodes=1, node_cpus=2, node_memory_mib=8192, days=2000 / DAY, launch_seconds=10,
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
+    backfill = BackfillConfig(enabled=True, vcpus=1, memory_mb=128, termination_policy=policy)
+    sim = Simulation([OnDemandRequest(200.0, 1, 512, 100.0, "od", "od-1")], settings, backfill,
+                     LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, backfill.vcpus))
+    figures = sim.run()["figures"]
+    assert figures["preemptions"] == 1
+    return figures
+
+
+def test_idle_first_stops_the_idle_worker_where_most_recent_stops_the_busy_one(tmp_path):
+    # The only job (1,000 s) arrives at the start; the first VM to start takes it, the other stays
+    # idle. most_recent: both VMs are as young, the tie goes by id to the first, which runs the job
+    # (200 s lost, 10 to 210 s); idle_first stops the idle one, as the CPU figures show.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 1000, 1)]))
+    lost = {policy: two_workers(jobs, policy)["backfill_job_seconds_lost"]
+            for policy in (Policy.MOST_RECENT, Policy.IDLE_FIRST)}
+    assert lost == {Policy.MOST_RECENT: 200, Policy.IDLE_FIRST: 0}
+
+
+def test_idle_first_hears_a_worker_turn_idle_or_busy_between_the_nodes_reports(tmp_path):
+    # The first VM runs a 100-s job (10 to 110 s), then idles; a job arriving at 150 s goes to the
+    # other VM (free the longest). The node's last report (its VMs' launch, at 10 s) showed the
+    # first busy and the second idle; idle_first must see that it is now the other way round.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 100, 1), (2, 150, 1000, 1)]))
+    figures = two_workers(jobs, Policy.IDLE_FIRST)
+    assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2
