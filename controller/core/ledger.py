@@ -567,7 +567,7 @@ class Ledger:
 
     def _note_cpu(self, report: ReportLike, now: float) -> None:
         """idle_first's clock from a report: a backfill VM using under IDLE_CPU_PER_VCPU per vCPU
-        while the host had a spare half core for it is idle (nothing at risk); one busy since a
+        while the host left at least as much unused is idle (nothing at risk); one busy since a
         report showed it idle is busy since now. On a host with no CPU to spare a volunteer may be
         starved rather than idle: its low figure then counts as busy."""
         named = self._named_on.get(report.node_id)
@@ -580,7 +580,8 @@ class Ledger:
             if lease is None or lease.role != "backfill" or lease.state != "running":
                 continue
             was = self._busy_since.get(lease.lease_id)
-            busy = vm.cpu_cores >= IDLE_CPU_PER_VCPU * max(vm.vcpus, 1) or spare < 0.5 * vm.vcpus
+            floor = IDLE_CPU_PER_VCPU * max(vm.vcpus, 1)   # a runnable volunteer takes any CPU left idle
+            busy = vm.cpu_cores >= floor or spare < floor
             if not busy:
                 since = IDLE
             elif was is None:   # no figure before: it may have been busy since its launch
