@@ -60,7 +60,7 @@ class Reporter:
         for name, meta, shape in self.inventory.running():
             report.vms.add(name=name, lease_id=meta.lease_id, role=CONTROLLER_ROLES[meta.role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
-                           cpu_cores=cpu.get(name, 0.0), image=meta.image)
+                           cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image)
         return report
 
     def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:

@@ -197,6 +197,7 @@ class ReportedVmLike(Protocol):
     memory_mib: int
     launched_at: float
     cpu_cores: float
+    cpu_sampled: bool   # cpu_cores was measured (an agent has no figure for a VM it has not sampled yet)
     image: str
 
 
@@ -566,22 +567,22 @@ class Ledger:
             self._note_cpu(report, now)
 
     def _note_cpu(self, report: ReportLike, now: float) -> None:
-        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_PER_VCPU per vCPU
-        while the host left at least as much unused is idle (nothing at risk); one busy since a
-        report showed it idle is busy since now. On a host with no CPU to spare a volunteer may be
-        starved rather than idle: its low figure then counts as busy."""
+        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_PER_VCPU per vCPU is
+        idle (nothing at risk); one busy since a report showed it idle is busy since now. Unless
+        the foreground left the node's volunteers less than that per vCPU: the backfill VMs share
+        what the foreground leaves, so a low figure may then be a starved VM, and counts as busy."""
         named = self._named_on.get(report.node_id)
         if not named:
             return
         vms = report.vms
-        spare = report.cpus - report.foreground_cpu_cores - sum(vm.cpu_cores for vm in vms if vm.role == "backfill")
+        backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
+        starved = report.cpus - report.foreground_cpu_cores < IDLE_CPU_PER_VCPU * backfill_vcpus
         for vm in vms:
             lease = named.get(vm.name)
-            if lease is None or lease.role != "backfill" or lease.state != "running":
-                continue
+            if lease is None or lease.role != "backfill" or lease.state != "running" or not vm.cpu_sampled:
+                continue   # no figure: the clock stands (not known at all: since the launch)
             was = self._busy_since.get(lease.lease_id)
-            floor = IDLE_CPU_PER_VCPU * max(vm.vcpus, 1)   # a runnable volunteer takes any CPU left idle
-            busy = vm.cpu_cores >= floor or spare < floor
+            busy = starved or vm.cpu_cores >= IDLE_CPU_PER_VCPU * max(vm.vcpus, 1)
             if not busy:
                 since = IDLE
             elif was is None:   # no figure before: it may have been busy since its launch

@@ -124,8 +124,8 @@ class Store:
 
 class SimVm:
     """A VM as an agent reports it (controller.core.ledger.ReportedVmLike)."""
-    __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image",
-                 "noticed")
+    __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
+                 "cpu_sampled", "image", "noticed")
 
     def __init__(self, lease: Lease, now: float) -> None:
         self.name = lease.vm_name
@@ -136,6 +136,7 @@ class SimVm:
         self.memory_mib = lease.memory_mib
         self.launched_at = now
         self.cpu_cores = float(lease.vcpus)
+        self.cpu_sampled = True
         self.image = lease.image
         self.noticed = False   # a victim on notice: its vCPUs went to the VM that preempted it
 

@@ -40,6 +40,7 @@ class Vm:
     launched_at: float
     cpu_cores: float = 0.0
     image: str = "tiny"
+    cpu_sampled: bool = True
 
 
 @dataclass
@@ -402,8 +403,18 @@ def test_idle_first_stops_an_idle_vm_before_a_younger_busy_one():
 
 def test_idle_first_takes_a_low_figure_on_a_host_with_no_cpu_to_spare_as_busy():
     ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
-    loads(ledger, vms, (0.01, 1.0), 1006.0, foreground=0.9)   # starved, perhaps: not known to be idle
+    loads(ledger, vms, (0.01, 1.0), 1006.0, foreground=1.4)   # 0.6 core left for 2 vCPUs: it could have had 0.3
+    assert victim_of(ledger, 1007.0) == vms[0].lease_id
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (0.01, 1.0), 1006.0, foreground=1.6)   # 0.4 core left for 2 vCPUs: starved, perhaps
     assert victim_of(ledger, 1007.0) == vms[1].lease_id        # both busy since launch: the younger goes
+
+
+def test_idle_first_reads_no_figure_into_a_vm_the_agent_has_not_sampled_yet():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    vms[0].cpu_sampled = False   # reported as 0.0 cores: the agent has no sample of it
+    loads(ledger, vms, (0.0, 1.0), 1006.0)
+    assert victim_of(ledger, 1007.0) == vms[1].lease_id   # not seen idle: since its launch, the older
 
 
 def test_idle_first_counts_a_busy_spell_from_the_report_that_ended_the_idle_one():
