@@ -43,7 +43,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from .policy import (IDLE, BackfillConfig, Decision, NodeArrays, NodeView, Policy, Pool, Preempt, Reject, Size,
-                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit)
+                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace,
+                     room_after_transit)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -53,9 +54,10 @@ from .selection_rows import RowValues, SelectionRows
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
-# idle_first: a backfill VM whose CPU over the agent's last sample is under this share of its
-# vCPUs is idle (a worker between jobs); an idle tiny guest under TCG uses about 0.01 of a core
-IDLE_CPU_PER_VCPU = 0.25
+# idle_first: a backfill VM using less CPU than this (cores, over the agent's last sample),
+# whatever its size, is idle: a worker between jobs (a CPU-bound job keeps a whole core busy; an
+# idle tiny guest under TCG uses about 0.01 core)
+IDLE_CPU_CORES = 0.25
 # A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
 # starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
 IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
@@ -539,12 +541,12 @@ class Ledger:
 
     @property
     def backfill(self) -> BackfillConfig:
+        """The backfill settings. idle_first's clocks are kept only while it is the policy, so
+        setting a change to or from it views every backfill lease afresh (with or without them)."""
         return self._backfill
 
     @backfill.setter
     def backfill(self, config: BackfillConfig) -> None:
-        """The backfill settings; idle_first's clocks are kept only while it is the policy, so a
-        change to or from it views every backfill lease afresh (with or without them)."""
         self._backfill = config
         tracks = config.termination_policy is Policy.IDLE_FIRST
         if tracks != self._tracks_cpu:
@@ -553,12 +555,18 @@ class Ledger:
             for lease in [l for l in self.leases.values() if l.role == "backfill"]:
                 self._view_again(lease)
 
-    def _view_again(self, lease: Lease) -> None:
+    def _view_again(self, lease: Lease, touch: bool = True) -> None:
+        """View a lease afresh (idle_first's clock changed). `touch`: the books changed too; a
+        clock alone changes no lease nor what preemption can free, so only the node's view is
+        rebuilt (no re-matching of its next report, no retry of waiting requests)."""
         vms = self._vms_on.get(lease.node_id)
         if vms is not None and lease.lease_id in vms.views:
             vms.remove(lease.lease_id)
             self._view_lease(lease)
-            self._touch(lease.node_id)
+            if touch:
+                self._touch(lease.node_id)
+            else:
+                self._dirty.add(lease.node_id)
 
     def note_cpu(self, report: ReportLike, now: float) -> None:
         """The part of a report idle_first reads (each VM's CPU), without the rest: the simulator
@@ -567,31 +575,32 @@ class Ledger:
             self._note_cpu(report, now)
 
     def _note_cpu(self, report: ReportLike, now: float) -> None:
-        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_PER_VCPU per vCPU is
-        idle (nothing at risk); one busy since a report showed it idle is busy since now. Unless
-        the foreground left the node's volunteers less than that per vCPU: the backfill VMs share
-        what the foreground leaves, so a low figure may then be a starved VM, and counts as busy."""
+        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_CORES is idle
+        (nothing at risk); one busy since a report showed it idle is busy since now (the first
+        report that shows it busy). Unless its share of what the foreground leaves the node's
+        backfill VMs (shared by vCPUs) is under IDLE_CPU_CORES: a low figure may then be a
+        starved VM, and counts as busy."""
         named = self._named_on.get(report.node_id)
         if not named:
             return
         vms = report.vms
         backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
-        starved = report.cpus - report.foreground_cpu_cores < IDLE_CPU_PER_VCPU * backfill_vcpus
+        left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
         for vm in vms:
             lease = named.get(vm.name)
             if lease is None or lease.role != "backfill" or lease.state != "running" or not vm.cpu_sampled:
                 continue   # no figure: the clock stands (not known at all: since the launch)
             was = self._busy_since.get(lease.lease_id)
-            busy = starved or vm.cpu_cores >= IDLE_CPU_PER_VCPU * max(vm.vcpus, 1)
+            busy = vm.cpu_cores >= IDLE_CPU_CORES or left * vm.vcpus < IDLE_CPU_CORES * backfill_vcpus
             if not busy:
                 since = IDLE
             elif was is None:   # no figure before: it may have been busy since its launch
-                since = lease.launched_at or lease.created_at
+                since = launch_time(lease)
             else:
                 since = now if was == IDLE else was
             if since != was:
                 self._busy_since[lease.lease_id] = since
-                self._view_again(lease)
+                self._view_again(lease, touch=False)
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -932,7 +941,7 @@ class Ledger:
             return {}
         since = self._busy_since.get(lease.lease_id)
         seen = "no CPU figure yet" if since is None else "idle" if since == IDLE else "busy"
-        clock = (lease.launched_at or lease.created_at) if since is None else since
+        clock = launch_time(lease) if since is None else since
         return dict(last_seen=seen, busy_for_s=round(max(now - clock, 0.0), 1))
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
@@ -1176,7 +1185,7 @@ class Ledger:
         for lease in mine.values():
             if lease.vm_name in seen:
                 continue
-            age = now - (lease.launched_at or lease.created_at)
+            age = now - launch_time(lease)
             if lease.state == "running" and age < self.settings.lost_after:
                 young = True
             elif lease.state == "running":
@@ -1252,6 +1261,7 @@ class Ledger:
         if booked is not None and booked.state in REACTS:
             self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
+        self._busy_since.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         if lease.node_id in self._vms_on:
             self._vms_on[lease.node_id].remove(lease.lease_id)
@@ -1543,6 +1553,11 @@ def stop_event(lease: Lease) -> str:
     return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
 
 
+def launch_time(lease: Lease) -> float:
+    """When its VM was launched (when the lease was made, if it has not been yet)."""
+    return lease.launched_at or lease.created_at
+
+
 def work(lease: Lease, now: float) -> float:
     """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds."""
-    return max(now - (lease.launched_at or lease.created_at), 0.0) * lease.vcpus
+    return max(now - launch_time(lease), 0.0) * lease.vcpus

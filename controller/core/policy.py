@@ -26,7 +26,7 @@ class Policy(str, Enum):
     MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
     ANY = "any"                   # random order
     LEAST_LOSS = "least_loss"     # fewest victims, then the least work lost (runtime x vCPUs)
-    IDLE_FIRST = "idle_first"     # idle backfill VMs first (by the CPU the agents report), then those busy the shortest time
+    IDLE_FIRST = "idle_first"     # idle backfill VMs first (the agents' CPU figures), then the shortest busy
 
 
 class VmRole(str, Enum):
@@ -58,6 +58,8 @@ IDLE = math.inf   # VmView.busy_since of a VM last seen idle: no work at risk, h
 
 def _risk_clock(vm: VmView) -> float:
     return vm.launched_at if vm.busy_since is None else vm.busy_since
+
+
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
 
@@ -81,10 +83,11 @@ def replace(record: Any, **changes: Any) -> Any:
 @dataclass(frozen=True)
 class VictimLadder:
     """A node's preemptible VMs newest first, with running sums of their sizes: how far back in
-    age a preemption of a given size must reach on the node. That age is a
-    lower bound on the node's most_recent cost (exact when no victim can be spared), so placement
-    reads the VMs of only the nodes that could be the cheapest (NodeArrays, _youngest_first)."""
-    launched_at: tuple[float, ...]    # newest first
+    age a preemption of a given size must reach on the node. That age is a lower bound on the
+    node's most_recent cost (exact when no victim can be spared), so placement reads the VMs of
+    only the nodes that could be the cheapest (NodeArrays, _youngest_first). Under idle_first
+    the ages are on its clock (VmView.busy_since; IDLE rungs first) and bound its cost alike."""
+    launched_at: tuple[float, ...]    # newest first: launch times, or idle_first's clocks
     vcpus: tuple[int, ...]            # running sums, in the same order
     memory_mib: tuple[int, ...]
 
@@ -133,9 +136,9 @@ class VmView:
     size: Size
     launched_at: float            # seconds since the epoch
     preemptible: bool = True      # false while a backfill VM starts or stops
-    # idle_first's clock, from the agents' CPU figures: when the VM's current busy spell began,
-    # IDLE if it was last seen idle, None if not known (then since its launch). Set by the
-    # ledger only while the policy is idle_first.
+    # idle_first's clock, from the agents' CPU figures: when the VM's current busy spell began
+    # (never before its launch), IDLE if it was last seen idle, None if not known (then since
+    # its launch). Set by the ledger only while the policy is idle_first.
     busy_since: float | None = None
 
     def runtime(self, now: float) -> float:
@@ -187,7 +190,7 @@ class NodeArrays:
     """NodeViews as columns of plain numbers, row i being the i-th node: placement and the backfill
     plan scan them with numpy instead of a Python loop over every node, which was most of a
     decision's time in a pool of 1,000 nodes. Each node's victim ladder is a row of three
-    matrices (padded: launch times NaN, running sums INT_MAX). The ledger keeps one row by row
+    matrices (padded: times NaN, running sums INT_MAX; an IDLE rung is +inf). The ledger keeps one row by row
     as its views change (set_row); Pool.columns builds one from the nodes otherwise."""
 
     def __init__(self, nodes: Sequence[NodeView]) -> None:
@@ -282,7 +285,7 @@ class NodeArrays:
 def _ladder(node: NodeView) -> VictimLadder | None:
     """The node's victim ladder; for a node given without one, its newest victim alone, which
     still bounds most_recent's cost from below."""
-    if node.victim_ladder is not None or node.newest_victim_at is None:
+    if node.victim_ladder is not None or node.newest_victim_at is None:   # (idle_first needs the real one)
         return node.victim_ladder
     return VictimLadder((node.newest_victim_at,), (INT_MAX,), (INT_MAX,))
 
@@ -464,9 +467,9 @@ def _victim_cost(victims: list[VmView], policy: Policy, now: float) -> tuple:
 
 
 def _candidates(pool: Pool, feasible: list[NodeView], policy: Policy, rng: random.Random) -> Iterator[tuple]:
-    """(lower bound on the node's victim cost, node), cheapest bound first, lazily, for any and for
-    least_loss over nodes given without victim ladders (which reads each node's VMs); most_recent
-    and least_loss otherwise: _youngest_first, _fewest_then_least_work."""
+    """(lower bound on the node's victim cost, node), cheapest bound first, lazily, for any, and
+    for least_loss and idle_first over nodes given without victim ladders (which reads each
+    node's VMs); otherwise _youngest_first (most_recent, idle_first), _fewest_then_least_work."""
     now = pool.now
     if policy is Policy.ANY:
         nodes = [n for n in feasible if n.newest_victim_at is not None]
@@ -475,21 +478,29 @@ def _candidates(pool: Pool, feasible: list[NodeView], policy: Policy, rng: rando
         return
     heap = []
     for i, node in enumerate(feasible):
-        works = [vm.work(now) for vm in pool.on_node(node.node_id) if is_victim(vm)]
-        if works:
-            heap.append(((1, min(works)), node.node_id, i))
+        victims = [vm for vm in pool.on_node(node.node_id) if is_victim(vm)]
+        if victims:
+            heap.append((_cost_floor(victims, policy, now), node.node_id, i))
     heapq.heapify(heap)
     while heap:
         bound, _, i = heapq.heappop(heap)
         yield bound, feasible[i]
 
 
+def _cost_floor(victims: list[VmView], policy: Policy, now: float) -> tuple:
+    """No set of these victims costs less (_victim_cost) than this."""
+    if policy is Policy.IDLE_FIRST:
+        return (min(vm.at_risk(now) for vm in victims), 1)
+    return (1, min(vm.work(now) for vm in victims))
+
+
 def _youngest_first(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
-    """most_recent's (and idle_first's, on its clock) candidates among the rows `feasible`: (lower
-    bound on the node's cost, node), lowest first. The bound is the age of the oldest VM that the node's newest-first victims
-    must reach to cover what the request needs there (its victim ladder, all nodes at once); a
-    node whose victims cannot cover it is left out, as choose_victims would find none. So a
-    decision over 10,000 full nodes reads the VMs of only the few that could be cheapest."""
+    """most_recent's (and idle_first's, on its clock) candidates among the rows `feasible`:
+    (lower bound on the node's cost, node), lowest first. The bound is the age (on the ladder's
+    clock) of the oldest VM that the node's newest-first victims must reach to cover what the
+    request needs there (its victim ladder, all nodes at once); a node whose victims cannot cover
+    it is left out, as choose_victims would find none. So a decision over 10,000 full nodes reads
+    the VMs of only the few that could be cheapest."""
     columns, now = pool.columns, pool.now
     # the rungs any ladder has (the matrices are wider; past its rungs a row is padded with
     # INT_MAX, which no need reaches)
@@ -572,7 +583,8 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
         return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
     best = None
-    if policy is Policy.MOST_RECENT or policy is Policy.IDLE_FIRST:   # the ladders are by their clock
+    if policy is Policy.MOST_RECENT or \
+            (policy is Policy.IDLE_FIRST and pool.columns.ladder_sizes[feasible].all()):   # ladders on its clock
         candidates = _youngest_first(pool, feasible, want)
     elif policy is Policy.LEAST_LOSS and pool.columns.ladder_sizes[feasible].all():
         candidates = _fewest_then_least_work(pool, feasible, want)

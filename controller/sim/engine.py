@@ -202,8 +202,9 @@ class BackfillWork(Protocol):
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
 
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
-        """Call `changed(vm)` when a VM's cpu_cores turns idle (0) or busy, as its agent's next
-        report would show: asked only while the controller reads them (idle_first)."""
+        """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
+        IDLE_CPU_CORES), as its agent's next report would show: asked only while the controller
+        reads them (idle_first)."""
 
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]: ...
 
@@ -636,10 +637,11 @@ class Simulation:
             self.report(node)
 
     def report(self, node: SimNode) -> None:
-        foreground = float(node.on_demand_vcpus)
-        if node.series is not None:
-            foreground = self._demand(node)
-        self.apply(self.ledger.report(Report(node, foreground), self.now))
+        self.apply(self.ledger.report(Report(node, self._foreground(node)), self.now))
+
+    def _foreground(self, node: SimNode) -> float:
+        """The node's foreground CPU as its agent reports it: its demand series, else its on-demand vCPUs."""
+        return self._demand(node) if node.series is not None else float(node.on_demand_vcpus)
 
     def _demand(self, node: SimNode) -> float:
         series = node.series
@@ -695,7 +697,7 @@ class Simulation:
         the prediction window (in samples) that volunteer selection reads."""
         self.cpu_reports.discard(node_id)
         node = self.nodes[node_id]
-        self.ledger.note_cpu(Report(node, float(node.on_demand_vcpus)), self.now)
+        self.ledger.note_cpu(Report(node, self._foreground(node)), self.now)
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)

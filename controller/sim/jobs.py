@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.ledger import IDLE_CPU_CORES
 from .engine import SimVm, VmLevelWork
 from .traces import Job
 
@@ -168,7 +169,7 @@ class JobLevelWork(VmLevelWork):
         if sim_vm is None:
             return
         cores = float(sum(run.job.procs for run in self.running[vm]))
-        turned = (cores > 0) != (sim_vm.cpu_cores > 0)
+        turned = (cores >= IDLE_CPU_CORES) != (sim_vm.cpu_cores >= IDLE_CPU_CORES)
         sim_vm.cpu_cores = cores
         if turned and self.cpu_changed is not None:
             self.cpu_changed(sim_vm)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from controller.core.ledger import IDLE_CPU_PER_VCPU
+from controller.core.ledger import IDLE_CPU_CORES
 from protos import agent_pb2, controller_pb2
 from tests.agentproc import (AgentProcess, launch_request, remove_test_domains, unique_name, wait_for,
                              wait_for_console)
@@ -49,7 +49,7 @@ def test_idle_first_stops_the_idle_backfill_vm_not_the_busy_younger_one(test_env
         assert younger.owner == "adopted" and younger.launched_at > older.launched_at
         wait_for_console(reply.domain.console_log, "GLEANER-HOG", 120)
         wait_for(lambda: (domain_cpu(agent, hog) or 0) > 0.5
-                 and (domain_cpu(agent, older.vm_name) or 1) < IDLE_CPU_PER_VCPU, 30,
+                 and (domain_cpu(agent, older.vm_name) or 1) < IDLE_CPU_CORES, 30,
                  "the agent to see the hog busy and the other VM idle", interval=0.5)
         time.sleep(1.5)   # the controller has had its reports (every 0.5 s)
 

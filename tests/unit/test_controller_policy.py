@@ -272,8 +272,6 @@ def busy_clocks(draw, pool: Pool) -> Pool:
     return Pool.of(pool.nodes, tuple(vms), NOW)
 
 
-
-
 @settings(max_examples=400, deadline=None)
 @given(placement_cases(), st.sampled_from(list(Policy)), st.integers(0, 2**16))
 def test_placement_properties(case, policy, seed):

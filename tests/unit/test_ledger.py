@@ -205,6 +205,13 @@ class LedgerMachine(RuleBasedStateMachine):
         assert self.ledger._in_transit == dict(in_transit)
 
     @invariant()
+    def idle_firsts_clocks_are_of_live_backfill_leases_and_only_under_it(self):
+        clocked = set(self.ledger._busy_since)
+        if self.ledger.backfill.termination_policy is not Policy.IDLE_FIRST:
+            assert not clocked
+        assert clocked <= {l.lease_id for l in self.ledger.leases.values() if l.role == "backfill"}
+
+    @invariant()
     def victim_ladders_follow_the_policy_and_the_vms(self):
         """Each node's ladder is its victims' as they stand, by idle_first's clock only under it."""
         by_busy = self.ledger.backfill.termination_policy is Policy.IDLE_FIRST
@@ -408,6 +415,10 @@ def test_idle_first_takes_a_low_figure_on_a_host_with_no_cpu_to_spare_as_busy():
     ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
     loads(ledger, vms, (0.01, 1.0), 1006.0, foreground=1.6)   # 0.4 core left for 2 vCPUs: starved, perhaps
     assert victim_of(ledger, 1007.0) == vms[1].lease_id        # both busy since launch: the younger goes
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (0.01, 1.0), 1006.0)                    # seen idle ...
+    loads(ledger, vms, (0.01, 1.0), 1010.0, foreground=1.6)   # ... then perhaps starved: busy since 1010
+    assert ledger.view("n1").victim_ladder.launched_at == (1010.0, 1005.0)
 
 
 def test_idle_first_reads_no_figure_into_a_vm_the_agent_has_not_sampled_yet():

@@ -191,13 +191,13 @@ def test_the_cli_keeps_only_jobs_no_longer_than_asked(tmp_path, capsys):
     assert summary["header"]["inputs"]["trace_jobs"] == 2 and summary["figures"]["backfill_jobs_arrived"] == 2
 
 
-def two_workers(jobs: list[traces.Job], policy: Policy) -> dict:
-    """Two 1-vCPU backfill VMs start at 10 s on a node of 2 vCPUs; at 200 s an on-demand VM of
-    1 vCPU needs a victim, which stops when the on-demand launch is answered, at 210 s."""
-    settings = SimSettings(nodes=1, node_cpus=2, node_memory_mib=8192, days=2000 / DAY, launch_seconds=10,
+def two_workers(jobs: list[traces.Job], policy: Policy, vcpus: int = 1) -> dict:
+    """Two backfill VMs of `vcpus` start at 10 s and fill a node; at 200 s an on-demand VM as big
+    needs a victim, which stops when the on-demand launch is answered, at 210 s."""
+    settings = SimSettings(nodes=1, node_cpus=2 * vcpus, node_memory_mib=8192, days=2000 / DAY, launch_seconds=10,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0)
-    backfill = BackfillConfig(enabled=True, vcpus=1, memory_mb=128, termination_policy=policy)
-    sim = Simulation([OnDemandRequest(200.0, 1, 512, 100.0, "od", "od-1")], settings, backfill,
+    backfill = BackfillConfig(enabled=True, vcpus=vcpus, memory_mb=128, termination_policy=policy)
+    sim = Simulation([OnDemandRequest(200.0, vcpus, 512, 100.0, "od", "od-1")], settings, backfill,
                      LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, backfill.vcpus))
     figures = sim.run()["figures"]
     assert figures["preemptions"] == 1
@@ -212,6 +212,15 @@ def test_idle_first_stops_the_idle_worker_where_most_recent_stops_the_busy_one(t
     lost = {policy: two_workers(jobs, policy)["backfill_job_seconds_lost"]
             for policy in (Policy.MOST_RECENT, Policy.IDLE_FIRST)}
     assert lost == {Policy.MOST_RECENT: 200, Policy.IDLE_FIRST: 0}
+
+
+def test_idle_first_counts_a_big_worker_with_one_job_as_busy(tmp_path):
+    # Two 8-vCPU workers; both 1-vCPU jobs go to the first (the tightest fit for the second):
+    # it uses 2 of its 8 vCPUs, which is busy (a whole core and more), not idle per vCPU.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 5000, 1), (2, 100, 5000, 1)]))
+    lost = {policy: two_workers(jobs, policy, vcpus=8)["backfill_job_seconds_lost"]
+            for policy in (Policy.MOST_RECENT, Policy.IDLE_FIRST)}
+    assert lost == {Policy.MOST_RECENT: 200 + 110, Policy.IDLE_FIRST: 0}
 
 
 def test_idle_first_hears_a_worker_turn_idle_or_busy_between_the_nodes_reports(tmp_path):
