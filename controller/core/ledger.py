@@ -751,8 +751,12 @@ class Ledger:
         """Whether some node could ever hold the request (a bad size or one larger than every node
         is rejected at once: waiting would not help). With no node known yet (a controller just
         started), nodes may still come."""
-        return ask.vcpus > 0 and ask.memory_mib > 0 and (not pool.nodes or any(
-            ask.vcpus <= n.capacity.vcpus and ask.memory_mib <= n.capacity.memory_mib for n in pool.nodes))
+        if not (ask.vcpus > 0 and ask.memory_mib > 0):
+            return False
+        if not pool.nodes:
+            return True
+        c = pool.columns   # every node at once (a pass over the views was 1.5 % of a simulated month)
+        return bool(np.any((c.capacity_vcpus >= ask.vcpus) & (c.capacity_memory >= ask.memory_mib)))
 
     def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float) -> list[Effect]:
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
