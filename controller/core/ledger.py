@@ -38,6 +38,7 @@ import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 import numpy as np
@@ -869,7 +870,8 @@ class Ledger:
     def _remember(self, record: RequestRecord) -> None:
         self.requests[record.request_id] = record
         if len(self.requests) > 10_000:  # bounded: the resolved ones go first (the store keeps every one)
-            for request_id in [r for r, rec in self.requests.items() if rec.outcome != "pending"][:1000]:
+            resolved = (r for r, rec in self.requests.items() if rec.outcome != "pending")
+            for request_id in list(islice(resolved, 1000)):   # the oldest, without reading every record
                 del self.requests[request_id]
 
     def _resolve(self, request_id: str, outcome: str, reason: str = "") -> tuple[RequestRecord, ...]:
