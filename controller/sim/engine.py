@@ -46,6 +46,7 @@ import math
 import re
 import time
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -408,9 +409,12 @@ class Simulation:
         self.holding: dict[str, tuple[int, str, int, int]] = {}   # lease -> (node's row, role, vCPUs, MiB)
         self.node_ids = list(self.nodes)
         self.row_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
-        self.fixed_vcpus = [0] * len(self.nodes)     # per row: what leases other than backfill hold
-        self.fixed_memory = [0] * len(self.nodes)
-        self.backfill_held = [0] * len(self.nodes)   # per row: backfill leases holding room
+        # per row: what leases other than backfill hold, and the backfill leases holding room; in
+        # arrays of int64 that numpy reads without a copy (_backfill_held_room) and _hold writes an
+        # item at a time as fast as a list
+        self.fixed_vcpus = array("q", bytes(8 * len(self.nodes)))
+        self.fixed_memory = array("q", bytes(8 * len(self.nodes)))
+        self.backfill_held = array("q", bytes(8 * len(self.nodes)))
         self.node_cpus = np.array([n.cpus for n in self.nodes.values()], dtype=np.int64)
         self.node_memory = np.array([n.memory_mib for n in self.nodes.values()], dtype=np.int64)
 
@@ -714,9 +718,10 @@ class Simulation:
         # Every node at once in numpy, then the exact test on the few that pass: a node's capacity
         # in the books is the one its reports give (this engine's), and room outside any lease
         # (unexplained) only takes room away, so no node this leaves out could pass.
-        rows = np.flatnonzero((np.array(self.backfill_held) > 0)
-                              & (self.node_cpus - np.array(self.fixed_vcpus) >= want.vcpus)
-                              & (self.node_memory - np.array(self.fixed_memory) >= want.memory_mib))
+        held, vcpus, memory = (np.frombuffer(a, dtype=np.int64)
+                               for a in (self.backfill_held, self.fixed_vcpus, self.fixed_memory))
+        rows = np.flatnonzero((held > 0) & (self.node_cpus - vcpus >= want.vcpus)
+                              & (self.node_memory - memory >= want.memory_mib))
         nodes = self.ledger.nodes
         for row in rows.tolist():
             node = nodes.get(self.node_ids[row])
