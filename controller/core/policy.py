@@ -150,11 +150,17 @@ class Pool:
             by_node.setdefault(vm.node_id, []).append(vm)
         return cls(tuple(summed(n, by_node[n.node_id]) for n in nodes), by_node, now)
 
-    @cached_property
+    @property
     def columns(self) -> NodeArrays:
         """The nodes as columns (row i is nodes[i]): the caller's, kept as it keeps the sums, or
         built here."""
-        return self.arrays if self.arrays is not None else NodeArrays(self.nodes)
+        # The caller's without a cached_property: its first read takes a lock (Python 3.11), and
+        # the ledger gives arrays to a pool per decision
+        return self.arrays if self.arrays is not None else self._built_columns
+
+    @cached_property
+    def _built_columns(self) -> NodeArrays:
+        return NodeArrays(self.nodes)
 
     def on_node(self, node_id: str) -> Sequence[VmView]:
         return self.vms_by_node.get(node_id, ())
@@ -217,7 +223,8 @@ class NodeArrays:
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
-        if ladder == self.ladder_rows[i]:
+        last = self.ladder_rows[i]
+        if ladder is last or ladder == last:   # the very ladder (often: kept with the victims) is read first
             return   # the same rungs (often: a change of a node's VMs that are not victims)
         self.ladder_rows[i] = ladder
         length = len(ladder.launched_at) if ladder else 0
