@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VictimLadder,
-                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit)
+                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit, rows_where)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -1417,7 +1417,7 @@ class Ledger:
         elif moved is not None and moved[0] is self._idle_p and ids is self._idle_ids:
             self._backfill_idle.difference_update([ids[i] for i in moved[1]])   # the rows that differ, known
         elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
-            self._backfill_idle.difference_update([ids[i] for i in np.flatnonzero(p != self._idle_p).tolist()])
+            self._backfill_idle.difference_update([ids[i] for i in rows_where(p != self._idle_p).tolist()])
         else:
             self._backfill_idle.clear()
         self._idle_ids, self._idle_p = ids, p

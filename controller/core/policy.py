@@ -173,6 +173,12 @@ class Pool:
 INT_MAX = np.iinfo(np.int64).max
 
 
+def rows_where(mask: np.ndarray) -> np.ndarray:
+    """The rows where a 1-D mask is true: np.flatnonzero without its wrapper (a ravel, then
+    nonzero), which cost as much as the search itself on a pool's columns, several per decision."""
+    return mask.nonzero()[0]
+
+
 class NodeArrays:
     """NodeViews as columns of plain numbers, row i being the i-th node: placement and the backfill
     plan scan them with numpy instead of a Python loop over every node, which was most of a
@@ -505,13 +511,13 @@ def _ascending(values: np.ndarray, first: int = 16) -> Iterator[int]:
     with them) are sorted first, the rest only if the caller reads on (placement mostly stops
     after the first few candidates)."""
     if len(values) <= 2 * first or np.isnan(values).any():
-        yield from np.argsort(values, kind="stable").tolist()
+        yield from values.argsort(kind="stable").tolist()
         return
-    threshold = values[np.argpartition(values, first - 1)[:first]].max()
-    low = np.flatnonzero(values <= threshold)   # in position order, so a stable sort keeps ties in it
-    yield from low[np.argsort(values[low], kind="stable")].tolist()
-    high = np.flatnonzero(values > threshold)
-    yield from high[np.argsort(values[high], kind="stable")].tolist()
+    threshold = values[values.argpartition(first - 1)[:first]].max()
+    low = rows_where(values <= threshold)   # in position order, so a stable sort keeps ties in it
+    yield from low[values[low].argsort(kind="stable")].tolist()
+    high = rows_where(values > threshold)
+    yield from high[values[high].argsort(kind="stable")].tolist()
 
 
 def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
@@ -547,10 +553,10 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
-    feasible = np.flatnonzero(c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib))
+    feasible = rows_where(c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib))
     spare_vcpus = c.room_vcpus[feasible] - want.vcpus
     spare_memory = c.room_memory[feasible] - want.memory_mib
-    fits = np.flatnonzero((spare_vcpus >= 0) & (spare_memory >= 0))
+    fits = rows_where((spare_vcpus >= 0) & (spare_memory >= 0))
     if len(fits):  # best fit, the least spare vCPUs then memory then id: keep large holes for large requests
         best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
         return Place(pool.nodes[feasible[fits[best_fit]]].node_id)
@@ -680,7 +686,7 @@ def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
         # row would pass the test below (NaN: no victim anywhere): most fills recycle nothing
         return ()
     # the nodes whose oldest victim has run that long (NaN, no victim, compares false)
-    due_on = np.flatnonzero(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
+    due_on = rows_where(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
     due = [vm for row in due_on for vm in pool.on_node(pool.nodes[row].node_id)
            if vm.role is VmRole.BACKFILL and vm.preemptible and vm.runtime(now) >= duration_seconds]
     return tuple(vm.vm_id for vm in sorted(due, key=lambda vm: vm.launched_at))
