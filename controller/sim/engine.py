@@ -644,25 +644,26 @@ class Simulation:
 
     def _hold(self, lease: Lease) -> None:
         """Keep per-node sums of what the leases hold, as the ledger counts it (Lease.held)."""
-        old = self.holding.pop(lease.lease_id, None)
-        if old is not None:
-            row, role, vcpus, memory = old
-            if role == "backfill":
-                self.backfill_held[row] -= 1
-            else:
-                self.fixed_vcpus[row] -= vcpus
-                self.fixed_memory[row] -= memory
         state = lease.state   # what it holds (Lease.held), without a Size per lease
         vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
             (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
+        old = self.holding.get(lease.lease_id)
+        if old is not None:
+            if old[2] == vcpus and old[3] == memory:
+                return   # holds what it held (most changes of state: a launch answered, a stop asked)
+            del self.holding[lease.lease_id]
+            self._count_held(old, -1)
         if vcpus or memory:
-            row = self.row_of[lease.node_id]
-            self.holding[lease.lease_id] = (row, lease.role, vcpus, memory)
-            if lease.role == "backfill":
-                self.backfill_held[row] += 1
-            else:
-                self.fixed_vcpus[row] += vcpus
-                self.fixed_memory[row] += memory
+            held = self.holding[lease.lease_id] = (self.row_of[lease.node_id], lease.role, vcpus, memory)
+            self._count_held(held, 1)
+
+    def _count_held(self, held: tuple[int, str, int, int], sign: int) -> None:
+        row, role, vcpus, memory = held
+        if role == "backfill":
+            self.backfill_held[row] += sign
+        else:
+            self.fixed_vcpus[row] += sign * vcpus
+            self.fixed_memory[row] += sign * memory
 
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
