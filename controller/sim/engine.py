@@ -336,6 +336,7 @@ class DeadlineChecks:
         # lease -> (deadline, sequence) of its checks the last bucket to join dropped: they may be
         # revived until the clock passes them
         self.dropped: dict[str, list[tuple[float, int]]] = {}
+        self.dropped_count = 0   # the checks in `dropped`
 
     @property
     def next_join(self) -> float:
@@ -361,6 +362,7 @@ class DeadlineChecks:
         for at, seq in checks:
             if deadline <= at and (at, seq) > running:
                 heapq.heappush(self.heap, (at, seq, self.check, lease_id))
+                self.dropped_count -= 1
             else:
                 kept.append((at, seq))
         self.dropped[lease_id] = kept
@@ -378,15 +380,19 @@ class DeadlineChecks:
                 heapq.heappush(self.heap, (at, seq, self.check, lease_id))
             else:
                 dropped.setdefault(lease_id, []).append((at, seq))
+                self.dropped_count += 1
         self.dropped = dropped
         return settled
 
     def settle(self, end: float, before: tuple[float, int] | None = None) -> int:
         """Forget the dropped checks: how many were due up to `end` (and, if given, before the
         event at (time, sequence) `before`), the events they would have been."""
-        count = sum(1 for checks in self.dropped.values() for at, seq in checks
-                    if at <= end and (before is None or (at, seq) < before))
-        self.dropped = {}
+        if before is None and self.next_join <= end:
+            count = self.dropped_count   # all of them: their bucket ends before `end`
+        else:
+            count = sum(1 for checks in self.dropped.values() for at, seq in checks
+                        if at <= end and (before is None or (at, seq) < before))
+        self.dropped, self.dropped_count = {}, 0
         return count
 
 
