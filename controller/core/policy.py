@@ -553,13 +553,13 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
-    feasible = rows_where(c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib))
-    spare_vcpus = c.room_vcpus[feasible] - want.vcpus
-    spare_memory = c.room_memory[feasible] - want.memory_mib
-    fits = rows_where((spare_vcpus >= 0) & (spare_memory >= 0))
+    can_host = c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib)
+    fits = rows_where(can_host & (c.room_vcpus >= want.vcpus) & (c.room_memory >= want.memory_mib))
     if len(fits):  # best fit, the least spare vCPUs then memory then id: keep large holes for large requests
-        best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
-        return Place(pool.nodes[feasible[fits[best_fit]]].node_id)
+        # (the spare room is the room less `want`: the rooms sort as it would)
+        best_fit = np.lexsort((c.name_rank[fits], c.room_memory[fits], c.room_vcpus[fits]))[0]
+        return Place(pool.nodes[fits[best_fit]].node_id)
+    feasible = rows_where(can_host)
     if not len(feasible):
         return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
