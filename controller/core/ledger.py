@@ -44,7 +44,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from .policy import (BackfillConfig, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, Size, VictimLadder,
-                     VmRole, VmView, _fitting, place_on_demand, plan_backfill, replace, room_after_transit, rows_where)
+                     VmRole, VmView, _fitting, place_on_demand, plain_init, plan_backfill, replace, room_after_transit,
+                     rows_where)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -141,6 +142,7 @@ class Reserve:
 NO_RESERVE = Reserve("")   # a node without a reserve: nothing kept from backfill
 
 
+@plain_init
 @dataclass(frozen=True)
 class Audit:
     kind: str
@@ -151,6 +153,7 @@ class Audit:
 
 # -- effects ---------------------------------------------------------------------------------------
 
+@plain_init
 @dataclass(frozen=True)
 class Write:
     """One transaction, applied before any effect that follows it."""
@@ -166,11 +169,13 @@ class Write:
                     or self.reserved is not None)
 
 
+@plain_init
 @dataclass(frozen=True)
 class Launch:
     lease: Lease
 
 
+@plain_init
 @dataclass(frozen=True)
 class Stop:
     lease: Lease
