@@ -113,6 +113,7 @@ class Lease:
 BLANK_LEASE = Lease("", "", "", "", 0, 0, "", "", "", 0.0)   # every other field at its default
 
 
+@plain_init
 @dataclass(frozen=True)
 class RequestRecord:
     request_id: str
@@ -216,6 +217,7 @@ class ReportLike(Protocol):
     vms: Sequence[ReportedVmLike]
 
 
+@plain_init
 @dataclass(frozen=True)
 class Ask:
     """An on-demand request, already checked field by field."""

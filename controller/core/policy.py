@@ -104,6 +104,7 @@ def replace(record: Any, **changes: Any) -> Any:
     return copy
 
 
+@plain_init
 @dataclass(frozen=True)
 class VictimLadder:
     """A node's preemptible VMs newest first, with running sums of their sizes: how far back in
@@ -382,16 +383,19 @@ def allocated(vms: Sequence[VmView], role: VmRole | None = None) -> Size:
 
 # -- on-demand placement ------------------------------------------------------------------------
 
+@plain_init
 @dataclass(frozen=True)
 class Reject:
     reason: str
 
 
+@plain_init
 @dataclass(frozen=True)
 class Place:
     node_id: str
 
 
+@plain_init
 @dataclass(frozen=True)
 class Preempt:
     node_id: str
@@ -661,6 +665,7 @@ class BackfillConfig:
         return cls(**{**values, "termination_policy": Policy(values["termination_policy"])})
 
 
+@plain_init
 @dataclass(frozen=True)
 class BackfillPlan:
     launches: tuple[str, ...] = ()     # node ids, one per VM to launch

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .policy import rows_where
+from .policy import plain_init, rows_where
 
 
 def moving_average(samples: np.ndarray, window: int) -> np.ndarray:
@@ -53,6 +53,7 @@ def _minimum(a: float, b: float) -> float:
     return a if a < b or a != a else b
 
 
+@plain_init
 @dataclass(frozen=True)
 class Selection:
     chosen: tuple[str, ...]        # best first
