@@ -22,6 +22,38 @@ from typing import Any
 import numpy as np
 
 
+def plain_init(cls: type) -> type:
+    """A frozen dataclass's __init__ that stores the fields straight into the instance's __dict__.
+    The one dataclass writes sets each field through object.__setattr__ (to get past the frozen
+    __setattr__), about twice as slow, and the books make several records per event (Size, Write,
+    Audit...). For records of plain fields: defaults and default factories, no __post_init__,
+    InitVar or keyword-only field. Apply it above @dataclass(frozen=True)."""
+    fields = dataclasses.fields(cls)
+    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in fields) or \
+            len(fields) != len(cls.__dataclass_fields__):
+        raise TypeError(f"{cls.__name__}: plain_init takes plain fields only")
+    namespace: dict[str, Any] = {"MISSING": dataclasses.MISSING}
+    params, stores = [], []
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+            stores.append(f"    values[{f.name!r}] = {f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=MISSING")
+            stores.append(f"    values[{f.name!r}] = _factory_{f.name}() if {f.name} is MISSING else {f.name}")
+        else:
+            params.append(f.name)
+            stores.append(f"    values[{f.name!r}] = {f.name}")
+    source = f"def __init__(self, {', '.join(params)}):\n    values = self.__dict__\n" + "\n".join(stores) + "\n"
+    exec(source, namespace)   # as dataclasses itself makes __init__
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls
+
+
 class Policy(str, Enum):
     MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
     ANY = "any"                   # random order
@@ -34,6 +66,7 @@ class VmRole(str, Enum):
     BACKFILL = "backfill"
 
 
+@plain_init
 @dataclass(frozen=True)
 class Size:
     vcpus: int
@@ -80,6 +113,7 @@ def replace(record: Any, **changes: Any) -> Any:
     return copy
 
 
+@plain_init
 @dataclass(frozen=True)
 class VictimLadder:
     """A node's preemptible VMs newest first, with running sums of their sizes: how far back in
@@ -153,6 +187,7 @@ class VmView:
         return self.runtime(now) * self.size.vcpus
 
 
+@plain_init
 @dataclass(frozen=True)
 class Pool:
     """The pool as decisions see it. The caller keeps the per-node sums in NodeView up to date
@@ -169,11 +204,17 @@ class Pool:
             by_node.setdefault(vm.node_id, []).append(vm)
         return cls(tuple(summed(n, by_node[n.node_id]) for n in nodes), by_node, now)
 
-    @cached_property
+    @property
     def columns(self) -> NodeArrays:
         """The nodes as columns (row i is nodes[i]): the caller's, kept as it keeps the sums, or
         built here."""
-        return self.arrays if self.arrays is not None else NodeArrays(self.nodes)
+        # The caller's without a cached_property: its first read takes a lock (Python 3.11), and
+        # the ledger gives arrays to a pool per decision
+        return self.arrays if self.arrays is not None else self._built_columns
+
+    @cached_property
+    def _built_columns(self) -> NodeArrays:
+        return NodeArrays(self.nodes)
 
     def on_node(self, node_id: str) -> Sequence[VmView]:
         return self.vms_by_node.get(node_id, ())
@@ -184,6 +225,12 @@ class Pool:
 
 
 INT_MAX = np.iinfo(np.int64).max
+
+
+def rows_where(mask: np.ndarray) -> np.ndarray:
+    """The rows where a 1-D mask is true: np.flatnonzero without its wrapper (a ravel, then
+    nonzero), which cost as much as the search itself on a pool's columns, several per decision."""
+    return mask.nonzero()[0]
 
 
 class NodeArrays:
@@ -236,7 +283,8 @@ class NodeArrays:
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
-        if ladder == self.ladder_rows[i]:
+        last = self.ladder_rows[i]
+        if ladder is last or ladder == last:   # the very ladder (often: kept with the victims) is read first
             return   # the same rungs (often: a change of a node's VMs that are not victims)
         self.ladder_rows[i] = ladder
         length = len(ladder.launched_at) if ladder else 0
@@ -355,16 +403,19 @@ def allocated(vms: Sequence[VmView], role: VmRole | None = None) -> Size:
 
 # -- on-demand placement ------------------------------------------------------------------------
 
+@plain_init
 @dataclass(frozen=True)
 class Reject:
     reason: str
 
 
+@plain_init
 @dataclass(frozen=True)
 class Place:
     node_id: str
 
 
+@plain_init
 @dataclass(frozen=True)
 class Preempt:
     node_id: str
@@ -530,13 +581,13 @@ def _ascending(values: np.ndarray, first: int = 16) -> Iterator[int]:
     with them) are sorted first, the rest only if the caller reads on (placement mostly stops
     after the first few candidates)."""
     if len(values) <= 2 * first or np.isnan(values).any():
-        yield from np.argsort(values, kind="stable").tolist()
+        yield from values.argsort(kind="stable").tolist()
         return
-    threshold = values[np.argpartition(values, first - 1)[:first]].max()
-    low = np.flatnonzero(values <= threshold)   # in position order, so a stable sort keeps ties in it
-    yield from low[np.argsort(values[low], kind="stable")].tolist()
-    high = np.flatnonzero(values > threshold)
-    yield from high[np.argsort(values[high], kind="stable")].tolist()
+    threshold = values[values.argpartition(first - 1)[:first]].max()
+    low = rows_where(values <= threshold)   # in position order, so a stable sort keeps ties in it
+    yield from low[values[low].argsort(kind="stable")].tolist()
+    high = rows_where(values > threshold)
+    yield from high[values[high].argsort(kind="stable")].tolist()
 
 
 def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Iterator[tuple]:
@@ -572,13 +623,13 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
-    feasible = np.flatnonzero(c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib))
-    spare_vcpus = c.room_vcpus[feasible] - want.vcpus
-    spare_memory = c.room_memory[feasible] - want.memory_mib
-    fits = np.flatnonzero((spare_vcpus >= 0) & (spare_memory >= 0))
+    can_host = c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib)
+    fits = rows_where(can_host & (c.room_vcpus >= want.vcpus) & (c.room_memory >= want.memory_mib))
     if len(fits):  # best fit, the least spare vCPUs then memory then id: keep large holes for large requests
-        best_fit = np.lexsort((c.name_rank[feasible[fits]], spare_memory[fits], spare_vcpus[fits]))[0]
-        return Place(pool.nodes[feasible[fits[best_fit]]].node_id)
+        # (the spare room is the room less `want`: the rooms sort as it would)
+        best_fit = np.lexsort((c.name_rank[fits], c.room_memory[fits], c.room_vcpus[fits]))[0]
+        return Place(pool.nodes[fits[best_fit]].node_id)
+    feasible = rows_where(can_host)
     if not len(feasible):
         return Reject(_infeasible_reason(pool, want))
     rng = random.Random(seed)
@@ -647,6 +698,7 @@ class BackfillConfig:
         return cls(**{**values, "termination_policy": Policy(values["termination_policy"])})
 
 
+@plain_init
 @dataclass(frozen=True)
 class BackfillPlan:
     launches: tuple[str, ...] = ()     # node ids, one per VM to launch
@@ -706,7 +758,7 @@ def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
         # row would pass the test below (NaN: no victim anywhere): most fills recycle nothing
         return ()
     # the nodes whose oldest victim has run that long (NaN, no victim, compares false)
-    due_on = np.flatnonzero(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
+    due_on = rows_where(np.maximum(now - columns.oldest_victim_at, 0.0) >= duration_seconds).tolist()
     due = [vm for row in due_on for vm in pool.on_node(pool.nodes[row].node_id)
            if vm.role is VmRole.BACKFILL and vm.preemptible and vm.runtime(now) >= duration_seconds]
     return tuple(vm.vm_id for vm in sorted(due, key=lambda vm: vm.launched_at))

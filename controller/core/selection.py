@@ -15,6 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .policy import plain_init, rows_where
+
 
 def moving_average(samples: np.ndarray, window: int) -> np.ndarray:
     """Mean of each row's last `window` samples, ignoring NaN (missing) entries; 0 for none."""
@@ -51,6 +53,7 @@ def _minimum(a: float, b: float) -> float:
     return a if a < b or a != a else b
 
 
+@plain_init
 @dataclass(frozen=True)
 class Selection:
     chosen: tuple[str, ...]        # best first
@@ -154,7 +157,7 @@ class BestFirst:
             changed = moved[1]
             old, new = [self._p.item(i) for i in changed], [productivity.item(i) for i in changed]
         else:
-            changed = np.flatnonzero(productivity != self._p).tolist()
+            changed = rows_where(productivity != self._p).tolist()
             old, new = self._p[changed].tolist(), productivity[changed].tolist()
         if changed:
             keys, chosen = self._keys, self._chosen

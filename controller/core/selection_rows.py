@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .policy import NodeView
+from .policy import NodeView, rows_where
 from .selection import moving_average
 
 
@@ -65,7 +65,7 @@ class SelectionRows:
             changed = self.ids
         if reported is None or regrouped:
             at = np.fromiter(map(attrgetter("last_report"), self.states), dtype=float, count=len(self.ids))
-            stale = np.flatnonzero((at >= self.computed_at) | (at != self.reported_at)).tolist()
+            stale = rows_where((at >= self.computed_at) | (at != self.reported_at)).tolist()
             self.reported_at = at
         else:   # a few rows: one numpy item at a time (a fancy index costs more)
             position, states, reported_at = self.position, self.states, self.reported_at

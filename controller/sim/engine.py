@@ -46,6 +46,7 @@ import math
 import re
 import time
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -319,6 +320,93 @@ class Timeline:
         return rows
 
 
+# -- the checks at leases' deadlines ----------------------------------------------------------------
+
+DEADLINE_BUCKET_S = 30.0
+
+
+class DeadlineChecks:
+    """The check at each deadline a Write sets (Simulation._deadline: the ledger ticks if the lease
+    is still due then), kept out of the event heap until the bucket of time its deadline falls in
+    comes, and dropped then if it can no longer do anything: its lease is gone, or has no deadline
+    due by then. Most are (a launch or stop is answered seconds after its Write, its deadline is a
+    minute or more away), and they were a third of a run's events, each pushed on the heap and
+    popped for nothing.
+
+    Exactly the checks that would have ticked still do, in their place: a check keeps the
+    sequence number it was given, and one dropped joins the heap after all if a Write gives its
+    lease a deadline at or before it while it is still ahead (the only way it could become due).
+    ``settle`` counts the dropped checks as the events they were (the summary's sim_events)."""
+
+    def __init__(self, heap: list, check: Callable[[str], None], bucket_seconds: float = DEADLINE_BUCKET_S) -> None:
+        self.heap = heap
+        self.check = check
+        self.width = bucket_seconds
+        self.waiting: dict[int, list[tuple[float, int, str]]] = {}   # bucket -> its checks not yet on the heap
+        self.joined = -1   # every bucket up to this one has joined the heap
+        # lease -> (deadline, sequence) of its checks the last bucket to join dropped: they may be
+        # revived until the clock passes them
+        self.dropped: dict[str, list[tuple[float, int]]] = {}
+        self.dropped_count = 0   # the checks in `dropped`
+
+    @property
+    def next_join(self) -> float:
+        """When the next bucket starts: its checks join the heap before any event from then on."""
+        return (self.joined + 1) * self.width
+
+    def add(self, deadline: float, seq: int, lease_id: str, running: tuple[float, int]) -> None:
+        """A check at `deadline` for the lease whose deadline it is; `running`: (time, sequence) of
+        the event being run (a dropped check behind it is past)."""
+        if self.dropped:
+            self._revive(lease_id, deadline, running)
+        bucket = int(deadline // self.width)
+        if bucket <= self.joined:
+            heapq.heappush(self.heap, (deadline, seq, self.check, lease_id))
+        else:
+            self.waiting.setdefault(bucket, []).append((deadline, seq, lease_id))
+
+    def _revive(self, lease_id: str, deadline: float, running: tuple[float, int]) -> None:
+        checks = self.dropped.get(lease_id)
+        if not checks:
+            return
+        kept = []
+        for at, seq in checks:
+            if deadline <= at and (at, seq) > running:
+                heapq.heappush(self.heap, (at, seq, self.check, lease_id))
+                self.dropped_count -= 1
+            else:
+                kept.append((at, seq))
+        self.dropped[lease_id] = kept
+
+    def join_next(self, leases: Mapping[str, Lease], end: float) -> int:
+        """The next bucket's checks join the heap, but those whose lease (as `leases` books it now)
+        is gone or has no deadline due by then. Returns the checks up to `end` the previous bucket
+        dropped for good (the clock is past them)."""
+        settled = self.settle(end)
+        self.joined += 1
+        dropped: dict[str, list[tuple[float, int]]] = {}
+        for at, seq, lease_id in self.waiting.pop(self.joined, ()):
+            lease = leases.get(lease_id)
+            if lease is not None and lease.deadline is not None and lease.deadline <= at:
+                heapq.heappush(self.heap, (at, seq, self.check, lease_id))
+            else:
+                dropped.setdefault(lease_id, []).append((at, seq))
+                self.dropped_count += 1
+        self.dropped = dropped
+        return settled
+
+    def settle(self, end: float, before: tuple[float, int] | None = None) -> int:
+        """Forget the dropped checks: how many were due up to `end` (and, if given, before the
+        event at (time, sequence) `before`), the events they would have been."""
+        if before is None and self.next_join <= end:
+            count = self.dropped_count   # all of them: their bucket ends before `end`
+        else:
+            count = sum(1 for checks in self.dropped.values() for at, seq in checks
+                        if at <= end and (before is None or (at, seq) < before))
+        self.dropped, self.dropped_count = {}, 0
+        return count
+
+
 # -- the simulation ---------------------------------------------------------------------------------
 
 # The cyclic collector's young collections during a run: at Python's default (every 700 objects
@@ -391,7 +479,10 @@ class Simulation:
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
+        self.running: tuple[float, int] = (0.0, -1)   # (time, sequence) of the event being run
+        self.deadlines = DeadlineChecks(self.heap, self._deadline)
         self.events_run = 0
+        self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
         self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
         # what the requests became
@@ -420,9 +511,12 @@ class Simulation:
         self.holding: dict[str, tuple[int, str, int, int]] = {}   # lease -> (node's row, role, vCPUs, MiB)
         self.node_ids = list(self.nodes)
         self.row_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
-        self.fixed_vcpus = [0] * len(self.nodes)     # per row: what leases other than backfill hold
-        self.fixed_memory = [0] * len(self.nodes)
-        self.backfill_held = [0] * len(self.nodes)   # per row: backfill leases holding room
+        # per row: what leases other than backfill hold, and the backfill leases holding room; in
+        # arrays of int64 that numpy reads without a copy (_backfill_held_room) and _hold writes an
+        # item at a time as fast as a list
+        self.fixed_vcpus = array("q", bytes(8 * len(self.nodes)))
+        self.fixed_memory = array("q", bytes(8 * len(self.nodes)))
+        self.backfill_held = array("q", bytes(8 * len(self.nodes)))
         self.node_cpus = np.array([n.cpus for n in self.nodes.values()], dtype=np.int64)
         self.node_memory = np.array([n.memory_mib for n in self.nodes.values()], dtype=np.int64)
 
@@ -475,12 +569,21 @@ class Simulation:
 
     def _run_events(self, started: float) -> None:
         """The events in time order up to the end (or the wall-time limit)."""
-        heap, end = self.heap, self.end
+        heap, end, checks = self.heap, self.end, self.deadlines
         next_progress = started + self.settings.progress_seconds
         deadline = started + self.settings.max_wall_seconds if self.settings.max_wall_seconds else math.inf
-        while heap and heap[0][0] <= end:
-            when, _, callback, arg = heapq.heappop(heap)
+        join_at = checks.next_join
+        while True:
+            when = heap[0][0] if heap else math.inf
+            if when >= join_at and join_at <= end:   # the deadline checks due from then on first
+                self.checks_dropped += checks.join_next(self.ledger.leases, end)
+                join_at = checks.next_join
+                continue
+            if when > end:
+                break
+            when, seq, callback, arg = heapq.heappop(heap)
             self.now = when
+            self.running = (when, seq)
             callback(arg)
             self.events_run += 1
             if not self.events_run & 1023:
@@ -492,11 +595,13 @@ class Simulation:
                 wall = time.perf_counter()
                 if wall >= deadline:
                     self.stopped_early_at = self.end = when
-                    break
+                    self.checks_dropped += checks.settle(when, before=self.running)
+                    return
                 if self.progress and self.settings.progress_seconds and wall >= next_progress:
                     next_progress = wall + self.settings.progress_seconds
                     self.progress(when / end, f"day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events, "
                                               f"{wall - started:.0f} s wall, {self.preemptions} preemptions")
+        self.checks_dropped += checks.settle(end)
 
     # -- carrying out the ledger's effects ----------------------------------------------------------
 
@@ -513,7 +618,7 @@ class Simulation:
                     store.leases[lease.lease_id] = lease
                     self._hold(lease)
                     if lease.deadline is not None:
-                        self.at(lease.deadline, self._deadline, lease.lease_id)
+                        self.deadlines.add(lease.deadline, next(self.seq), lease.lease_id, self.running)
                 for record in effect.requests:
                     store.requests[record.request_id] = record
                     if record.request_id in self.unanswered:
@@ -559,25 +664,26 @@ class Simulation:
 
     def _hold(self, lease: Lease) -> None:
         """Keep per-node sums of what the leases hold, as the ledger counts it (Lease.held)."""
-        old = self.holding.pop(lease.lease_id, None)
-        if old is not None:
-            row, role, vcpus, memory = old
-            if role == "backfill":
-                self.backfill_held[row] -= 1
-            else:
-                self.fixed_vcpus[row] -= vcpus
-                self.fixed_memory[row] -= memory
         state = lease.state   # what it holds (Lease.held), without a Size per lease
         vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
             (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
+        old = self.holding.get(lease.lease_id)
+        if old is not None:
+            if old[2] == vcpus and old[3] == memory:
+                return   # holds what it held (most changes of state: a launch answered, a stop asked)
+            del self.holding[lease.lease_id]
+            self._count_held(old, -1)
         if vcpus or memory:
-            row = self.row_of[lease.node_id]
-            self.holding[lease.lease_id] = (row, lease.role, vcpus, memory)
-            if lease.role == "backfill":
-                self.backfill_held[row] += 1
-            else:
-                self.fixed_vcpus[row] += vcpus
-                self.fixed_memory[row] += memory
+            held = self.holding[lease.lease_id] = (self.row_of[lease.node_id], lease.role, vcpus, memory)
+            self._count_held(held, 1)
+
+    def _count_held(self, held: tuple[int, str, int, int], sign: int) -> None:
+        row, role, vcpus, memory = held
+        if role == "backfill":
+            self.backfill_held[row] += sign
+        else:
+            self.fixed_vcpus[row] += sign * vcpus
+            self.fixed_memory[row] += sign * memory
 
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
@@ -742,9 +848,10 @@ class Simulation:
         # Every node at once in numpy, then the exact test on the few that pass: a node's capacity
         # in the books is the one its reports give (this engine's), and room outside any lease
         # (unexplained) only takes room away, so no node this leaves out could pass.
-        rows = np.flatnonzero((np.array(self.backfill_held) > 0)
-                              & (self.node_cpus - np.array(self.fixed_vcpus) >= want.vcpus)
-                              & (self.node_memory - np.array(self.fixed_memory) >= want.memory_mib))
+        held, vcpus, memory = (np.frombuffer(a, dtype=np.int64)
+                               for a in (self.backfill_held, self.fixed_vcpus, self.fixed_memory))
+        rows = np.flatnonzero((held > 0) & (self.node_cpus - vcpus >= want.vcpus)
+                              & (self.node_memory - memory >= want.memory_mib))
         nodes = self.ledger.nodes
         for row in rows.tolist():
             node = nodes.get(self.node_ids[row])
@@ -810,10 +917,11 @@ class Simulation:
         )
         figures.update(self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions))
         working = figures.pop("backfill_working_vcpu_seconds")
+        events = self.events_run + self.checks_dropped
         figures["utilization_working"] = round((self.od_area + working) / capacity, 6) if capacity else None
         figures.update(simulated_days=round(self.end / DAY, 6), stopped_early=self.stopped_early_at is not None,
-                       sim_events=self.events_run, wall_seconds=round(self.wall, 3),
-                       sim_events_per_s=round(self.events_run / self.wall) if self.wall else None)
+                       sim_events=events, wall_seconds=round(self.wall, 3),
+                       sim_events_per_s=round(events / self.wall) if self.wall else None)
         return dict(
             header=dict(inputs=self.inputs, sim=asdict(s), timeline_seconds=self.timeline.bucket,
                         ledger=asdict(self.ledger.settings),

@@ -11,6 +11,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.agentproc import modules_loaded_by
@@ -328,3 +329,37 @@ def test_fills_plan_for_the_few_changed_nodes_what_they_would_plan_for_every_sel
 def test_the_simulator_loads_no_grpc_sqlite_or_hypervisor_module():
     assert modules_loaded_by(["controller.sim.engine", "controller.sim.progress"],
                              ("grpc", "sqlite3", "libvirt", "pyroute2", "controller.service")) == []
+
+
+# -- records -------------------------------------------------------------------------------------
+
+def test_a_record_made_by_plain_init_is_the_one_dataclass_makes():
+    import dataclasses
+    from controller.core.policy import plain_init
+
+    def record():
+        @dataclasses.dataclass(frozen=True)
+        class Record:
+            name: str
+            count: int = 0
+            detail: dict = dataclasses.field(default_factory=dict)
+        return Record
+
+    generated, plain = record(), plain_init(record())
+    for args, kwargs in [(("a",), {}), (("a", 2), {}), (("a",), dict(detail={"x": 1})), ((), dict(name="b", count=3))]:
+        made = plain(*args, **kwargs)
+        assert vars(made) == vars(generated(*args, **kwargs)) and list(vars(made)) == ["name", "count", "detail"]
+    assert plain("a").detail is not plain("a").detail   # a fresh default per record
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain("a").count = 1
+    with pytest.raises(TypeError):
+        plain()
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        name: str
+
+        def __post_init__(self) -> None:
+            pass
+    with pytest.raises(TypeError):
+        plain_init(Checked)

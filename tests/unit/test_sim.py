@@ -8,13 +8,14 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from controller.core.ledger import LedgerSettings
 from controller.core.policy import BackfillConfig, Policy
 from controller.sim import cli, traces
-from controller.sim.engine import DAY, SimSettings, Simulation, Timeline
+from controller.sim.engine import DAY, DeadlineChecks, SimSettings, Simulation, Timeline
 from controller.sim.progress import ProgressBar
 from controller.sim.traces import OnDemandRequest
 from controller.sim.workload import stretch_to_load
@@ -109,6 +110,26 @@ def test_a_finished_simulation_can_be_freed_and_leaves_the_collector_as_it_was()
     del sim
     gc.collect()
     assert gone() is None and gc.get_freeze_count() == 0 and gc.get_threshold() == threshold
+
+
+def test_a_deadline_check_is_dropped_only_when_it_could_not_tick():
+    heap: list = []
+    checks = DeadlineChecks(heap, print, bucket_seconds=30.0)
+    leases = {"due": SimpleNamespace(deadline=60.0), "running": SimpleNamespace(deadline=None)}
+    for seq, (at, lease_id) in enumerate([(60.0, "due"), (65.0, "running"), (70.0, "ended")]):
+        checks.add(at, seq, lease_id, running=(0.0, -1))
+    assert heap == []   # their bucket (60 to 90 s) has not come yet
+    while checks.next_join <= 60.0:
+        assert checks.join_next(leases, end=1000.0) == 0
+    # the lease that runs and the one that ended are past their deadlines' checks: only one joins
+    assert [(at, seq, lease_id) for at, seq, _, lease_id in heap] == [(60.0, 0, "due")]
+    # a Write at 40 s gives the running lease a deadline of 65 s again: its dropped check comes back
+    # (in its place, sequence 1) beside the new one
+    checks.add(65.0, 9, "running", running=(40.0, 8))
+    assert sorted((at, seq, lease_id) for at, seq, _, lease_id in heap) == \
+        [(60.0, 0, "due"), (65.0, 1, "running"), (65.0, 9, "running")]
+    # the one dropped for good counts as the event it was
+    assert checks.settle(end=1000.0) == 1
 
 
 def test_a_request_that_cannot_fit_beside_its_victims_waits_for_them():
