@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,9 +111,10 @@ def check_config(config: ControllerConfig, source: str) -> None:
                        ("liveness.check_seconds", config.liveness_check_seconds),
                        ("selection.interval_seconds", config.selection_interval_seconds),
                        ("selection.prediction_window", config.prediction_window),
-                       ("controller.max_agents", config.max_agents)):
-        if value <= 0:
-            raise ConfigError(f"{source}: {key} must be positive")
+                       ("controller.max_agents", config.max_agents),
+                       ("liveness.down_after_seconds", config.down_after_seconds)):
+        if not 0 < value < math.inf:   # inf (TOML allows it) would leave a waiting state without a deadline
+            raise ConfigError(f"{source}: {key} must be a positive, finite number, not {value!r}")
     if config.down_after_seconds <= config.suspect_after_seconds:
         raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
     if not 0 <= config.notice_seconds <= 3600 or not 0 <= config.host_headroom_mib <= 2**20:

@@ -24,13 +24,18 @@ import numpy as np
 
 def plain_init(cls: type) -> type:
     """A frozen dataclass's __init__ that stores the fields straight into the instance's __dict__.
-    The one dataclass writes sets each field through object.__setattr__ (to get past the frozen
-    __setattr__), about twice as slow, and the books make several records per event (Size, Write,
-    Audit...). For records of plain fields: defaults and default factories, no __post_init__,
-    InitVar or keyword-only field. Apply it above @dataclass(frozen=True)."""
+    The __init__ dataclasses generates sets each field through object.__setattr__ (to get past
+    the frozen __setattr__), about twice as slow, and the books make several records per event
+    (Size, Write, Audit...). For records of plain fields: defaults and default factories, no
+    __post_init__, InitVar, keyword-only field, slots or hand-written __init__. Apply it above
+    @dataclass(frozen=True)."""
     fields = dataclasses.fields(cls)
+    generated = getattr(cls.__init__, "__code__", None) is not None and cls.__init__.__code__.co_filename == "<string>"
     if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in fields) or \
-            len(fields) != len(cls.__dataclass_fields__):
+            len(fields) != len(cls.__dataclass_fields__) or not cls.__dataclass_params__.init or \
+            "__slots__" in cls.__dict__ or not generated or \
+            any(f.name in ("self", "values", "MISSING") or f.name.startswith(("_default_", "_factory_"))
+                for f in fields):   # names the generated code uses itself
         raise TypeError(f"{cls.__name__}: plain_init takes plain fields only")
     namespace: dict[str, Any] = {"MISSING": dataclasses.MISSING}
     params, stores = [], []

@@ -359,6 +359,8 @@ class DeadlineChecks:
         the event being run (a dropped check behind it is past)."""
         if self.dropped:
             self._revive(lease_id, deadline, running)
+        if deadline == math.inf:
+            return   # never due (on the heap it was never reached either)
         bucket = int(deadline // self.width)
         if bucket <= self.joined:
             heapq.heappush(self.heap, (deadline, seq, self.check, lease_id))
@@ -599,7 +601,7 @@ class Simulation:
                     return
                 if self.progress and self.settings.progress_seconds and wall >= next_progress:
                     next_progress = wall + self.settings.progress_seconds
-                    self.progress(when / end, f"day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events, "
+                    self.progress(when / end, f"day {when / DAY:.2f} of {end / DAY:g}, {self.events_run} events run, "
                                               f"{wall - started:.0f} s wall, {self.preemptions} preemptions")
         self.checks_dropped += checks.settle(end)
 
@@ -669,8 +671,10 @@ class Simulation:
             (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
         old = self.holding.get(lease.lease_id)
         if old is not None:
-            if old[2] == vcpus and old[3] == memory:
-                return   # holds what it held (most changes of state: a launch answered, a stop asked)
+            if old[2] == vcpus and old[3] == memory and old[1] == lease.role:
+                # holds what it held (most changes of state: a launch answered, a stop asked); a
+                # lease's node never changes after it is made (the row is not compared)
+                return
             del self.holding[lease.lease_id]
             self._count_held(old, -1)
         if vcpus or memory:

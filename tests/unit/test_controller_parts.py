@@ -92,6 +92,10 @@ def test_controller_config_round_trips_and_is_strict():
         check_config(ControllerConfig(), "test")
     with pytest.raises(ConfigError, match="vm_name_prefix"):
         check_config(ControllerConfig(listen="unix:/c.sock", tls=TlsConfig(insecure=True), vm_name_prefix="a/b"), "t")
+    for field in ("agent_timeout_seconds", "down_after_seconds"):
+        with pytest.raises(ConfigError, match=f"{field} must be a positive, finite number, not inf"):   # TOML has inf
+            check_config(ControllerConfig(listen="unix:/c.sock", tls=TlsConfig(insecure=True),
+                                          **{field: float("inf")}), "t")
 
 
 @pytest.mark.parametrize("args, field", [

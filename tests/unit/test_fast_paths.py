@@ -361,5 +361,21 @@ def test_a_record_made_by_plain_init_is_the_one_dataclass_makes():
 
         def __post_init__(self) -> None:
             pass
-    with pytest.raises(TypeError):
-        plain_init(Checked)
+
+    @dataclasses.dataclass(frozen=True)
+    class OwnInit:
+        name: str
+
+        def __init__(self, name: str) -> None:
+            object.__setattr__(self, "name", name.upper())
+
+    @dataclasses.dataclass(frozen=True)
+    class Values:   # a field named as the generated code's own local
+        values: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Slotted:
+        name: str
+    for unfit in (Checked, OwnInit, Values, Slotted):
+        with pytest.raises(TypeError, match="plain fields only"):
+            plain_init(unfit)

@@ -123,11 +123,14 @@ def test_a_deadline_check_is_dropped_only_when_it_could_not_tick():
         assert checks.join_next(leases, end=1000.0) == 0
     # the lease that runs and the one that ended are past their deadlines' checks: only one joins
     assert [(at, seq, lease_id) for at, seq, _, lease_id in heap] == [(60.0, 0, "due")]
-    # a Write at 40 s gives the running lease a deadline of 65 s again: its dropped check comes back
-    # (in its place, sequence 1) beside the new one
-    checks.add(65.0, 9, "running", running=(40.0, 8))
+    # a Write at 61 s (an event after the bucket joined) gives the running lease a deadline of 65 s
+    # again: its dropped check comes back (in its place, sequence 1) beside the new one
+    checks.add(65.0, 9, "running", running=(61.0, 8))
+    # one at 70 s (sequence 12) gives the ended lease a deadline of 70 s: its dropped check (70 s,
+    # sequence 2) is behind the clock, so only the new one joins
+    checks.add(70.0, 13, "ended", running=(70.0, 12))
     assert sorted((at, seq, lease_id) for at, seq, _, lease_id in heap) == \
-        [(60.0, 0, "due"), (65.0, 1, "running"), (65.0, 9, "running")]
+        [(60.0, 0, "due"), (65.0, 1, "running"), (65.0, 9, "running"), (70.0, 13, "ended")]
     # the one dropped for good counts as the event it was
     assert checks.settle(end=1000.0) == 1
 

@@ -34,7 +34,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sim_regression.json"
 
 NODES, DAYS = 60, 1.0
 SETTINGS = ("default", "any", "least_loss", "reserve_static", "reserve_hint", "reserve_predictive_day",
-            "reserve_wait")
+            "reserve_wait", "idle_first")
 WALL = ("wall_seconds", "sim_events_per_s")
 
 
