@@ -260,6 +260,7 @@ class NodeArrays:
         self.room_vcpus, self.room_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.unpinned_vcpus, self.unpinned_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.oldest_victim_at = np.full(count, np.nan)
+        self._oldest: float | None = math.nan   # their minimum (NaN: no victim; None: to be read again)
         self.ladder_length = np.zeros(count, np.int64)
         self.ladder_sizes = np.ones(count, dtype=bool)   # the ladder has the victims' sizes (not a stand-in)
         self.backfill_vms = np.zeros(count, np.int64)
@@ -284,7 +285,7 @@ class NodeArrays:
         self.room_memory[i] = node.capacity.memory_mib - node.allocated.memory_mib
         self.unpinned_vcpus[i] = node.capacity.vcpus - node.pinned.vcpus
         self.unpinned_memory[i] = node.capacity.memory_mib - node.pinned.memory_mib
-        self.oldest_victim_at[i] = np.nan if node.oldest_victim_at is None else node.oldest_victim_at
+        self._set_oldest(i, math.nan if node.oldest_victim_at is None else node.oldest_victim_at)
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
@@ -298,14 +299,35 @@ class NodeArrays:
             self._ladders(len(self.ids), max(length, 2 * old[0].shape[1]))
             for new_matrix, old_matrix in zip((self.ladder_at, self.ladder_vcpus, self.ladder_memory), old):
                 new_matrix[:, :old_matrix.shape[1]] = old_matrix
+        was = self.ladder_length.item(i)
         self.ladder_length[i] = length
-        self.ladder_at[i] = np.nan
-        self.ladder_vcpus[i] = INT_MAX
-        self.ladder_memory[i] = INT_MAX
         if ladder:
             self.ladder_at[i, :length] = ladder.launched_at
             self.ladder_vcpus[i, :length] = ladder.vcpus
             self.ladder_memory[i, :length] = ladder.memory_mib
+        if was > length:   # past its rungs a row is padding: only the rungs it no longer has are padded again
+            self.ladder_at[i, length:was] = np.nan
+            self.ladder_vcpus[i, length:was] = INT_MAX
+            self.ladder_memory[i, length:was] = INT_MAX
+
+    def _set_oldest(self, i: int, value: float) -> None:
+        """Row i's oldest victim, keeping their minimum known unless the row that held it grew older."""
+        oldest = self._oldest
+        if oldest is not None:
+            was = self.oldest_victim_at.item(i)
+            if was == oldest:   # the row held the minimum (NaN equals nothing)
+                self._oldest = value if value <= oldest else None
+            elif value < oldest or (oldest != oldest and value == value):   # lower, or the first victim
+                self._oldest = value
+        self.oldest_victim_at[i] = value
+
+    def oldest_victim(self) -> float:
+        """The launch time of the oldest victim of every row (NaN: none); recycling asks at every
+        fill, and set_row keeps it between them."""
+        if self._oldest is None:
+            column = self.oldest_victim_at
+            self._oldest = float(np.fmin.reduce(column)) if len(column) else math.nan
+        return self._oldest
 
     def copy(self) -> NodeArrays:
         """A copy whose rows later set_row calls on this one leave alone (the ids are shared)."""
@@ -332,6 +354,7 @@ class NodeArrays:
             self._lent = lent
         twin = object.__new__(NodeArrays)
         twin.__dict__.update(lent)
+        twin._oldest = self.oldest_victim()   # the lent dict's is the one of when it was made (kept here)
         return twin
 
 
@@ -757,8 +780,7 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
 def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
     """Preemptible backfill VMs past their longest life, oldest first (ties in pool order)."""
     now, columns = pool.now, pool.columns
-    oldest = np.fmin.reduce(columns.oldest_victim_at) if len(columns.oldest_victim_at) else np.nan
-    if not max(now - oldest, 0.0) >= duration_seconds:
+    if not max(now - columns.oldest_victim(), 0.0) >= duration_seconds:
         # the oldest victim of all (now - t only shrinks as t grows) has not run that long, so no
         # row would pass the test below (NaN: no victim anywhere): most fills recycle nothing
         return ()

@@ -134,6 +134,9 @@ def columns_equal(a: NodeArrays, b: NodeArrays) -> bool:
         "up", "capacity_vcpus", "capacity_memory", "pinned_vcpus", "pinned_memory", "allocated_vcpus",
         "allocated_memory", "room_vcpus", "room_memory", "unpinned_vcpus", "unpinned_memory", "oldest_victim_at",
         "ladder_length", "name_rank"))
+    for columns in (a, b):   # the minimum set_row keeps is the one read afresh
+        same = same and np.array_equal(columns.oldest_victim(), np.fmin.reduce(columns.oldest_victim_at, initial=np.nan)
+                                       if len(columns.ids) else np.nan, equal_nan=True)
     return same and np.array_equal(padded(a.ladder_at, np.nan), padded(b.ladder_at, np.nan), equal_nan=True) and \
         np.array_equal(padded(a.ladder_vcpus, 2**63 - 1), padded(b.ladder_vcpus, 2**63 - 1)) and \
         np.array_equal(padded(a.ladder_memory, 2**63 - 1), padded(b.ladder_memory, 2**63 - 1))
