@@ -924,6 +924,7 @@ class Ledger:
         cause = f"on-demand request {ask.request_id} ({ask.vcpus} vCPUs, {ask.memory_mib} MiB)"
         stopped = [replace(v, state="on_notice" if path == "instant" else "preempting", deadline=victim_deadline,
                            request_id=ask.request_id, end_reason=f"preempted: {cause}") for v in victims]
+        seen = [self._busy_detail(v, now) for v in victims]   # from their views as placement read them
         self._book(lease, now)
         for v in stopped:
             self._book(v, now)
@@ -937,8 +938,8 @@ class Ledger:
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
                                                                   path=path, notice_s=stop_grace,
                                                                   work_lost_vcpu_seconds=round(work(v, now), 1),
-                                                                  **self._busy_detail(v, now)))
-                   for v in victims]
+                                                                  **detail))
+                   for v, detail in zip(victims, seen)]
         effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped), requests=(record,),
                                        events=tuple(events))]
         if state == "starting":
@@ -947,13 +948,14 @@ class Ledger:
         return effects
 
     def _busy_detail(self, lease: Lease, now: float) -> dict[str, Any]:
-        """Under idle_first, what the CPU figures said of a victim: why it was chosen."""
+        """Under idle_first, what the CPU figures said of a victim (its view, before it is booked
+        as stopping): why it was chosen."""
         if not self._tracks_cpu:
             return {}
-        since = self._busy_since.get(lease.lease_id)
+        vm = self._vms_on[lease.node_id].views[lease.lease_id]
+        since = vm.busy_since
         seen = "no CPU figure yet" if since is None else "idle" if since == IDLE else "busy"
-        clock = launch_time(lease) if since is None else since
-        return dict(last_seen=seen, busy_for_s=round(max(now - clock, 0.0), 1))
+        return dict(last_seen=seen, busy_for_s=round(vm.at_risk(now), 1))
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
         """Whether the node's memory, less the headroom, holds the new VM beside everything it runs now."""

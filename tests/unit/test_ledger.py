@@ -421,11 +421,26 @@ def test_idle_first_takes_a_low_figure_on_a_host_with_no_cpu_to_spare_as_busy():
     assert ledger.view("n1").victim_ladder.launched_at == (1010.0, 1005.0)
 
 
+def preempting_detail(ledger: Ledger, now: float) -> tuple[str, dict]:
+    """The victim of a 1-vCPU request on the full node, and what its audit event says."""
+    effects = ledger.request(Ask(1, 128, "tiny", "alice", "r1"), now)
+    (event,) = [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == "vm.preempting"]
+    return event.lease_id, event.detail
+
+
 def test_idle_first_reads_no_figure_into_a_vm_the_agent_has_not_sampled_yet():
     ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
-    vms[0].cpu_sampled = False   # reported as 0.0 cores: the agent has no sample of it
-    loads(ledger, vms, (0.0, 1.0), 1006.0)
-    assert victim_of(ledger, 1007.0) == vms[1].lease_id   # not seen idle: since its launch, the older
+    vms[1].cpu_sampled = False   # reported as 0.0 cores: the agent has no sample of it
+    loads(ledger, vms, (1.0, 0.0), 1006.0)
+    victim, detail = preempting_detail(ledger, 1007.0)
+    assert victim == vms[1].lease_id   # not seen idle: busy since its launch (1005), the shorter spell
+    assert (detail["last_seen"], detail["busy_for_s"]) == ("no CPU figure yet", 2.0)
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (1.0, 0.0), 1006.0)
+    loads(ledger, vms, (1.0, 1.0), 1008.0)   # the younger one busy since 1008, the older since its launch
+    victim, detail = preempting_detail(ledger, 1009.5)
+    assert victim == vms[1].lease_id
+    assert (detail["last_seen"], detail["busy_for_s"]) == ("busy", 1.5)
 
 
 def test_idle_first_counts_a_busy_spell_from_the_report_that_ended_the_idle_one():
