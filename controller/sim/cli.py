@@ -43,9 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Trace-driven simulation of the Gleaner controller: the live controller's ledger (placement, "
                     "victim choice, backfill plan, volunteer selection, reserves) on simulated nodes whose agents "
                     "launch and stop VMs in configurable times.")
-    p.add_argument("--nodes", type=int, default=100, help="simulated nodes (default 100)")
-    p.add_argument("--node-cpus", type=int, default=16, help="vCPUs per node (default 16)")
-    p.add_argument("--node-memory-mib", type=int, default=65536, help="memory per node in MiB (default 65536)")
+    p.add_argument("--nodes", type=int, help="simulated nodes (default 100)")
+    p.add_argument("--node-cpus", type=int, help="vCPUs per node (default 16)")
+    p.add_argument("--node-memory-mib", type=int, help="memory per node in MiB (default 65536)")
+    p.add_argument("--pool", type=Path, metavar="FILE.csv",
+                   help="nodes of several sizes instead of --nodes, --node-cpus and --node-memory-mib: a CSV of "
+                        "count,cpus,memory_mib rows (controller/sim/traces.py), the nodes numbered in file order")
     p.add_argument("--days", type=float, default=1.0, help="simulated days (default 1)")
     p.add_argument("--requests", type=Path, required=True, help="on-demand request trace (plain or gzipped)")
     p.add_argument("--format", choices=("azure", "swf", "csv"), default="azure",
@@ -182,7 +185,23 @@ def read_demand(path: Path, fmt: str) -> list[traces.DemandSeries]:
     return traces.bitbrains_series(path) if fmt == "bitbrains" else traces.alibaba_series(path)
 
 
-def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[str, Any]) -> list[traces.Job]:
+def pool_settings(args: argparse.Namespace) -> SimSettings:
+    """The pool: --pool's groups, or --nodes nodes of one size (the defaults where not given)."""
+    sizes = {"nodes": args.nodes, "node_cpus": args.node_cpus, "node_memory_mib": args.node_memory_mib}
+    given = [f"--{name.replace('_', '-')}" for name, value in sizes.items() if value is not None]
+    if args.pool:
+        if given:
+            raise SimUsage(f"--pool gives the nodes and their sizes: drop {', '.join(given)}")
+        groups = tuple(traces.pool_groups(args.pool))   # a TraceError names the file and line
+        return SimSettings(nodes=sum(g.count for g in groups), pool=groups)
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            raise SimUsage(f"--{name.replace('_', '-')} must be at least 1")
+    return SimSettings(**{name: value for name, value in sizes.items() if value is not None})
+
+
+def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[str, Any],
+              pool_vcpus: int) -> list[traces.Job]:
     """The --backfill-jobs trace (none: VM-level work), noted in the inputs."""
     for option in ("queues", "load", "max_runtime"):
         if getattr(args, f"backfill_jobs_{option}") is not None and not args.backfill_jobs:
@@ -206,8 +225,7 @@ def read_jobs(args: argparse.Namespace, backfill: BackfillConfig, inputs: dict[s
     if args.backfill_jobs_load is not None:
         if not args.backfill_jobs_load > 0:
             raise SimUsage(f"--backfill-jobs-load must be more than 0, got {args.backfill_jobs_load}")
-        jobs, period = jobs_at_load(jobs, backfill.vcpus, args.days * DAY, args.backfill_jobs_load,
-                                    args.nodes * args.node_cpus)
+        jobs, period = jobs_at_load(jobs, backfill.vcpus, args.days * DAY, args.backfill_jobs_load, pool_vcpus)
         inputs.update(backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(period, 3))
     return jobs
 
@@ -225,9 +243,7 @@ def jobs_at_load(jobs: list[traces.Job], vm_vcpus: int, run_s: float, load: floa
 def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[str, Any], SimSettings,
                                              BackfillConfig, ControllerConfig, list[traces.DemandSeries],
                                              list[traces.Job]]:
-    for name in ("nodes", "node_cpus", "node_memory_mib"):
-        if getattr(args, name) < 1:
-            raise SimUsage(f"--{name.replace('_', '-')} must be at least 1")
+    pool = pool_settings(args)
     if not args.days > 0:
         raise SimUsage("--days must be more than 0")
     backfill = backfill_config(args.backfill)
@@ -235,11 +251,13 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
     requests = read_requests(args.requests, args.format)
     inputs: dict[str, Any] = dict(requests=str(args.requests), requests_format=args.format,
                                   requests_sha256=traces.digest(args.requests), trace_requests=len(requests))
+    if args.pool:
+        inputs.update(pool=str(args.pool), pool_sha256=traces.digest(args.pool))
     load = args.load if args.load is not None else (AZURE_DEFAULT_LOAD if args.format == "azure" else None)
     if load is not None:
         if not load > 0:
             raise SimUsage("--load must be more than 0")
-        requests, period = stretch_to_load(requests, args.days * DAY, load, args.nodes * args.node_cpus)
+        requests, period = stretch_to_load(requests, args.days * DAY, load, pool.pool_vcpus)
         inputs.update(load=load, tile_period_s=round(period, 3))
     if args.config:
         inputs.update(config=str(args.config), config_sha256=traces.digest(args.config))
@@ -248,12 +266,12 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
         demand = read_demand(args.demand, args.demand_format)
         inputs.update(demand=str(args.demand), demand_format=args.demand_format,
                       demand_sha256=traces.digest(args.demand))
-    jobs = read_jobs(args, backfill, inputs)
-    settings = SimSettings(nodes=args.nodes, node_cpus=args.node_cpus, node_memory_mib=args.node_memory_mib,
-                           days=args.days, launch_seconds=args.launch_seconds, stop_seconds=args.stop_seconds,
-                           selection_interval_seconds=config.selection_interval_seconds,
-                           report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
-                           max_wall_seconds=args.max_wall_seconds)
+    jobs = read_jobs(args, backfill, inputs, pool.pool_vcpus)
+    settings = dataclasses.replace(pool, days=args.days, launch_seconds=args.launch_seconds,
+                                   stop_seconds=args.stop_seconds,
+                                   selection_interval_seconds=config.selection_interval_seconds,
+                                   report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
+                                   max_wall_seconds=args.max_wall_seconds)
     return requests, inputs, settings, backfill, config, demand, jobs
 
 

@@ -59,7 +59,7 @@ from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM
                            LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
 from ..core.policy import BackfillConfig, Policy, Size
 from ..core.reserves import Hint, ReserveSettings
-from .traces import DemandSeries, OnDemandRequest
+from .traces import DemandSeries, NodeGroup, OnDemandRequest
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -74,6 +74,9 @@ class SimSettings:
     nodes: int = 100
     node_cpus: int = 16
     node_memory_mib: int = 65536
+    # nodes of several sizes, numbered in this order (traces.pool_groups); `nodes` is then their
+    # count, and node_cpus and node_memory_mib are not read. Empty: `nodes` nodes of one size.
+    pool: tuple[NodeGroup, ...] = ()
     days: float = 1.0
     launch_seconds: float = 5.0       # from the Launch call to the agent's answer
     launch_jitter: float = 0.2        # launches take launch_seconds x (1 +- jitter/2), fixed per lease id:
@@ -86,9 +89,20 @@ class SimSettings:
     timeline_seconds: float = 0.0     # width of the timeline's buckets (0: the run / 720, at least a minute)
     max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
 
+    def __post_init__(self) -> None:
+        if self.pool and self.nodes != sum(g.count for g in self.pool):
+            raise ValueError(f"nodes is {self.nodes} but the pool's groups have {sum(g.count for g in self.pool)}")
+
     @property
     def duration(self) -> float:
         return self.days * DAY
+
+    def node_groups(self) -> tuple[NodeGroup, ...]:
+        return self.pool or (NodeGroup(self.nodes, self.node_cpus, self.node_memory_mib),)
+
+    @property
+    def pool_vcpus(self) -> int:
+        return sum(g.count * g.cpus for g in self.node_groups())
 
 
 def sim_ledger_settings(base: LedgerSettings | None = None) -> LedgerSettings:
@@ -471,8 +485,9 @@ class Simulation:
         self.progress = progress
         images = tuple(sorted({settings.on_demand_image, backfill.image}))
         width = len(str(settings.nodes))
-        self.nodes = {f"n{i:0{width}d}": SimNode(f"n{i:0{width}d}", settings.node_cpus, settings.node_memory_mib,
-                                                 images) for i in range(settings.nodes)}
+        sizes = [(g.cpus, g.memory_mib) for g in settings.node_groups() for _ in range(g.count)]
+        self.nodes = {f"n{i:0{width}d}": SimNode(f"n{i:0{width}d}", cpus, memory, images)
+                      for i, (cpus, memory) in enumerate(sizes)}
         if self.demand:
             for i, node in enumerate(self.nodes.values()):
                 node.series = self.demand[i % len(self.demand)]
@@ -838,7 +853,7 @@ class Simulation:
         if record.outcome == "rejected":
             del self.unanswered[record.request_id]
             self.rejections[reason_group(record.reason)] += 1
-            if request.vcpus > self.settings.node_cpus or request.memory_mib > self.settings.node_memory_mib:
+            if not np.any((self.node_cpus >= request.vcpus) & (self.node_memory >= request.memory_mib)):
                 self.rejected_larger_than_node += 1
             elif self._backfill_held_room(Size(request.vcpus, request.memory_mib)):
                 self.rejected_due_to_backfill += 1
@@ -894,7 +909,7 @@ class Simulation:
 
     def summary(self) -> dict[str, Any]:
         s = self.settings
-        capacity = s.nodes * s.node_cpus * self.end
+        capacity = s.pool_vcpus * self.end
         outcomes = Counter(r.outcome for r in self.store.requests.values())
         answered = sum(v for k, v in outcomes.items() if k != "pending")
         figures = dict(
@@ -937,7 +952,7 @@ class Simulation:
             figures=figures,
             events=dict(sorted(self.store.events.items())),
             notes=[
-                "requests larger than one node are rejected by the ledger itself (no node can host them); "
+                "requests larger than every node are rejected by the ledger itself (no node can host them); "
                 "they are counted in rejected_larger_than_node",
                 "rejected_due_to_backfill counts rejections made while some node's backfill VMs (running, "
                 "starting or stopping) held room that would have fit the request; placement counts running "
@@ -975,4 +990,4 @@ class Simulation:
 
     def timeline_rows(self) -> list[dict[str, Any]]:
         """The timeline's rows (Timeline.rows) up to the run's end."""
-        return self.timeline.rows(self.end, self.settings.nodes * self.settings.node_cpus)
+        return self.timeline.rows(self.end, self.settings.pool_vcpus)

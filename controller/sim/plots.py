@@ -62,7 +62,9 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
 
 def _title(summary: dict[str, Any]) -> str:
     sim, backfill, f = summary["header"]["sim"], summary["header"]["backfill"], summary["figures"]
-    return (f"{sim['nodes']} nodes x {sim['node_cpus']} vCPUs, {f['simulated_days']:g} days, backfill "
+    pool = ", ".join(f"{g['count']} x {g['cpus']}" for g in sim.get("pool") or ()) or \
+        f"{sim['nodes']} nodes x {sim['node_cpus']}"
+    return (f"{pool} vCPUs, {f['simulated_days']:g} days, backfill "
             f"{'on' if backfill['enabled'] else 'off'} ({backfill['termination_policy']})")
 
 

@@ -14,6 +14,7 @@ What each adapter yields:
 - ``bitbrains_series``: Bitbrains per-VM CPU series (tar.gz of per-VM CSVs) as DemandSeries.
 - ``alibaba_series``: Alibaba 2018 ``machine_usage.csv`` as DemandSeries, one per machine.
 - ``csv_requests``: Gleaner's own on-demand request format (below).
+- ``pool_groups``: a pool of nodes of several sizes (below), as NodeGroup.
 - ``digest``: sha256 of a file's bytes, for the simulator's summary header.
 - ``tile``, ``tile_jobs``, ``scale_time``: stretch a short or small trace to a longer run.
 
@@ -42,6 +43,17 @@ Example::
     arrival_s,vcpus,memory_mib,lifetime_s,owner
     0,2,4096,3600,alice
     30.5,8,16384,,bob
+
+Gleaner's pool CSV (``pool_groups``)
+------------------------------------
+The same rules for text, header, blank and comment lines, with the columns
+``count,cpus,memory_mib``: each row is ``count`` nodes (an integer from 1 to 100,000) of ``cpus``
+vCPUs (1 to 4,096) and ``memory_mib`` MiB (1 to 2**32), at most 100,000 nodes in all. The nodes
+are numbered in file order. Example::
+
+    count,cpus,memory_mib
+    600,16,65536
+    400,32,131072
 """
 from __future__ import annotations
 
@@ -559,6 +571,42 @@ def _csv_request(row: dict[str, str], request_id: str) -> OnDemandRequest:
         raise _Bad(f"lifetime_s: must be > 0 (or empty for 'to the end'), got {lifetime:g}")
     return OnDemandRequest(at=at, vcpus=vcpus, memory_mib=memory, lifetime=lifetime,
                            owner=row.get("owner") or "trace", request_id=request_id)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """`count` nodes of one size (a simulated pool is one or more groups)."""
+    count: int
+    cpus: int
+    memory_mib: int
+
+
+POOL_MAX_NODES = 100_000
+POOL_MAX_CPUS = 4096
+POOL_MAX_MEMORY_MIB = 2**32
+
+
+def pool_groups(path: PathLike) -> list[NodeGroup]:
+    """A pool of nodes of several sizes in Gleaner's pool CSV (specified in the module docstring)."""
+    groups: list[NodeGroup] = []
+    for lineno, row in _csv_table(path, ("count", "cpus", "memory_mib")):
+        with _located(path, lineno):
+            groups.append(_node_group(row, sum(g.count for g in groups)))
+    if not groups:
+        raise TraceError(f"{path}: no nodes (expected rows of count,cpus,memory_mib after the header)")
+    return groups
+
+
+def _node_group(row: dict[str, str], nodes_before: int) -> NodeGroup:
+    group = NodeGroup(_int(row["count"], "count"), _int(row["cpus"], "cpus"), _int(row["memory_mib"], "memory_mib"))
+    for value, high, name in ((group.count, POOL_MAX_NODES, "count"), (group.cpus, POOL_MAX_CPUS, "cpus"),
+                              (group.memory_mib, POOL_MAX_MEMORY_MIB, "memory_mib")):
+        _at_least(value, 1, name)
+        if value > high:
+            raise _Bad(f"{name}: must be <= {high:,}, got {value:,}")
+    if nodes_before + group.count > POOL_MAX_NODES:
+        raise _Bad(f"count: the pool would have {nodes_before + group.count:,} nodes (at most {POOL_MAX_NODES:,})")
+    return group
 
 
 # ---------------------------------------------------------------- digests and reshaping

@@ -17,7 +17,7 @@ from controller.core.policy import BackfillConfig, Policy
 from controller.sim import cli, traces
 from controller.sim.engine import DAY, DeadlineChecks, SimSettings, Simulation, Timeline
 from controller.sim.progress import ProgressBar
-from controller.sim.traces import OnDemandRequest
+from controller.sim.traces import NodeGroup, OnDemandRequest
 from controller.sim.workload import stretch_to_load
 from tests.bench import simulate as simulate_bench
 
@@ -98,6 +98,42 @@ def test_a_small_scenario_by_hand():
     assert f["backfill_survival_1h"] == 0.75   # of bf-1..8 (launched before 400 s), bf-1 and bf-2 fell short
     assert f["backfill_survival_1d"] is None
     assert summary["events"]["vm.preempted"] == 3
+
+
+def test_a_pool_of_two_sizes():
+    """Each request goes where it fits; one that no node holds, though each of its figures fits
+    some node, is larger than every node; utilization is over the pool's vCPUs."""
+    settings = SimSettings(nodes=2, pool=(NodeGroup(1, 2, 32768), NodeGroup(1, 8, 4096)), days=END / DAY,
+                           launch_seconds=5, launch_jitter=0, progress_seconds=0)
+    requests = [OnDemandRequest(100.0, 6, 2048, None, "alice", "cores"),     # only n1 has 6 vCPUs
+                OnDemandRequest(200.0, 2, 16384, None, "bob", "memory"),     # only n0 has 16 GiB
+                OnDemandRequest(300.0, 4, 8192, None, "carol", "neither")]   # n1's vCPUs, n0's memory
+    sim = Simulation(requests, settings, BackfillConfig(), LedgerSettings())
+    f = sim.run()["figures"]
+    records = sim.store.requests
+    assert (records["cores"].node_id, records["memory"].node_id, records["neither"].outcome) == ("n1", "n0", "rejected")
+    assert f["rejected_larger_than_node"] == 1
+    assert f["utilization_on_demand"] == round((6 * (END - 105) + 2 * (END - 205)) / (10 * END), 6)
+    with pytest.raises(ValueError, match="nodes is 3 but the pool's groups have 2"):
+        SimSettings(nodes=3, pool=settings.pool)
+
+
+def test_the_cli_reads_a_pool_of_several_sizes(tmp_path, capsys):
+    pool = tmp_path / "pool.csv"
+    pool.write_text("count,cpus,memory_mib\n2,4,8192\n1,32,131072\n")
+    requests = str(Path(__file__).parent.parent / "data" / "traces" / "requests.csv")
+    assert cli.main(["--requests", requests, "--format", "csv", "--pool", str(pool), "--days", "0.1",
+                     "--load", "0.5", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    header = json.loads((tmp_path / "out" / "summary.json").read_text())["header"]
+    assert header["sim"]["nodes"] == 3 and [g["cpus"] for g in header["sim"]["pool"]] == [4, 32]
+    assert header["inputs"]["pool_sha256"] == traces.digest(pool)
+    assert header["inputs"]["tile_period_s"] > 0
+    capsys.readouterr()
+    assert cli.main(["--requests", requests, "--format", "csv", "--pool", str(pool), "--nodes", "3", "--quiet"]) == 2
+    assert "--pool gives the nodes and their sizes: drop --nodes" in capsys.readouterr().err
+    pool.write_text("count,cpus,memory_mib\n2,0,8192\n")
+    assert cli.main(["--requests", requests, "--format", "csv", "--pool", str(pool), "--quiet"]) == 2
+    assert "pool.csv:2: cpus: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_a_finished_simulation_can_be_freed_and_leaves_the_collector_as_it_was():

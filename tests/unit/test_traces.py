@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.sim.traces import (DemandSeries, Job, OnDemandRequest, TraceError, alibaba_series,
-                                   azure_requests, bitbrains_series, csv_requests, digest, scale_time,
+from controller.sim.traces import (DemandSeries, Job, NodeGroup, OnDemandRequest, TraceError, alibaba_series,
+                                   azure_requests, bitbrains_series, csv_requests, digest, pool_groups, scale_time,
                                    swf_jobs, swf_read, swf_requests, swf_stats, tile, tile_jobs)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -243,6 +243,26 @@ def test_csv_requests_owner_column_optional(tmp_path):
 def test_csv_requests_errors(tmp_path, text, says):
     with pytest.raises(TraceError, match=re.escape(says)):
         csv_requests(write(tmp_path, "r.csv", text))
+
+
+def test_pool_groups(tmp_path):
+    path = write(tmp_path, "pool.csv", "# two sizes\nmemory_mib,count,cpus\n65536,3,16\n\n131072,1,32\n")
+    assert pool_groups(gzipped(path, tmp_path)) == [NodeGroup(3, 16, 65536), NodeGroup(1, 32, 131072)]
+
+
+@pytest.mark.parametrize("text,says", [
+    ("count,cpus,memory_mib\n1,4,4096\n0,4,4096\n", "p.csv:3: count: must be >= 1, got 0"),
+    ("count,cpus,memory_mib\n1,4,4096\n1,2.5,4096\n", "p.csv:3: cpus: expected an integer"),
+    ("count,cpus,memory_mib\n1,4097,4096\n", "p.csv:2: cpus: must be <= 4,096, got 4,097"),
+    ("count,cpus,memory_mib\n1,4,4294967297\n", "p.csv:2: memory_mib: must be <= 4,294,967,296"),
+    ("count,cpus,memory_mib\n60000,4,4096\n50000,4,4096\n", "p.csv:3: count: the pool would have 110,000 nodes"),
+    ("count,cpus,memory_mib\n1,4,4096\n1,4\n", "p.csv:3: expected 3 fields"),
+    ("count,cpus\n1,4\n", "p.csv:1: header lacks column(s) memory_mib"),
+    ("count,cpus,memory_mib\n", "p.csv: no nodes"),
+])
+def test_pool_groups_errors(tmp_path, text, says):
+    with pytest.raises(TraceError, match=re.escape(says)):
+        pool_groups(write(tmp_path, "p.csv", text))
 
 
 def test_trace_error_is_a_value_error():
