@@ -1,6 +1,6 @@
 """The trace-driven simulator on a month of a 1,000-node pool, once per setting compared.
 
-    python -m tests.bench.simulate [--nodes 1000] [--days 30] [--load 0.6] [--jobs 1]
+    python -m tests.bench.simulate [--nodes 1000] [--days 30] [--load 0.6] [--jobs 1] [--timed-runs 3]
                                    [--max-wall-seconds 0] [--traces DIR] [--quiet]
                                    [--backfill-jobs swf/FILE.swf.gz] [--backfill-jobs-load 0.5]
 
@@ -27,10 +27,12 @@ way). Each setting runs the same requests and jobs through controller.sim.engine
   draining, drain = false: the reserve's nodes only take no new backfill); reserve_wait, a wait window of
   600 s before a request with no room is rejected (controller/core/reserves.py).
 
-What is timed: `wall_s` and `sim_events_per_s` are those of one more run of the default settings
+What is timed: `wall_s` and `sim_events_per_s` are those of more runs of the default settings
 with VM-level work (`default_vm_level`: the controller's decisions alone, the run earlier
-sessions timed), the wall time of Simulation.run() (the event loop from the first report to the
-summary's figures) with that run's event count; reading the traces and stretching them are not
+sessions timed), --timed-runs of them back to back (3 by default), the wall time of
+Simulation.run() (the event loop from the first report to the summary's figures): `wall_s` is
+their median (of an even count, the lower middle one), `wall_s_runs` every one, `default_vm_level` the median run's entry (the runs make
+the same decisions: only their times differ); reading the traces and stretching them are not
 timed. The task-level `default` has its own `wall_s` (its jobs' events come on top). Each entry has its own
 `wall_s`. With --jobs 2 the settings after the default run two at a time, so their wall times
 are each other's neighbours' as well. `bench_wall_s` is the whole command. --max-wall-seconds
@@ -151,8 +153,9 @@ def goals(default: dict[str, Any], timed: dict[str, Any], days: float, nodes: in
     alone, the figure earlier sessions measured)."""
     month = days >= 30 and nodes >= 1000 and timed["complete"]
     return dict(
-        wall_under_60_s=dict(measured_s=timed["wall_s"], met=month and timed["wall_s"] < WALL_GOAL_S,
-                             note="the VM-level default run" if month else
+        wall_under_60_s=dict(measured_s=timed["wall_s"], runs_s=timed["wall_s_runs"],
+                             met=month and timed["wall_s"] < WALL_GOAL_S,
+                             note="the median of the VM-level default runs" if month else
                              "the default run did not cover a month of 1,000 nodes"),
         utilization_at_least_nimbus=dict(measured=default["utilization_working"], goal=NIMBUS_UTILIZATION,
                                          met=(default["utilization_working"] or 0) >= NIMBUS_UTILIZATION,
@@ -178,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
                                                           f"(default {JOBS})")
     p.add_argument("--backfill-jobs-load", type=float, default=JOBS_LOAD,
                    help=f"share of the pool's vCPUs the jobs ask for on average (default {JOBS_LOAD})")
+    p.add_argument("--timed-runs", type=int, default=3, help="VM-level default runs timed (default 3; the median)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    if args.timed_runs < 1:
+        p.error(f"--timed-runs must be at least 1, got {args.timed_runs}")
     started = time.perf_counter()
     path = args.traces / AZURE
     requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load, args.nodes * 16)
@@ -193,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                        backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(jobs_period, 3),
                        jobs=len(jobs))
     runs = settings_compared(args.nodes, args.days)
-    timed = run_one("default (VM-level)", requests, sim_settings, inputs=inputs, **runs["default"])
+    timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, **runs["default"])
+                      for _ in range(args.timed_runs)), key=lambda r: r["wall_s"])
+    timed = dict(timings[(len(timings) - 1) // 2], wall_s_runs=[r["wall_s"] for r in timings])   # the median run
     results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs,
                                   **runs.pop("default"))}
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
@@ -202,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         results.update((name, future.result()) for name, future in futures.items())
     results[BackfillConfig().termination_policy.value] = dict(results["default"], same_run_as="default")
     default = results["default"]
-    out = dict(sim_events_per_s=timed["sim_events_per_s"], wall_s=timed["wall_s"], default_vm_level=timed,
+    out = dict(sim_events_per_s=timed["sim_events_per_s"], wall_s=timed["wall_s"], wall_s_runs=timed["wall_s_runs"],
+               default_vm_level=timed,
                bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,
                node_cpus=sim_settings.node_cpus, node_memory_mib=sim_settings.node_memory_mib, inputs=task_inputs,
                goals=goals(default, timed, args.days, args.nodes), **results)
