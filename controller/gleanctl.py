@@ -81,12 +81,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         ids.lease_id(args.lease_id)
     elif args.command == "cancel":
         ids.request_id(args.request_id)
-    elif args.command == "reserve" and args.node == "set":
-        reserve_changes(args.rest)
-    elif args.command == "reserve" and args.node not in (None, "hint", "unhint"):
-        checks.reserve(args.node, args.vcpus, args.memory, args.whole_node)
-    elif args.command == "reserve" and args.label:
-        checks.hint_label(args.label)
+    elif args.command == "reserve":
+        action, node = reserve_action(args)
+        if action == "set":
+            reserve_changes(args.rest)
+        elif node is not None:
+            checks.reserve(node, args.vcpus, args.memory, args.whole_node)
+        elif args.label:
+            checks.hint_label(args.label)
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
@@ -222,18 +224,32 @@ def cmd_backfill(stub, args):
     return data, "\n".join(f"{k} = {json.dumps(v)}" for k, v in data.items()), 0
 
 
+RESERVE_ACTIONS = ("set", "hint", "unhint")
+
+
+def reserve_action(args) -> tuple[str | None, str | None]:
+    """(`reserve`'s action word, the node of a per-node reserve): the positional word is an action
+    unless --node names the node (so a node named like an action can have a reserve too)."""
+    if args.node_option is not None:
+        if args.node is not None:
+            raise UsageError(f"name the node once: {args.node!r} and --node {args.node_option!r}")
+        return None, args.node_option
+    return (args.node, None) if args.node in RESERVE_ACTIONS else (None, args.node)
+
+
 def cmd_reserve(stub, args):
-    if args.node in ("hint", "unhint"):
+    action, node = reserve_action(args)
+    if action in ("hint", "unhint"):
         return cmd_hint(stub, args)
-    if args.node == "set":
+    if action == "set":
         return cmd_reserve_set(stub, args)
     if args.rest:
         raise UsageError(f"unexpected arguments after the node: {' '.join(args.rest)}")
-    if args.node is None:
+    if node is None:
         reply = stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=args.timeout)
         status = stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=args.timeout)
     else:
-        reply = stub.SetReserve(controller_pb2.Reserve(node_id=args.node, vcpus=args.vcpus, memory_mib=args.memory,
+        reply = stub.SetReserve(controller_pb2.Reserve(node_id=node, vcpus=args.vcpus, memory_mib=args.memory,
                                                        whole_node=args.whole_node), timeout=args.timeout)
         status = None
     rows = [[r.node_id, r.vcpus, r.memory_mib, "yes" if r.whole_node else ""] for r in reply.reserves]
@@ -370,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "per-node one, `reserve set KEY=VALUE ...` ([reserves] settings), or "
                         "`reserve hint N --in H --for D` / `reserve unhint [--label L]`")
     reserve.add_argument("node", nargs="?", help="node id, or '*' for every node; or set, hint, unhint")
+    reserve.add_argument("--node", dest="node_option", metavar="NODE",
+                         help="the node of a per-node reserve (for a node named set, hint or unhint)")
     reserve.add_argument("rest", nargs="*", help="with set: KEY=VALUE settings; with hint: the number of nodes")
     reserve.add_argument("--in", dest="in_hours", type=float, help="hint: hours until the nodes are needed")
     reserve.add_argument("--for", dest="for_hours", type=float, help="hint: hours they are needed for")

@@ -388,6 +388,25 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
     reopened.close()
 
 
+def test_gleanctl_reserve_node_option_reaches_a_node_named_like_an_action(tmp_path, capsys):
+    from controller.core.reserves import ReserveSettings
+    from protos import controller_pb2
+    config, store, pool, server, target = serve_three_nodes(tmp_path, ReserveSettings())
+    pool.ingest(controller_pb2.NodeReport(node_id="set", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                          images=["tiny"]))
+    try:
+        assert gleanctl_main(target + ["reserve", "--node", "set", "--vcpus", "1"]) == 0
+        assert pool.ledger.reserve_for("set").vcpus == 1 and "set" in capsys.readouterr().out
+        assert gleanctl_main(target + ["reserve", "a", "--node", "set"]) == EXIT_USAGE
+        assert "name the node once: 'a' and --node 'set'" in capsys.readouterr().err
+        assert gleanctl_main(target + ["reserve", "--node", "bad id!"]) != 0
+        assert "node" in capsys.readouterr().err
+    finally:
+        server.stop(grace=1)
+        pool.close()
+        store.close()
+
+
 def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_is_edited(tmp_path, capsys, caplog):
     import dataclasses
     import logging
