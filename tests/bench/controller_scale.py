@@ -35,8 +35,9 @@ What each figure times, and what it leaves out:
   function, with the seed the controller uses for that request) outside gRPC and the store.
   That snapshot brings the views of the nodes the previous request changed up to date, so the
   request's own snapshot finds nothing to refresh (a few nodes: microseconds).
-- selection_ms: one full volunteer-selection pass over every node (median of 5; the first pass,
-  which also builds every node's view, is selection_first_ms).
+- selection_ms: one volunteer-selection pass over every node, each of which has reported a new
+  foreground figure since the last pass, as between two evaluations (the reports are not timed;
+  median of 4; the first pass, which also builds every node's view, is selection_first_ms).
 - reports_per_s: agent reports the controller took in per second with unchanged VM lists, the
   median of --report-rounds windows (reports_per_s_rounds; this shared 2-core host is noisy).
   Each report goes through everything the controller does with a real agent's: the TLS
@@ -401,7 +402,12 @@ def main(argv: list[str] | None = None) -> int:
             pool.ingest(report)
         registered_s = time.perf_counter() - started
         selection = []
-        for _ in range(5):  # the first pass also brings every node's view up to date: steady state from here
+        for round_ in range(5):  # the first pass also brings every node's view up to date
+            if round_:  # as between two evaluations: every node has reported a new foreground figure since
+                for report in first:
+                    report.seq += 1
+                    report.foreground_cpu_cores = round(report.foreground_cpu_cores * (0.5 if round_ % 2 else 2), 3)
+                    pool.ingest(report)
             t0 = time.perf_counter()
             pool.select(evaluation=True)
             selection.append((time.perf_counter() - t0) * 1000)
@@ -465,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         "decision_max_ms": round(ordered[-1], 2),
         "placement_p50_ms": round(statistics.median(placed), 2),
         "placement_p99_ms": round(percentile(placed, 0.99), 2),
-        "selection_ms": round(statistics.median(selection), 1), "selection_first_ms": round(selection[0], 1),
+        "selection_ms": round(statistics.median(selection[1:]), 1), "selection_first_ms": round(selection[0], 1),
         "reports_per_s": round(statistics.median(sent / elapsed for sent, elapsed, _ in unchanged)),
         "reports_per_s_rounds": [round(sent / elapsed) for sent, elapsed, _ in unchanged],
         "reports_per_s_mixed": round(statistics.median(sent / elapsed for sent, elapsed, _ in mixed)),
