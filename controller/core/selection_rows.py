@@ -39,6 +39,7 @@ class SelectionRows:
         self.excluded = np.zeros(0, dtype=bool)
         self.figures: list[tuple[float, float, bool]] = []
         self.windows: list[tuple[float, ...] | None] = []
+        self.totals: list[float | None] = []   # each window's exact_total (None: none, or not kept)
         self.window = 0
 
     def update(self, nodes: Mapping[str, SampledNode], views: Mapping[str, NodeView], changed: Collection[str],
@@ -58,8 +59,7 @@ class SelectionRows:
         Returns the rows whose figures may have changed, in order (None: every row): the rows whose
         prediction was computed again, and those whose view's figures changed (a node whose view
         was rebuilt for a change of its backfill VMs alone keeps its figures, and so its P)."""
-        regrouped = not self.states or any((n in self.position) != (n in nodes and nodes[n].state == "up")
-                                           for n in changed)
+        regrouped = not self.states or self._regrouped(nodes, changed)
         if regrouped:
             self._regroup(nodes)
             changed = self.ids
@@ -73,16 +73,16 @@ class SelectionRows:
             for i in stale:
                 reported_at[i] = states[i].last_report
         recompute, samples = [], []
-        windows = self.windows
+        windows, states = self.windows, self.states
+        same_window = window == self.window
         for i in stale:
-            recent = tuple(self.states[i].fg_samples)[-window:]
-            if recent != windows[i] or window != self.window:
-                windows[i] = recent
+            recent = _last(states[i].fg_samples, window)
+            if recent != windows[i] or not same_window:
                 recompute.append(i)
                 samples.append(recent)
         self.window = window
         if recompute:
-            _set_rows(self.predicted, recompute, predictions(samples, window))
+            _set_rows(self.predicted, recompute, self._predictions(recompute, samples, window, same_window))
         self.computed_at = now
         touched = set(recompute)
         figures = self.figures
@@ -100,6 +100,35 @@ class SelectionRows:
                     touched.add(i)
         return None if regrouped else sorted(touched)
 
+    def _regrouped(self, nodes: Mapping[str, SampledNode], changed: Collection[str]) -> bool:
+        """Whether a changed node joined or left the up nodes (a loop: any() of a generator costs
+        more for the few nodes a pass sees)."""
+        position = self.position
+        for node_id in changed:
+            node = nodes.get(node_id)
+            if (node_id in position) != (node is not None and node.state == "up"):
+                return True
+        return False
+
+    def _predictions(self, rows: list[int], samples: list[tuple[float, ...]], window: int, same_window: bool
+                     ) -> list[float]:
+        """The rows' predictions from their new samples, which become the rows' windows. Row by row
+        each window's exact total is kept, and found from the last one's after one report."""
+        windows, totals = self.windows, self.totals
+        if not 0 < window <= PAIRWISE_BLOCK:
+            for i, recent in zip(rows, samples):
+                windows[i], totals[i] = recent, None
+            return predictions(samples, window).tolist()
+        values = []
+        for i, recent in zip(rows, samples):
+            total = totals[i]
+            if total is not None:
+                total = _shifted_total(windows[i], total, recent) if same_window else None
+            totals[i] = total = exact_total(recent) if total is None else total
+            windows[i] = recent
+            values.append(row_prediction(recent, window, total))
+        return values
+
     def _regroup(self, nodes: Mapping[str, SampledNode]) -> None:
         self.ids = [n for n, node in nodes.items() if node.state == "up"]
         self.position = {node_id: i for i, node_id in enumerate(self.ids)}
@@ -112,6 +141,7 @@ class SelectionRows:
         # values: compared per changed node without reading numpy items (only update writes them)
         self.figures: list[tuple[float, float, bool]] = [(0.0, 0.0, False)] * count
         self.windows = [None] * count   # the samples each row's prediction was computed from
+        self.totals = [None] * count
 
     def by_node(self, values: np.ndarray) -> Mapping[str, float]:
         """Per-row values by node id, without a dict of every node per pass (nor a list: a pass
@@ -139,13 +169,19 @@ class RowValues(Mapping):
         return len(self._position)
 
 
-def _set_rows(array: np.ndarray, rows: list[int], values: np.ndarray) -> None:
+def _set_rows(array: np.ndarray, rows: list[int], values: list[float]) -> None:
     """array[rows] = values; a few rows one item at a time (a fancy index costs more)."""
     if len(rows) > 8:
         array[rows] = values
         return
-    for i, value in zip(rows, values.tolist()):
+    for i, value in zip(rows, values):
         array[i] = value
+
+
+def _last(samples: Sequence[float], window: int) -> tuple[float, ...]:
+    """The last `window` samples (a node's deque holds at most the window: no second copy to slice)."""
+    recent = tuple(samples)
+    return recent if len(recent) <= window else recent[-window:]
 
 
 def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndarray:
@@ -160,22 +196,63 @@ def predictions(sample_lists: Sequence[Sequence[float]], window: int) -> np.ndar
         return moving_average(samples, window)
     if window > PAIRWISE_BLOCK:
         return _predictions_in_numpy(sample_lists, window)
-    # moving_average's figures in plain floats (a pass runs this for the few nodes that reported):
-    # the padding is 0 rather than NaN and counted out, NaN samples are zeroed and counted out, so
-    # each row sums the numbers nansum sums, in numpy's order (numpy_row_sum), and the quotient is
-    # the same.
     out = []
     for node_samples in sample_lists:
         recent = list(node_samples)[-window:]
-        count = len(recent)
-        padded = [0.0] * (window - count) + recent
-        total = numpy_row_sum(padded)
-        if total != total:   # NaN: a sample is missing (NaN), or infinities cancelled (summed again alike)
-            missing = sum(1 for value in recent if value != value)   # NaN is not equal to itself
-            count -= missing
-            total = numpy_row_sum([0.0 if value != value else value for value in padded])
-        out.append(total / count if count > 0 else 0.0)
+        out.append(row_prediction(recent, window, exact_total(recent)))
     return np.array(out, dtype=float)
+
+
+def row_prediction(recent: Sequence[float], window: int, total: float | None) -> float:
+    """moving_average's figure for one row of at most `window` <= PAIRWISE_BLOCK samples, in plain
+    floats; `total` is their exact_total. The padding is 0 rather than NaN and counted out, NaN
+    samples are zeroed and counted out, so the row sums the numbers nansum sums, in numpy's order
+    (numpy_row_sum), and the quotient is the same."""
+    count = len(recent)
+    if total:   # exact and not zero: numpy's sum whatever its order (a zero's sign depends on it)
+        return total / count
+    padded = [0.0] * (window - count) + list(recent)
+    total = numpy_row_sum(padded)
+    if total != total:   # NaN: a sample is missing (NaN), or infinities cancelled (summed again alike)
+        missing = sum(1 for value in recent if value != value)   # NaN is not equal to itself
+        count -= missing
+        total = numpy_row_sum([0.0 if value != value else value for value in padded])
+    return total / count if count > 0 else 0.0
+
+
+# Integer samples (the simulator's foreground is on-demand vCPUs) are summed exactly: if each is an
+# integer of magnitude at most SMALL and a row has at most PAIRWISE_BLOCK = 2**7 of them, every
+# partial sum, in any order and with any zeros of padding, is an integer of magnitude at most
+# 2**53, which a float holds exactly; an addition whose operands and true result are exact floats
+# is exact, so every order of summation (numpy's pairwise one, the built-in sum's, a running total's)
+# gives the true sum, to the last bit. The one exception is a zero's sign (-0.0 + -0.0 is -0.0,
+# 0.0 + -0.0 is 0.0, and numpy_row_sum starts some rows at 0.0): a zero total is summed numpy's way.
+SMALL = 2.0 ** 46
+
+
+def exact_total(samples: Sequence[float]) -> float | None:
+    """The sum of 1 to PAIRWISE_BLOCK `samples` if each is a float holding an integer of magnitude at
+    most SMALL (then it is exact), else None (NaN and infinities are not integers)."""
+    try:
+        if 0 < len(samples) <= PAIRWISE_BLOCK and all(map(float.is_integer, samples)) and \
+                -SMALL <= min(samples) and max(samples) <= SMALL:
+            return sum(samples, 0.0)
+    except TypeError:   # not a float (is_integer is float's)
+        pass
+    return None
+
+
+def _shifted_total(old: tuple[float, ...] | None, total: float, recent: tuple[float, ...]) -> float | None:
+    """recent's exact_total from `total`, old's, when recent is old with one sample appended (and,
+    the window being full, its first dropped): one report since the last pass. Else None."""
+    new = recent[-1] if recent else None
+    if old is None or type(new) is not float or not new.is_integer() or not -SMALL <= new <= SMALL:
+        return None
+    if len(recent) == len(old) and recent[:-1] == old[1:]:
+        return total - old[0] + new
+    if len(recent) == len(old) + 1 and recent[:-1] == old:
+        return total + new
+    return None
 
 
 PAIRWISE_BLOCK = 128   # numpy's pairwise summation sums rows up to this long in one block

@@ -22,7 +22,7 @@ from controller.core.policy import (IDLE, BackfillConfig, NodeArrays, NodeView, 
 from controller.core.policy import _ascending
 from controller.core.selection import (BestFirst, _all_best_first, moving_average, node_potential_productivity,
                                       potential_productivity, select_volunteers)
-from controller.core.selection_rows import SelectionRows, predictions
+from controller.core.selection_rows import SelectionRows, exact_total, predictions, row_prediction
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
 
@@ -253,6 +253,77 @@ def test_predictions_in_plain_floats_sum_as_numpy_does_to_the_last_bit(sample_li
     whole = moving_average(matrix, window)
     got = predictions(sample_lists, window)
     assert [(x, math.copysign(1, x)) for x in got.tolist()] == [(x, math.copysign(1, x)) for x in whole.tolist()]
+
+
+def bits(values) -> list[tuple[float, float]]:
+    """Each value with its sign: 0.0 and -0.0 differ, NaN equals NaN."""
+    return [(x if x == x else "nan", math.copysign(1, x)) for x in values]
+
+
+INTEGERS = st.one_of(st.integers(-64, 64).map(float), st.sampled_from([0.0, -0.0, 2.0 ** 46, -2.0 ** 46, 2.0 ** 47,
+                                                                      2.0 ** 53, 2.0 ** 60, -2.0 ** 60]))
+ODD = st.sampled_from([0.5, -0.25, 1e-9, 0.1, float("nan"), float("inf"), -float("inf"), 1e300])
+
+
+def plain(sample_lists, window: int) -> list[float]:
+    """predictions without the exact totals: numpy_row_sum's pairwise order for every row."""
+    return [row_prediction(list(samples)[-window:], window, None) for samples in sample_lists]
+
+
+def numpy_bits(sample_lists, window: int) -> list[tuple[float, float]]:
+    """moving_average's figures, but a zero as the plain path's: numpy_row_sum keeps a row of eight or
+    more -0.0 at -0.0 where numpy's reduction (starting from 0.0) gives 0.0; that is kept as it was."""
+    want = moving_average(as_matrix(sample_lists, window), window).tolist()
+    return bits([b if a == 0 and b == 0 else a for a, b in zip(want, plain(sample_lists, window))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.one_of(INTEGERS, INTEGERS, INTEGERS, ODD), max_size=140), min_size=1, max_size=4),
+       st.integers(1, 140))
+def test_predictions_of_integer_samples_summed_in_any_order_are_numpys_to_the_last_bit(sample_lists, window):
+    # mostly integers (summed exactly, with the built-in sum), some rows not; a zero's sign counts
+    got = bits(predictions(sample_lists, window).tolist())
+    assert got == bits(plain(sample_lists, window)) == numpy_bits(sample_lists, window)
+
+
+@pytest.mark.parametrize("window", [5, 8, 30])
+def test_a_zero_total_keeps_its_sign_as_the_plain_path_sums_it(window):
+    for samples in ([-0.0] * window, [-0.0] * (window - 1), [3.0, -0.0, -3.0] + [-0.0] * (window - 3), [0.0] * window):
+        want = bits(plain([samples], window))
+        assert bits(predictions([samples], window).tolist()) == want
+        assert bits([row_prediction(samples, window, exact_total(samples))]) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 12), st.lists(st.lists(st.tuples(st.integers(0, 3), st.one_of(INTEGERS, INTEGERS, ODD)),
+                                             max_size=4), min_size=1, max_size=25))
+def test_rows_kept_report_by_report_predict_what_numpy_does(window, passes):
+    """SelectionRows keeps each row's exact total from pass to pass (one report: less the sample
+    that left, plus the new one): its predictions are numpy's, to the last bit, after every pass."""
+    from collections import deque
+    from types import SimpleNamespace
+    nodes = {f"n{i}": SimpleNamespace(state="up", last_report=0.0, fg_samples=deque(maxlen=window)) for i in range(4)}
+    views = {n: NodeView(n, Size(8, 4096)) for n in nodes}
+    rows = SelectionRows()
+    for now, reports in enumerate(passes, start=1):
+        for node, sample in reports:
+            nodes[f"n{node}"].last_report = float(now)
+            nodes[f"n{node}"].fg_samples.append(sample)
+        rows.update(nodes, views, (), window, float(now), {f"n{node}" for node, _ in reports})
+        assert bits(rows.predicted.tolist()) == numpy_bits([list(nodes[n].fg_samples) for n in rows.ids], window)
+
+
+def test_a_huge_sample_after_small_ones_is_summed_numpys_way():
+    # 15 x 12 + 2**60 is 2**60 + 256 exactly rounded, but 2**60 in numpy's pairwise order
+    from collections import deque
+    from types import SimpleNamespace
+    node = SimpleNamespace(state="up", last_report=0.0, fg_samples=deque(maxlen=16))
+    rows = SelectionRows()
+    for now, sample in enumerate([12.0] * 16 + [2.0 ** 60], start=1):
+        node.last_report = float(now)
+        node.fg_samples.append(sample)
+        rows.update({"n": node}, {"n": NodeView("n", Size(8, 4096))}, (), 16, float(now), {"n"})
+    assert rows.predicted.tolist() == moving_average(as_matrix([list(node.fg_samples)], 16), 16).tolist() == [2.0 ** 56]
 
 
 @settings(max_examples=300, deadline=None)
