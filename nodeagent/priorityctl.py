@@ -9,6 +9,7 @@ gathers their inputs and applies their answers through cgroups and the event bus
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -18,7 +19,7 @@ from gleaner_common.logs import log_event
 
 from .host import cgroups
 from .events import Event, EventBus
-from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, trim
+from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, to_sample, trim
 from .priority import CpuWeights, cpu_setting
 from .validation import Role
 
@@ -38,6 +39,7 @@ class PriorityController:
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
         self._at_risk: set[str] = set()
+        self._slow_tick_at = -math.inf             # monotonic time of the next step that samples every volunteer
 
     def setting(self, cls: Role) -> cgroups.CpuSetting:
         return cpu_setting(cls, self.facts, self.weights)
@@ -91,7 +93,12 @@ class PriorityController:
     def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
         """One guard step over the running domains whose class is volunteer."""
         now = time.monotonic() if now is None else now
-        cpu = self._sample(list(volunteers))
+        slow_tick_due = now >= self._slow_tick_at
+        if slow_tick_due:
+            self._slow_tick_at = now + self.guard.idle_tick_seconds
+        with self._lock:
+            watched = set(self._boosted) | self._at_risk
+        cpu = self._sample(to_sample(volunteers, watched, slow_tick_due))
         period = self.guard.period_seconds
         with self._lock:
             for gone in set(self._samples) - set(volunteers):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nodeagent.host import cgroups
-from nodeagent.guard import GuardAction, GuardConfig, at_risk, decide, trim, window
+from nodeagent.guard import GuardAction, GuardConfig, at_risk, decide, to_sample, trim, window
 from nodeagent.priority import CpuWeights, cpu_setting
 from nodeagent.validation import Role
 
@@ -154,6 +154,48 @@ def test_a_volunteer_that_gets_enough_is_never_boosted(idle_rate):
     config = GuardConfig(period_seconds=10, slice_ms=500, tick_seconds=0.25)
     _, _, flags = simulate(idle_rate, 1.0, config, seconds=60)
     assert not any(flags)
+
+
+def test_between_slow_ticks_only_watched_volunteers_are_read():
+    assert to_sample(["a", "b", "c"], {"b"}, slow_tick_due=True) == ["a", "b", "c"]
+    assert to_sample(["a", "b", "c"], {"b", "gone"}, slow_tick_due=False) == ["b"]
+
+
+def test_a_starving_volunteer_beside_fed_ones_keeps_its_slice_and_the_fed_are_read_once_a_second():
+    """Guard steps as PriorityController.guard_tick takes them (to_sample, then the rule per
+    volunteer read) over one starving volunteer and three that get a whole CPU: the starving one
+    still gets e every period, and the fed ones are read at the slow tick only."""
+    config = GuardConfig(period_seconds=10, slice_ms=500, tick_seconds=0.25, idle_tick_seconds=1.0)
+    rates = {"hungry": 0.0, "fed1": 1.0, "fed2": 1.0, "fed3": 1.0}
+    used = {name: [0.0, 0.0] for name in rates}   # cumulative ns run and waited
+    samples = {name: deque() for name in rates}
+    boosted, risky, reads, ran_at = set(), set(), dict.fromkeys(rates, 0), []
+    slow_at, t = 0.0, 0.0
+    while t <= 120:
+        slow = t >= slow_at
+        if slow:
+            slow_at = t + config.idle_tick_seconds
+        for name in to_sample(rates, boosted | risky, slow):
+            reads[name] += 1
+            samples[name].append((t, int(used[name][0]), int(used[name][1])))
+            trim(samples[name], t, config.period_seconds)
+            action = decide(samples[name], t, name in boosted, config)
+            (risky.add if at_risk(samples[name], t, config) else risky.discard)(name)
+            if action is GuardAction.BOOST:
+                boosted.add(name)
+            elif action is GuardAction.RELEASE:
+                boosted.discard(name)
+        ran_at.append(used["hungry"][0])
+        for name, rate in rates.items():
+            got = 1.0 if name in boosted else rate
+            used[name][0] += got * config.tick_seconds * 1e9
+            used[name][1] += (1 - got) * config.tick_seconds * 1e9
+        t += config.tick_seconds
+    per_period = int(config.period_seconds / config.tick_seconds)
+    for i in range(3 * per_period, len(ran_at)):   # after the first deficit is made up
+        assert ran_at[i] - ran_at[i - per_period] >= config.slice_ms * 1e6 - config.tick_seconds * 1e9 - 1
+    assert all(reads[name] == 121 for name in ("fed1", "fed2", "fed3"))   # once a second over 120 s
+    assert reads["hungry"] > 3 * 121   # watched: read at the fast tick nearly all the time
 
 
 # -- counters read from the kernel --------------------------------------------------------------
