@@ -231,6 +231,8 @@ def reserve_action(args) -> tuple[str | None, str | None]:
     """(`reserve`'s action word, the node of a per-node reserve): the positional word is an action
     unless --node names the node (so a node named like an action can have a reserve too)."""
     if args.node_option is not None:
+        if args.node in RESERVE_ACTIONS:
+            raise UsageError(f"--node names the node of a per-node reserve; it does not go with `reserve {args.node}`")
         if args.node is not None:
             raise UsageError(f"name the node once: {args.node!r} and --node {args.node_option!r}")
         return None, args.node_option

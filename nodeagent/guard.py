@@ -31,8 +31,8 @@ class GuardConfig:
     enabled: bool = True
     period_seconds: float = 10.0   # p
     slice_ms: float = 500.0        # e: 5% of a CPU, enough for heartbeats and a login shell
-    tick_seconds: float = 0.25     # sampling while a volunteer is raised: bounds how far a boost overshoots e
-    idle_tick_seconds: float = 1.0  # sampling while none is: a starving VM waits at most this much longer
+    tick_seconds: float = 0.25     # reading a raised or at-risk volunteer: bounds how far a boost overshoots e
+    idle_tick_seconds: float = 1.0  # reading every other one: a starving VM waits at most this much longer
 
 
 Sample = tuple[float, int, int]
@@ -78,8 +78,10 @@ def at_risk(samples: "Sequence[Sample]", now: float, config: GuardConfig) -> boo
 
 def to_sample(volunteers: "Iterable[str]", watched: "Collection[str]", slow_tick_due: bool) -> list[str]:
     """The volunteers a guard step samples: every one at a slow tick, and between them, at the
-    fast tick, only the watched ones (raised, or at risk): one that is neither cannot fall below
-    e before the next slow tick (at_risk), so reading it four times as often buys nothing."""
+    fast tick, only the watched ones (raised, or at risk). Each volunteer is then read as often
+    as it would be alone: a raised one at the fast tick (the overshoot of e), an at-risk one too,
+    any other once a slow tick, so one that starves is boosted at most idle_tick_seconds after
+    (a window of 2e or more may still empty within a slow tick if its CPU came in a burst)."""
     return [name for name in volunteers if slow_tick_due or name in watched]
 
 

@@ -27,9 +27,11 @@ log = logging.getLogger(__name__)
 
 
 class PriorityController:
-    def __init__(self, events: EventBus, cgroup_root: Path, weights: CpuWeights, guard: GuardConfig) -> None:
+    def __init__(self, events: EventBus, cgroup_root: Path, weights: CpuWeights, guard: GuardConfig,
+                 proc: Path = Path("/proc")) -> None:
         self.events = events
         self.cgroup_root = cgroup_root
+        self.proc = proc   # where the vCPU threads' schedstat files are
         self.facts = cgroups.detect(cgroup_root)
         self.groups = cgroups.GroupFinder(cgroup_root, self.facts.version)
         self.weights = weights
@@ -80,7 +82,7 @@ class PriorityController:
             group = self.groups.find(name)
             if group is None:
                 raise FileNotFoundError(name)
-            paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version)
+            paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version, self.proc)
         return paths
 
     def guard_interval(self) -> float:

@@ -853,7 +853,8 @@ class Simulation:
         if record.outcome == "rejected":
             del self.unanswered[record.request_id]
             self.rejections[reason_group(record.reason)] += 1
-            if not np.any((self.node_cpus >= request.vcpus) & (self.node_memory >= request.memory_mib)):
+            if not any(g.cpus >= request.vcpus and g.memory_mib >= request.memory_mib
+                       for g in self.settings.node_groups()):
                 self.rejected_larger_than_node += 1
             elif self._backfill_held_room(Size(request.vcpus, request.memory_mib)):
                 self.rejected_due_to_backfill += 1
@@ -942,7 +943,7 @@ class Simulation:
                        sim_events=events, wall_seconds=round(self.wall, 3),
                        sim_events_per_s=round(events / self.wall) if self.wall else None)
         return dict(
-            header=dict(inputs=self.inputs, sim=asdict(s), timeline_seconds=self.timeline.bucket,
+            header=dict(inputs=self.inputs, sim=self._sim_header(), timeline_seconds=self.timeline.bucket,
                         ledger=asdict(self.ledger.settings),
                         backfill=self.ledger.backfill.as_dict(),
                         reserves={k: asdict(v) for k, v in self.ledger.reserves.items()},
@@ -970,6 +971,13 @@ class Simulation:
                 "at least T",
             ],
         )
+
+    def _sim_header(self) -> dict[str, Any]:
+        """The settings as run: with a pool of groups, without the one size it does not read."""
+        sim = asdict(self.settings)
+        if self.settings.pool:
+            del sim["node_cpus"], sim["node_memory_mib"]
+        return sim
 
     def vm_rows(self) -> list[dict[str, Any]]:
         """One row per lease: what the per-VM CSV holds. wait_s: an on-demand VM's wait from its

@@ -188,13 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--timed-runs must be at least 1, got {args.timed_runs}")
     started = time.perf_counter()
     path = args.traces / AZURE
-    requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load, args.nodes * 16)
     sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
                                max_wall_seconds=args.max_wall_seconds)
+    requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load,
+                                       sim_settings.pool_vcpus)
     inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
     jobs_path = args.traces / args.backfill_jobs
     jobs, jobs_period = jobs_at_load(traces.swf_jobs(jobs_path), BackfillConfig().vcpus, args.days * DAY,
-                                     args.backfill_jobs_load, args.nodes * sim_settings.node_cpus)
+                                     args.backfill_jobs_load, sim_settings.pool_vcpus)
     task_inputs = dict(inputs, backfill_jobs=args.backfill_jobs, backfill_jobs_sha256=traces.digest(jobs_path),
                        backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(jobs_period, 3),
                        jobs=len(jobs))

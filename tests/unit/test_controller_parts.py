@@ -399,6 +399,8 @@ def test_gleanctl_reserve_node_option_reaches_a_node_named_like_an_action(tmp_pa
         assert pool.ledger.reserve_for("set").vcpus == 1 and "set" in capsys.readouterr().out
         assert gleanctl_main(target + ["reserve", "a", "--node", "set"]) == EXIT_USAGE
         assert "name the node once: 'a' and --node 'set'" in capsys.readouterr().err
+        assert gleanctl_main(target + ["reserve", "hint", "--node", "a"]) == EXIT_USAGE
+        assert "does not go with `reserve hint`" in capsys.readouterr().err
         assert gleanctl_main(target + ["reserve", "--node", "bad id!"]) != 0
         assert "node" in capsys.readouterr().err
     finally:

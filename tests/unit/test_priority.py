@@ -198,6 +198,56 @@ def test_a_starving_volunteer_beside_fed_ones_keeps_its_slice_and_the_fed_are_re
     assert reads["hungry"] > 3 * 121   # watched: read at the fast tick nearly all the time
 
 
+def test_the_guard_reads_calm_volunteers_at_its_slow_tick_only(tmp_path):
+    """PriorityController.guard_tick on a cgroupfs and /proc of files: a starving volunteer is
+    read at every fast tick once watched and raised; a fed one and one that joins later only at
+    the slow ticks; one that is gone loses its samples."""
+    from nodeagent.events import EventBus
+    from nodeagent.priorityctl import PriorityController
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    schedstat = {}
+    for i, name in enumerate(("hungry", "fed", "late"), start=1):
+        group = root / "cpu" / "machine" / f"qemu-{i}-{name}.libvirt-qemu"
+        (group / "vcpu0").mkdir(parents=True)
+        (group / "cpu.shares").write_text("1024\n")
+        (group / "cpu.idle").write_text("0\n")
+        (group / "vcpu0" / "tasks").write_text(f"{100 + i}\n")
+        (proc / str(100 + i)).mkdir(parents=True)
+        schedstat[name] = proc / str(100 + i) / "schedstat"
+    config = GuardConfig(period_seconds=10, slice_ms=500, tick_seconds=0.25, idle_tick_seconds=1.0)
+    ctl = PriorityController(EventBus(), root, CpuWeights(), config, proc)
+    reads = dict.fromkeys(schedstat, 0)
+    raised_ticks = 0
+    real_read = cgroups.read_schedstat
+    used = {name: [0, 0] for name in schedstat}   # ns run, ns waited
+
+    def counted(paths):
+        reads[next(n for n, p in schedstat.items() if p in paths)] += 1
+        return real_read(paths)
+    cgroups.read_schedstat = counted
+    try:
+        for step in range(241):   # 60 s of fast ticks
+            now = step * 0.25
+            volunteers = {"hungry": Role.VOLUNTEER, "fed": Role.VOLUNTEER}
+            if now >= 30:
+                volunteers["late"] = Role.VOLUNTEER
+            for name, path in schedstat.items():
+                path.write_text(f"{used[name][0]} {used[name][1]} 1\n")
+            ctl.guard_tick(volunteers, now)
+            raised_ticks += ctl.is_boosted("hungry")
+            for name in schedstat:   # the hungry one runs only while raised, the others all they want
+                got = 1.0 if name != "hungry" or ctl.is_boosted(name) else 0.0
+                used[name][0] += int(got * 0.25e9)
+                used[name][1] += int((1 - got) * 0.25e9)
+        assert reads["fed"] == 61 and reads["late"] == 31   # once a second (late: from 30 s)
+        assert reads["hungry"] > 150                        # watched most of the time
+        assert 0 < raised_ticks < 120   # raised for its slices, not throughout
+        ctl.guard_tick({"fed": Role.VOLUNTEER}, 60.25)
+        assert "hungry" not in ctl._samples and "late" not in ctl._samples
+    finally:
+        cgroups.read_schedstat = real_read
+
+
 # -- counters read from the kernel --------------------------------------------------------------
 
 def test_schedstat_of_vcpu_threads_only(tmp_path):

@@ -126,6 +126,7 @@ def test_the_cli_reads_a_pool_of_several_sizes(tmp_path, capsys):
                      "--load", "0.5", "--out", str(tmp_path / "out"), "--quiet"]) == 0
     header = json.loads((tmp_path / "out" / "summary.json").read_text())["header"]
     assert header["sim"]["nodes"] == 3 and [g["cpus"] for g in header["sim"]["pool"]] == [4, 32]
+    assert "node_cpus" not in header["sim"]   # one size it did not read
     assert header["inputs"]["pool_sha256"] == traces.digest(pool)
     assert header["inputs"]["tile_period_s"] > 0
     capsys.readouterr()
