@@ -297,21 +297,30 @@ def test_a_zero_total_keeps_its_sign_as_the_plain_path_sums_it(window):
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # inf - inf: NaN, as meant
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 12), st.lists(st.lists(st.tuples(st.integers(0, 3), st.one_of(INTEGERS, INTEGERS, ODD)),
+@given(st.integers(1, 12), st.lists(st.lists(st.tuples(st.integers(0, 4), st.one_of(INTEGERS, INTEGERS, ODD)),
                                              max_size=4), min_size=1, max_size=25))
 def test_rows_kept_report_by_report_predict_what_numpy_does(window, passes):
     """SelectionRows keeps each row's exact total from pass to pass (one report: less the sample
-    that left, plus the new one): its predictions are numpy's, to the last bit, after every pass."""
+    that left, plus the new one): its predictions are numpy's, to the last bit, after every pass,
+    also when a node goes down and comes back (the rows regroup) and for a node whose samples
+    are kept longer than the window."""
     from collections import deque
     from types import SimpleNamespace
-    nodes = {f"n{i}": SimpleNamespace(state="up", last_report=0.0, fg_samples=deque(maxlen=window)) for i in range(4)}
+    nodes = {f"n{i}": SimpleNamespace(state="up", last_report=0.0, fg_samples=deque(maxlen=window + 3 * (i == 3)))
+             for i in range(4)}
     views = {n: NodeView(n, Size(8, 4096)) for n in nodes}
     rows = SelectionRows()
     for now, reports in enumerate(passes, start=1):
+        changed = set()
         for node, sample in reports:
+            if node == 4:   # n0 goes down, or comes back up
+                nodes["n0"].state = "down" if nodes["n0"].state == "up" else "up"
+                changed.add("n0")
+                continue
             nodes[f"n{node}"].last_report = float(now)
             nodes[f"n{node}"].fg_samples.append(sample)
-        rows.update(nodes, views, (), window, float(now), {f"n{node}" for node, _ in reports})
+        rows.update(nodes, views, changed, window, float(now), {f"n{node}" for node, _ in reports if node < 4})
+        assert rows.ids == [n for n, node in nodes.items() if node.state == "up"]
         assert bits(rows.predicted.tolist()) == numpy_bits([list(nodes[n].fg_samples) for n in rows.ids], window)
 
 
