@@ -250,6 +250,16 @@ def test_the_guard_reads_calm_volunteers_at_its_slow_tick_only(tmp_path):
 
 # -- counters read from the kernel --------------------------------------------------------------
 
+def test_kernel_files_are_read_whole_and_a_missing_one_says_so(tmp_path):
+    small, large = tmp_path / "cpu.shares", tmp_path / "io_service_bytes_recursive"
+    small.write_text("1024\n")
+    large.write_text("".join(f"8:{i} Read {i}\n" for i in range(20000)))   # past one 64 KiB read
+    assert cgroups.read_small(small) == "1024\n"
+    assert cgroups.read_small(large) == large.read_text()
+    with pytest.raises(FileNotFoundError):
+        cgroups.read_small(tmp_path / "gone")
+
+
 def test_schedstat_of_vcpu_threads_only(tmp_path):
     group = tmp_path / "qemu-1-vm.libvirt-qemu"
     proc = tmp_path / "proc"
