@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ReportedVm(_message.Message):
-    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled")
+    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class ReportedVm(_message.Message):
     CPU_CORES_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     CPU_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    WORK_STATE_FIELD_NUMBER: _ClassVar[int]
+    WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     lease_id: str
     role: str
@@ -28,7 +30,9 @@ class ReportedVm(_message.Message):
     cpu_cores: float
     image: str
     cpu_sampled: bool
-    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ...) -> None: ...
+    work_state: str
+    work_for_s: float
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib")

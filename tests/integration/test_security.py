@@ -201,7 +201,13 @@ def test_out_of_range_values_are_refused_and_change_nothing(controller, test_env
     for fields in ({"cpus": 10**6}, {"memory_mib": U64}, {"foreground_cpu_cores": float("nan")},
                    {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=64, memory_mib=128)]},
                    {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=1, memory_mib=U64)]},
-                   {"vms": [controller_pb2.ReportedVm(name="../v", role="backfill", vcpus=1, memory_mib=1)]}):
+                   {"vms": [controller_pb2.ReportedVm(name="../v", role="backfill", vcpus=1, memory_mib=1)]},
+                   {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=1, memory_mib=1,
+                                                      work_state="asleep")]},
+                   {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=1, memory_mib=1,
+                                                      work_state="busy", work_for_s=-1.0)]},
+                   {"vms": [controller_pb2.ReportedVm(name="v", role="backfill", vcpus=1, memory_mib=1,
+                                                      work_state="busy", work_for_s=float("inf"))]}):
         assert send_reports(controller, agent, [report("sec-e", **fields)]) == grpc.StatusCode.INVALID_ARGUMENT
     assert controller_state(controller) == before
     assert controller.events("report.refused")  # audited (at most once a minute per node)
