@@ -31,8 +31,9 @@ from pathlib import Path
 
 GUEST_SOURCES = Path(__file__).resolve().parent / "guest"
 KERNEL_META_PACKAGE = "linux-image-cloud-amd64"
-# evdev + button: busybox acpid sees the power button; virtio: disk and network for benchmarks.
-WANTED_MODULES = ("evdev", "button", "virtio_pci", "virtio_blk", "virtio_net")
+# evdev + button: busybox acpid sees the power button; virtio: disk and network for benchmarks;
+# virtio_console: the work channel a backfill guest tells its agent when it is busy on.
+WANTED_MODULES = ("evdev", "button", "virtio_pci", "virtio_blk", "virtio_net", "virtio_console")
 BASE_DISK_SIZE = "256M"
 DEFAULT_OUT = Path("/var/lib/gleaner/images")
 DEFAULT_CACHE = Path("/var/cache/gleaner/image-build")

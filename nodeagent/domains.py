@@ -35,6 +35,7 @@ from .events import Event, EventBus
 from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata, read_shape
 from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
+from .host.workchannel import channel_path, remove_channel
 from .inventory import Inventory, ManagedDomain, managed_domain
 from .metrics import DomainInfo
 from .validation import LaunchSpec, Role, validate_grace
@@ -204,7 +205,9 @@ class Domains:
                                    self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
                                    cpu_shares=self.enforcement.launch_shares(),
                                    disk=self.enforcement.disk_setting(spec.role), network=self.config.network_attach,
-                                   agent_id=self.config.agent_id)
+                                   agent_id=self.config.agent_id,
+                                   work_channel=channel_path(self.config.console_dir, spec.name)
+                                   if spec.role is Role.VOLUNTEER else None)
             self.hv.define(xml)
             defined = True
             steps.done("define")
@@ -233,6 +236,7 @@ class Domains:
                       hint="remove it by hand with 'virsh destroy' and 'virsh undefine'")
         if overlay is not None:
             delete_overlay(overlay)
+        remove_channel(self.config.console_dir, name)
 
     # -- class ------------------------------------------------------------------------------------
 
@@ -319,3 +323,4 @@ class Domains:
             pass
         crash_point("terminate.after_undefine")
         delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))
+        remove_channel(self.config.console_dir, name)

@@ -19,6 +19,7 @@ NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"
 BASE_KERNEL_CMDLINE = "console=ttyS0 quiet"
 DISK_TARGET = "vda"
+WORK_CHANNEL = "org.gleaner.work.0"   # the virtio-serial port a backfill guest says busy/idle on
 ET.register_namespace(PREFIX, NAMESPACE)
 
 
@@ -80,7 +81,10 @@ def metadata_xml(meta: GleanerMetadata) -> str:
 
 def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overlay: Path | None,
                      console_log: Path, launched_at: datetime, cpu_shares: int, agent_id: str = "default",
-                     disk: DiskSetting = DiskSetting(1000, 0, 0), network: str = "none") -> str:
+                     disk: DiskSetting = DiskSetting(1000, 0, 0), network: str = "none",
+                     work_channel: Path | None = None) -> str:
+    """The domain's XML. `work_channel`: a file the guest's port WORK_CHANNEL writes to (kept by
+    virtlogd like the console log, so its size is bounded whatever the guest writes)."""
     root = ET.Element("domain", type=domain_type)
     _sub(root, "name", spec.name)
     _sub(root, "memory", str(spec.memory_mib), unit="MiB")
@@ -136,6 +140,10 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
     _sub(serial, "log", file=str(console_log), append="off")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
+    if work_channel is not None:
+        channel = _sub(devices, "channel", type="file")
+        _sub(channel, "source", path=str(work_channel), append="off")
+        _sub(channel, "target", type="virtio", name=WORK_CHANNEL)
     _sub(devices, "memballoon", model="none")
     return ET.tostring(root, encoding="unicode")
 

@@ -116,3 +116,15 @@ def test_read_shape_reads_the_block_io_weight_and_caps():
     # The live XML after `virsh blkiotune --weight 500 --live`, and a domain without <blkiotune>.
     assert read_shape("<domain><vcpu>1</vcpu><blkiotune><weight>500</weight></blkiotune></domain>").disk_weight == 500
     assert read_shape("<domain><vcpu>1</vcpu></domain>").disk_weight is None
+
+
+def test_a_work_channel_is_a_file_backed_virtio_port_only_when_asked():
+    spec = LaunchSpec("vm3", Role.VOLUNTEER, 1, 128, "tiny")
+    root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2,
+                                          work_channel=Path("/c/vm3.work")))
+    (channel,) = root.findall("devices/channel")
+    assert channel.get("type") == "file"   # file-backed: virtlogd keeps it, bounded; never blocks the guest
+    assert channel.find("source").get("path") == "/c/vm3.work"
+    assert (channel.find("target").get("type"), channel.find("target").get("name")) == ("virtio", "org.gleaner.work.0")
+    plain = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2))
+    assert plain.findall("devices/channel") == []

@@ -1,0 +1,75 @@
+"""A backfill guest's work channel, read: the only module that touches those files.
+
+A backfill domain has a virtio-serial port (domainxml.WORK_CHANNEL) whose output virtlogd keeps
+in `<console dir>/<name>.work`, as it keeps the console log: rotated at virtlogd's max_size, so
+the file stays bounded whatever the guest writes. The guest's job runner writes one line per
+change, `busy N` when job N starts and `idle N` when it ends (N is for people reading the file).
+
+What the agent reports is the last well-formed line in the file's tail and how long ago it was
+written (the file's mtime, virtlogd's last write): no state of its own, so a restarted agent
+reports the same. A guest can lie only to its own cost: the controller never dates a busy spell
+before the VM's launch, so the oldest it can look is what most_recent assumes of every VM, and
+looking idle or freshly busy makes it an earlier victim.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+TAIL_BYTES = 256            # the last statement is in here unless the guest wrote garbage after it
+MAX_AGE_SECONDS = 10 * 365 * 86400   # the controller's bound on a reported age
+_STATEMENT = re.compile(rb"(?:busy|idle)(?: [0-9]{1,20})?")
+
+
+@dataclass(frozen=True)
+class WorkState:
+    state: str        # "" (nothing said yet, or no channel), "idle" or "busy"
+    for_s: float      # seconds since the guest said it (0 when state is "")
+
+
+SILENT = WorkState("", 0.0)
+
+
+def channel_path(console_dir: Path, name: str) -> Path:
+    """Where virtlogd keeps domain `name`'s work channel (beside its console log)."""
+    return console_dir / f"{name}.work"
+
+
+def read_work_state(path: Path, now: float) -> WorkState:
+    """The guest's last statement in `path` and its age at `now` (wall clock, seconds)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:   # no channel (a domain from before it, or not a backfill one), or not a file
+        return SILENT
+    try:
+        info = os.fstat(fd)
+        start = max(info.st_size - TAIL_BYTES, 0)
+        tail = os.pread(fd, TAIL_BYTES, start)
+    finally:
+        os.close(fd)
+    said = last_statement(tail, whole=start == 0)
+    if not said:
+        return SILENT
+    return WorkState(said, min(max(now - info.st_mtime, 0.0), float(MAX_AGE_SECONDS)))
+
+
+def last_statement(tail: bytes, whole: bool = True) -> str:
+    """The last complete `busy`/`idle` line in `tail` ("" if none). A last line without its
+    newline is still being written, and (unless `whole`: the tail is the file's start) the
+    first line may be cut: neither counts."""
+    lines = tail.split(b"\n")[:-1]   # the part after the last newline is no complete line
+    if not whole:
+        lines = lines[1:]
+    for line in reversed(lines):
+        if _STATEMENT.fullmatch(line.rstrip(b"\r")):
+            return line[:4].decode()
+    return ""
+
+
+def remove_channel(console_dir: Path, name: str) -> None:
+    """Delete a gone domain's work channel file and virtlogd's rotated copies of it."""
+    path = channel_path(console_dir, name)
+    for old in [path, *path.parent.glob(f"{path.name}.[0-9]")]:
+        old.unlink(missing_ok=True)
