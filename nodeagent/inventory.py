@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -19,6 +21,7 @@ import psutil
 from .config import AgentConfig
 from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
 from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
+from .host.workchannel import SILENT, WorkState, channel_path, read_work_state
 from .metrics import DomainInfo
 from .validation import HostLimits, Role
 
@@ -52,15 +55,24 @@ class ManagedDomain:
     cpuset: str = ""
     priority_class: Role = Role.FOREGROUND
     boosted: bool = False
+    work: WorkState = SILENT   # what a backfill guest last said on its work channel
 
 
-def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False) -> ManagedDomain:
+def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False,
+                   work: WorkState = SILENT) -> ManagedDomain:
     shape = read_shape(record.xml)
     return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role, state=record.state,
                          vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
                          lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
                          kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log, cpuset=shape.cpuset,
-                         priority_class=meta.priority_class, boosted=boosted)
+                         priority_class=meta.priority_class, boosted=boosted, work=work)
+
+
+def guest_work(console_dir: Path, name: str, meta: GleanerMetadata) -> WorkState:
+    """What a backfill domain's guest last said of its work (SILENT for on-demand domains)."""
+    if meta.role is not Role.VOLUNTEER:
+        return SILENT
+    return read_work_state(channel_path(console_dir, name), time.time())
 
 
 def choose_domain_type(configured: str, kvm_usable: bool) -> str:
@@ -133,7 +145,8 @@ class Inventory:
         return [(r, m) for r, m in pairs if m is not None]
 
     def list(self) -> list[ManagedDomain]:
-        domains = [managed_domain(r, m, self._boosted(r.name)) for r, m in self.managed_records()]
+        domains = [managed_domain(r, m, self._boosted(r.name), self.work_state(r.name, m))
+                   for r, m in self.managed_records()]
         return sorted(domains, key=lambda d: (d.launched_at, d.name))
 
     def lookup(self, name: str) -> tuple[DomainRecord, GleanerMetadata]:
@@ -148,7 +161,10 @@ class Inventory:
     def describe(self, name: str) -> ManagedDomain:
         """The domain as it is now, with `name`'s boost."""
         record, meta = self.lookup(name)
-        return managed_domain(record, meta, self._boosted(name))
+        return managed_domain(record, meta, self._boosted(name), self.work_state(name, meta))
+
+    def work_state(self, name: str, meta: GleanerMetadata) -> WorkState:
+        return guest_work(self.config.console_dir, name, meta)
 
     # -- running managed domains, kept by libvirt's events -----------------------------------------
 

@@ -21,7 +21,6 @@ from protos import controller_pb2, controller_pb2_grpc
 
 from .config import AgentConfig
 from .host.images import list_images
-from .host.workchannel import SILENT, channel_path, read_work_state
 from .inventory import Inventory
 from .metrics import Sampler
 from .validation import MIN_MEMORY_MIB, Role
@@ -58,10 +57,8 @@ class Reporter:
             report.foreground_cpu_cores = snap.residual.foreground_cpu_demand_cores
             report.residual_cpu_cores = snap.residual.residual_cpu_cores
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
-        now = time.time()
         for name, meta, shape in self.inventory.running():
-            work = read_work_state(channel_path(self.config.console_dir, name), now) \
-                if meta.role is Role.VOLUNTEER else SILENT
+            work = self.inventory.work_state(name, meta)
             report.vms.add(name=name, lease_id=meta.lease_id, role=CONTROLLER_ROLES[meta.role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,

@@ -63,7 +63,7 @@ def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
         memory_mib=domain.memory_mib, launched_at=launched, lease_id=domain.lease_id,
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
         console_log=domain.console_log, cpuset=domain.cpuset, priority_class=ROLE_TO_PROTO[domain.priority_class],
-        boosted=domain.boosted)
+        boosted=domain.boosted, work_state=domain.work.state, work_for_s=domain.work.for_s)
 
 
 def event_to_proto(event: Event) -> agent_pb2.Event:

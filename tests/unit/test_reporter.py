@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+from nodeagent.host.workchannel import channel_path
+from nodeagent.inventory import guest_work
 from nodeagent.reporter import Reporter
 from nodeagent.validation import Role
 
@@ -12,13 +14,20 @@ from nodeagent.validation import Role
 class Inventory:
     """Two running volunteers, as the agent's inventory lists them."""
 
+    def __init__(self, console_dir: Path | None = None, roles=(Role.VOLUNTEER, Role.VOLUNTEER)) -> None:
+        self.console_dir = console_dir or Path("/nonexistent")
+        self.roles = roles
+
+    def work_state(self, name, meta):
+        return guest_work(self.console_dir, name, meta)
+
     def host_facts(self):
         return SimpleNamespace(cpus=2, memory_mib=4096)
 
     def running(self):
-        meta = SimpleNamespace(lease_id="L", role=Role.VOLUNTEER, launched_at=datetime.now(timezone.utc), image="tiny")
         shape = SimpleNamespace(vcpus=1, memory_mib=128)
-        return [("sampled", meta, shape), ("new", meta, shape)]
+        return [(name, SimpleNamespace(lease_id="L", role=role, launched_at=datetime.now(timezone.utc), image="tiny"),
+                 shape) for name, role in zip(("sampled", "new"), self.roles)]
 
 
 class Sampler:
@@ -36,3 +45,16 @@ def test_a_vm_without_a_cpu_sample_is_reported_as_such_not_as_idle(tmp_path: Pat
     vms = {vm.name: vm for vm in report.vms}
     assert (vms["sampled"].cpu_cores, vms["sampled"].cpu_sampled) == (0.01, True)
     assert (vms["new"].cpu_cores, vms["new"].cpu_sampled) == (0.0, False)
+
+
+def test_a_backfill_guests_word_on_its_work_channel_is_reported_and_an_on_demand_vms_is_not(tmp_path: Path):
+    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path)
+    for name in ("sampled", "new"):
+        channel_path(tmp_path, name).write_bytes(b"busy 1\nidle 1\nbusy 2\n")
+    report = Reporter(config, Inventory(tmp_path, (Role.VOLUNTEER, Role.FOREGROUND)), Sampler()).build()
+    vms = {vm.name: vm for vm in report.vms}
+    assert vms["sampled"].work_state == "busy" and 0 <= vms["sampled"].work_for_s < 60
+    assert (vms["new"].role, vms["new"].work_state, vms["new"].work_for_s) == ("on_demand", "", 0.0)
+    channel_path(tmp_path, "sampled").unlink()
+    report = Reporter(config, Inventory(tmp_path), Sampler()).build()
+    assert [(vm.work_state, vm.work_for_s) for vm in report.vms] == [("", 0.0), ("busy", report.vms[1].work_for_s)]
