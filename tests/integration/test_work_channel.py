@@ -28,6 +28,13 @@ def listed(stub, name: str) -> agent_pb2.Domain | None:
     return next((d for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains if d.name == name), None)
 
 
+def file_size(path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
 def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(agent, stub):
     volunteer, foreground = unique_name("jobs"), unique_name("fgjobs")
     jobs = "gleaner.workload=jobs gleaner.jobs=4,3"
@@ -58,6 +65,26 @@ def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(ag
     stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=volunteer, force=True))
     stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=foreground, force=True))
     assert not work_file.exists()   # gone with its domain
+
+
+def test_a_guest_flooding_its_channel_fills_no_disk_and_says_nothing(agent, stub):
+    """A hostile backfill guest writing its port without end (about 1 MB/s under TCG): virtlogd
+    keeps the file and 3 rotated copies of at most 2 MiB each (its defaults); the agent reads a
+    line-less flood as no statement, and removes every copy with the domain."""
+    name = unique_name("flood")
+    stub.LaunchDomain(launch_request(name, kernel_cmdline="gleaner.workload=flood"))
+    console = agent.state_dir / "console"
+    wait_for_console(console / f"{name}.log", "GLEANER-READY workload=flood", 120)
+    work_file = channel_path(console, name)
+    copies = lambda: sorted(console.glob(f"{work_file.name}*"))
+    wait_for(lambda: len(copies()) == 4, 90, "the flood to fill the channel file three times over", interval=0.5)
+    for _ in range(10):
+        sizes = [size for size in map(file_size, copies()) if size is not None]   # (a rotation may be renaming them)
+        assert len(sizes) <= 4 and max(sizes) <= 2 * 2**20, sizes
+        assert (listed(stub, name).work_state, listed(stub, name).work_for_s) == ("", 0.0)
+        time.sleep(0.5)
+    stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
+    assert copies() == []
 
 
 def test_idle_first_stops_the_vm_whose_job_is_youngest_by_its_guests_word(test_env):
