@@ -9,6 +9,7 @@ case an event was missed.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -18,12 +19,16 @@ from typing import Callable
 
 import psutil
 
+from gleaner_common.logs import log_event
+
 from .config import AgentConfig
 from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
 from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
 from .host.workchannel import SILENT, WorkState, channel_path, read_work_state
 from .metrics import DomainInfo
 from .validation import HostLimits, Role
+
+log = logging.getLogger(__name__)
 
 # libvirt's events say when a domain's XML may have changed, so reconcile re-reads only
 # those; every this many passes it re-reads all of them anyway, in case one was missed.
@@ -103,6 +108,7 @@ class Inventory:
         self._passes = 0
         self._views_lock = threading.Lock()
         self._reap_hint = True   # libvirt reported something since the reaper last asked
+        self._noisy: set[str] = set()   # domains whose noisy work channel was logged
         hypervisor.watch(self.note_change)
 
     # -- host -----------------------------------------------------------------------------------
@@ -164,7 +170,14 @@ class Inventory:
         return managed_domain(record, meta, self._boosted(name), self.work_state(name, meta))
 
     def work_state(self, name: str, meta: GleanerMetadata) -> WorkState:
-        return guest_work(self.config.console_dir, name, meta)
+        work = guest_work(self.config.console_dir, name, meta)
+        if work.noisy and name not in self._noisy:
+            self._noisy.add(name)   # once per domain (the set is as bounded as the domains)
+            log_event(log, "guest.work_channel_noisy", logging.WARNING, domain=name,
+                      file=str(channel_path(self.config.console_dir, name)),
+                      hint="the guest writes its work channel far more than a line per job; virtlogd caps "
+                           "the file at 4 x 2 MiB, and only its last busy/idle line is read")
+        return work
 
     # -- running managed domains, kept by libvirt's events -----------------------------------------
 
@@ -241,3 +254,4 @@ class Inventory:
 
     def forget(self, name: str) -> None:
         self._info.pop(name, None)
+        self._noisy.discard(name)

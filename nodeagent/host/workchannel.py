@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TAIL_BYTES = 256            # the last statement is in here unless the guest wrote garbage after it
+# A job runner writes a dozen bytes per job: a file past this says the guest writes much more
+# (a flood, or output meant for its console); virtlogd still caps it, but an admin should know.
+NOISY_BYTES = 64 * 1024
 MAX_AGE_SECONDS = 10 * 365 * 86400   # the controller's bound on a reported age
 _STATEMENT = re.compile(rb"(?:busy|idle)(?: [0-9]{1,20})?")
 
@@ -27,6 +30,7 @@ _STATEMENT = re.compile(rb"(?:busy|idle)(?: [0-9]{1,20})?")
 class WorkState:
     state: str        # "" (nothing said yet, or no channel), "idle" or "busy"
     for_s: float      # seconds since the guest said it (0 when state is "")
+    noisy: bool = False   # the file holds far more than statements (NOISY_BYTES)
 
 
 SILENT = WorkState("", 0.0)
@@ -50,9 +54,10 @@ def read_work_state(path: Path, now: float) -> WorkState:
     finally:
         os.close(fd)
     said = last_statement(tail, whole=start == 0)
+    noisy = info.st_size > NOISY_BYTES
     if not said:
-        return SILENT
-    return WorkState(said, min(max(now - info.st_mtime, 0.0), float(MAX_AGE_SECONDS)))
+        return WorkState("", 0.0, noisy) if noisy else SILENT
+    return WorkState(said, min(max(now - info.st_mtime, 0.0), float(MAX_AGE_SECONDS)), noisy)
 
 
 def last_statement(tail: bytes, whole: bool = True) -> str:

@@ -70,7 +70,7 @@ def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(ag
 def test_a_guest_flooding_its_channel_fills_no_disk_and_says_nothing(agent, stub):
     """A hostile backfill guest writing its port without end (about 1 MB/s under TCG): virtlogd
     keeps the file and 3 rotated copies of at most 2 MiB each (its defaults); the agent reads a
-    line-less flood as no statement, and removes every copy with the domain."""
+    line-less flood as no statement, logs a warning once, and removes every copy with the domain."""
     name = unique_name("flood")
     stub.LaunchDomain(launch_request(name, kernel_cmdline="gleaner.workload=flood"))
     console = agent.state_dir / "console"
@@ -85,6 +85,8 @@ def test_a_guest_flooding_its_channel_fills_no_disk_and_says_nothing(agent, stub
         time.sleep(0.5)
     stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
     assert copies() == []
+    warned = [line for line in agent.log_text().splitlines() if "event=guest.work_channel_noisy" in line]
+    assert len([line for line in warned if name in line]) == 1   # told once, with where to look
 
 
 def test_idle_first_stops_the_vm_whose_job_is_youngest_by_its_guests_word(test_env):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from nodeagent.host.workchannel import (MAX_AGE_SECONDS, SILENT, TAIL_BYTES, WorkState, channel_path,
+from nodeagent.host.workchannel import (MAX_AGE_SECONDS, NOISY_BYTES, SILENT, TAIL_BYTES, WorkState, channel_path,
                                         last_statement, read_work_state, remove_channel)
 
 
@@ -69,3 +69,13 @@ def test_remove_channel_takes_the_rotated_copies_and_nothing_else(tmp_path):
     remove_channel(tmp_path, "vm1")
     remove_channel(tmp_path, "vm1")   # twice: nothing left to remove is no error
     assert [p.exists() for p in keep] == [True] * 3 and [p.exists() for p in gone] == [False] * 3
+
+
+def test_a_file_far_past_its_statements_is_noisy(tmp_path):
+    path = channel_path(tmp_path, "vm1")
+    path.write_bytes(b"busy 1\n" * (NOISY_BYTES // 7))
+    assert read_work_state(path, 2e9).noisy is False
+    path.write_bytes(b"busy 1\n" * (NOISY_BYTES // 7 + 1))
+    assert read_work_state(path, 2e9) == WorkState("busy", read_work_state(path, 2e9).for_s, True)
+    path.write_bytes(b"x" * (NOISY_BYTES + 1))
+    assert read_work_state(path, 2e9) == WorkState("", 0.0, True)   # noisy, and says nothing
