@@ -59,6 +59,9 @@ VICTIM = frozenset({"preempting", "on_notice"})
 # whatever its size, is idle: a worker between jobs (a CPU-bound job keeps a whole core busy; an
 # idle tiny guest under TCG uses about 0.01 core)
 IDLE_CPU_CORES = 0.25
+# idle_first: a guest's "busy" clock (now - work_for_s) moves by report lag from one report to the
+# next; within this many seconds of the clock kept, the same spell goes on (its view stays as it is)
+GUEST_CLOCK_TOLERANCE_S = 2.0
 # A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
 # starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
 IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
@@ -207,6 +210,11 @@ class ReportedVmLike(Protocol):
     cpu_cores: float
     cpu_sampled: bool   # cpu_cores was measured (an agent has no figure for a VM it has not sampled yet)
     image: str
+    # What a backfill guest last said of its own work on its virtio-serial port: "" (nothing yet,
+    # or an older agent), "idle" or "busy" (a new job is a new "busy"); work_for_s: seconds since
+    # it said so, timed by the agent
+    work_state: str
+    work_for_s: float
 
 
 class ReportLike(Protocol):
@@ -394,6 +402,7 @@ class Ledger:
         # only while the policy is idle_first
         self._tracks_cpu = backfill.termination_policy is Policy.IDLE_FIRST
         self._busy_since: dict[str, float] = {}
+        self._guest_clock: set[str] = set()   # leases whose clock their guest set (else the CPU figures)
         self.reserves: dict[str, Reserve] = dict(reserves)
         self.reserve_settings = reserve_settings.validate()
         self.hints: list[Hint] = list(hints)
@@ -504,6 +513,7 @@ class Ledger:
         if state in TERMINAL:
             self._retire(lease, now)
             self._busy_since.pop(lease_id, None)
+            self._guest_clock.discard(lease_id)
             self.retry_at.pop(lease_id, None)
             self.stop_calls.discard(lease_id)
             self.gone_since.pop(lease_id, None)
@@ -559,6 +569,7 @@ class Ledger:
         if tracks != self._tracks_cpu:
             self._tracks_cpu = tracks
             self._busy_since.clear()
+            self._guest_clock.clear()
             for lease in [l for l in self.leases.values() if l.role == "backfill"]:
                 self._view_again(lease)
 
@@ -576,37 +587,61 @@ class Ledger:
                 self._dirty.add(lease.node_id)
 
     def note_cpu(self, report: ReportLike, now: float) -> None:
-        """The part of a report idle_first reads (each VM's CPU), without the rest: the simulator
-        gives it when a VM turns idle or busy between the reports that carry the node's load."""
+        """The part of a report idle_first reads (each VM's CPU and what its guest says), without
+        the rest: the simulator gives it when a VM turns idle or busy between the reports that
+        carry the node's load."""
         if self._tracks_cpu and report.node_id in self.nodes:
             self._note_cpu(report, now)
 
     def _note_cpu(self, report: ReportLike, now: float) -> None:
-        """idle_first's clock from a report: a backfill VM using under IDLE_CPU_CORES is idle
-        (nothing at risk); one busy since a report showed it idle is busy since now (the first
-        report that shows it busy). Unless its share of what the foreground leaves the node's
-        backfill VMs (shared by vCPUs) is under IDLE_CPU_CORES: a low figure may then be a
-        starved VM, and counts as busy."""
+        """idle_first's clock from a report. What the guest says of its work comes first: "idle"
+        is idle (nothing at risk); "busy" is busy since now - work_for_s, never before the VM's
+        launch (a guest cannot make itself look older than it is: a lie can only make it a victim
+        sooner), and a clock within GUEST_CLOCK_TOLERANCE_S of the busy clock kept is the same
+        spell seen through report lag (kept as it is, the view untouched). A guest that said
+        nothing (""): the CPU figures. A backfill VM using under IDLE_CPU_CORES is idle; one busy
+        since a report showed it idle is busy since now (the first report that shows it busy).
+        Unless its share of what the foreground leaves the node's backfill VMs (shared by vCPUs)
+        is under IDLE_CPU_CORES: a low figure may then be a starved VM, and counts as busy."""
         named = self._named_on.get(report.node_id)
         if not named:
             return
         vms = report.vms
         backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
         left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
+        busy_since, guest_clock = self._busy_since, self._guest_clock
         for vm in vms:
             lease = named.get(vm.name)
-            if lease is None or lease.role != "backfill" or lease.state != "running" or not vm.cpu_sampled:
-                continue   # no figure: the clock stands (not known at all: since the launch)
-            was = self._busy_since.get(lease.lease_id)
-            busy = vm.cpu_cores >= IDLE_CPU_CORES or left * vm.vcpus < IDLE_CPU_CORES * backfill_vcpus
-            if not busy:
+            if lease is None or lease.role != "backfill" or lease.state != "running":
+                continue
+            lease_id = lease.lease_id
+            was = busy_since.get(lease_id)
+            said = vm.work_state
+            if said == "busy":
+                since = now - vm.work_for_s
+                launched = launch_time(lease)
+                if since < launched:
+                    since = launched
+                if was is not None and was != IDLE and abs(since - was) <= GUEST_CLOCK_TOLERANCE_S:
+                    since = was
+                guest_clock.add(lease_id)
+            elif said == "idle":
                 since = IDLE
-            elif was is None:   # no figure before: it may have been busy since its launch
-                since = launch_time(lease)
+                guest_clock.add(lease_id)
+            elif not vm.cpu_sampled:
+                continue   # no figure: the clock stands (not known at all: since the launch)
             else:
-                since = now if was == IDLE else was
+                busy = vm.cpu_cores >= IDLE_CPU_CORES or left * vm.vcpus < IDLE_CPU_CORES * backfill_vcpus
+                if not busy:
+                    since = IDLE
+                elif was is None:   # no figure before: it may have been busy since its launch
+                    since = launch_time(lease)
+                else:
+                    since = now if was == IDLE else was
+                if since != was:
+                    guest_clock.discard(lease_id)   # the figures set it (a clock they keep stays the guest's)
             if since != was:
-                self._busy_since[lease.lease_id] = since
+                busy_since[lease_id] = since
                 self._view_again(lease, touch=False)
 
     def _retire(self, lease: Lease, now: float) -> None:
@@ -948,14 +983,17 @@ class Ledger:
         return effects
 
     def _busy_detail(self, lease: Lease, now: float) -> dict[str, Any]:
-        """Under idle_first, what the CPU figures said of a victim (its view, before it is booked
-        as stopping): why it was chosen."""
+        """Under idle_first, what the guest or the CPU figures said of a victim (its view, before
+        it is booked as stopping): why it was chosen."""
         if not self._tracks_cpu:
             return {}
         vm = self._vms_on[lease.node_id].views[lease.lease_id]
         since = vm.busy_since
         seen = "no CPU figure yet" if since is None else "idle" if since == IDLE else "busy"
-        return dict(last_seen=seen, busy_for_s=round(vm.at_risk(now), 1))
+        # where the clock came from: the guest's own word, the agent's CPU figures, or neither
+        # (then it counts from the launch)
+        clock = "guest" if lease.lease_id in self._guest_clock else "cpu" if since is not None else "launch"
+        return dict(last_seen=seen, busy_for_s=round(vm.at_risk(now), 1), clock=clock)
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
         """Whether the node's memory, less the headroom, holds the new VM beside everything it runs now."""
@@ -1276,6 +1314,7 @@ class Ledger:
             self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
         self._busy_since.pop(lease.lease_id, None)
+        self._guest_clock.discard(lease.lease_id)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
         if lease.node_id in self._vms_on:
             self._vms_on[lease.node_id].remove(lease.lease_id)

@@ -63,7 +63,7 @@ class Policy(str, Enum):
     MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
     ANY = "any"                   # random order
     LEAST_LOSS = "least_loss"     # fewest victims, then the least work lost (runtime x vCPUs)
-    IDLE_FIRST = "idle_first"     # idle backfill VMs first (the agents' CPU figures), then the shortest busy
+    IDLE_FIRST = "idle_first"     # idle backfill VMs first (guest's word or CPU figures), then the shortest busy
 
 
 class VmRole(str, Enum):
@@ -175,9 +175,10 @@ class VmView:
     size: Size
     launched_at: float            # seconds since the epoch
     preemptible: bool = True      # false while a backfill VM starts or stops
-    # idle_first's clock, from the agents' CPU figures: when the VM's current busy spell began
-    # (never before its launch), IDLE if it was last seen idle, None if not known (then since
-    # its launch). Set by the ledger only while the policy is idle_first.
+    # idle_first's clock, from what the guest says of its work or else the agents' CPU figures:
+    # when the VM's current busy spell began (never before its launch), IDLE if it was last seen
+    # idle, None if not known (then since its launch). Set by the ledger only while the policy is
+    # idle_first.
     busy_since: float | None = None
 
     def runtime(self, now: float) -> float:

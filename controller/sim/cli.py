@@ -81,6 +81,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-jobs-queues", metavar="N[,N...]",
                    help="with --backfill-jobs: only the jobs of these SWF queues (field 15), e.g. 4,5 for "
                         "SDSC-SP2's low and standby queues")
+    p.add_argument("--guest-work-channel", action="store_true",
+                   help="backfill guests say on the work channel (a virtio-serial port) when they turn busy, "
+                        "each job a new busy, or idle, and the agents report it (ReportedVm.work_state, "
+                        "work_for_s): idle_first's clock is then each job's start, not the CPU figures'. "
+                        "Task-level VMs say busy at each job's start and idle with no job; VM-level ones busy "
+                        "from launch. Default: they say nothing (older guests); --compare can set it per run "
+                        "(work_channel=true|false)")
     p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
                                                "prediction and [reserves] settings")
     p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
@@ -97,8 +104,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      "setting is a termination policy (" + ", ".join(x.value for x in Policy) +
                                      ") or a reserve mode over the --config's [reserves]: static=N, "
                                      "predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                                     "drain=true|false (false: a soft reserve), or several joined with '+' "
-                                     "(static=12+wait=600, predictive=day+drain=false)")
+                                     "drain=true|false (false: a soft reserve), the guests' work channel "
+                                     "work_channel=true|false (--guest-work-channel), or several joined with "
+                                     "'+' (static=12+wait=600, predictive=day+drain=false, "
+                                     "idle_first+work_channel=true)")
     p.add_argument("--out", type=Path, help="directory for summary.json, vms.csv (one row per VM) and timeline.csv "
                                             "(utilization and lost work over time); one subdirectory per policy "
                                             "with --compare")
@@ -130,8 +139,10 @@ def parse_hint(text: str, pool_nodes: int, existing: list[Hint], lead_seconds: f
 
 
 def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hints: list[Hint],
-            pool_nodes: int) -> tuple[BackfillConfig, ReserveSettings, list[Hint]]:
-    """One --compare setting over the base settings: a policy, or reserve changes joined by '+'."""
+            pool_nodes: int, settings: SimSettings | None = None
+            ) -> tuple[BackfillConfig, ReserveSettings, list[Hint], SimSettings | None]:
+    """One --compare setting over the base settings: a policy, reserve changes or the guests' work
+    channel, joined by '+'."""
     hints = list(hints)
     for part in name.split("+"):
         key, _, value = part.partition("=")
@@ -151,13 +162,16 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
                 hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
             elif key == "drain":
                 reserves = dataclasses.replace(reserves, drain=checks.parse_setting(part, {"drain": bool})[1]).validate()
+            elif key == "work_channel" and settings is not None:
+                settings = dataclasses.replace(settings, guest_work_channel=checks.parse_setting(
+                    part, {"work_channel": bool})[1])
             else:
                 raise SimUsage(f"--compare {part!r}: not a policy ({', '.join(POLICIES)}) nor static=N, "
                                f"predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                               f"drain=true|false")
+                               f"drain=true|false, work_channel=true|false")
         except (ValueError, ReserveError) as exc:
             raise SimUsage(f"--compare {part!r}: {exc}") from None
-    return backfill, reserves, hints
+    return backfill, reserves, hints, settings
 
 
 POLICIES = tuple(policy.value for policy in Policy)
@@ -271,7 +285,8 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
                                    stop_seconds=args.stop_seconds,
                                    selection_interval_seconds=config.selection_interval_seconds,
                                    report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
-                                   max_wall_seconds=args.max_wall_seconds)
+                                   max_wall_seconds=args.max_wall_seconds,
+                                   guest_work_channel=args.guest_work_channel)
     return requests, inputs, settings, backfill, config, demand, jobs
 
 
@@ -326,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             hints.append(parse_hint(text, settings.nodes, hints, config.reserves.lead_seconds))
         names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else \
             [backfill.termination_policy.value]
-        runs = [(name, *variant(name, backfill, config.reserves, hints, settings.nodes)) for name in names]
+        runs = [(name, *variant(name, backfill, config.reserves, hints, settings.nodes, settings)) for name in names]
     except (SimUsage, checks.SettingError, InvalidField, ConfigError, traces.TraceError, OSError) as exc:
         print(f"controller.sim: {exc}", file=sys.stderr)
         return 2
@@ -338,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     results = []
-    for name, run_backfill, reserves, run_hints in runs:
-        sim = run_one(requests, inputs, settings, run_backfill, config, demand, reserves, run_hints, jobs)
+    for name, run_backfill, reserves, run_hints, run_settings in runs:
+        sim = run_one(requests, inputs, run_settings, run_backfill, config, demand, reserves, run_hints, jobs)
         summary = sim.summary()
         results.append((name, summary))
         if args.out:

@@ -21,7 +21,9 @@ Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at
 a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work
 (BackfillWork below) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
 preempted; or task-level (controller/sim/jobs.py): VMs run jobs from a trace and a stop loses
-only the running jobs' progress.
+only the running jobs' progress. With ``guest_work_channel`` the backfill guests also say when
+they turn busy or idle (task-level: each job's start, and no job left), as the guest's
+virtio-serial channel does, and the agents' reports carry it (SimVm.work_state, work_for_s).
 
 Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
 ``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
@@ -88,6 +90,9 @@ class SimSettings:
     progress_seconds: float = 5.0     # wall seconds between progress updates (0: none)
     timeline_seconds: float = 0.0     # width of the timeline's buckets (0: the run / 720, at least a minute)
     max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
+    # backfill guests say on the work channel when they turn busy (each new job) or idle, and the
+    # agents report it (ReportedVm.work_state, work_for_s); off: they say nothing, as older guests
+    guest_work_channel: bool = False
 
     def __post_init__(self) -> None:
         if self.pool and self.nodes != sum(g.count for g in self.pool):
@@ -138,11 +143,12 @@ class Store:
 # -- simulated nodes and agents ---------------------------------------------------------------------
 
 class SimVm:
-    """A VM as an agent reports it (controller.core.ledger.ReportedVmLike)."""
+    """A VM as an agent reports it (controller.core.ledger.ReportedVmLike). `clock`: what has the
+    simulated time (`now`), read for work_for_s when the ledger reads a report."""
     __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "noticed")
+                 "cpu_sampled", "image", "noticed", "work_state", "work_since", "clock")
 
-    def __init__(self, lease: Lease, now: float) -> None:
+    def __init__(self, lease: Lease, now: float, clock: Any = None) -> None:
         self.name = lease.vm_name
         self.lease_id = lease.lease_id
         self.node_id = lease.node_id
@@ -154,6 +160,20 @@ class SimVm:
         self.cpu_sampled = True
         self.image = lease.image
         self.noticed = False   # a victim on notice: its vCPUs went to the VM that preempted it
+        # what its guest last said on the work channel ("" nothing: SimSettings.guest_work_channel
+        # off), and when (BackfillWork.guest_channel)
+        self.work_state = ""
+        self.work_since = now
+        self.clock = clock
+
+    @property
+    def work_for_s(self) -> float:
+        """Seconds since the guest last said work_state, as its agent times it: read when the
+        ledger reads the report (0.0 while it said nothing)."""
+        clock = self.clock
+        if not self.work_state or clock is None:
+            return 0.0
+        return max(clock.now - self.work_since, 0.0)
 
 
 class SimNode:
@@ -218,8 +238,12 @@ class BackfillWork(Protocol):
 
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
-        IDLE_CPU_CORES), as its agent's next report would show: asked only while the controller
-        reads them (idle_first)."""
+        IDLE_CPU_CORES), or its guest says something on the work channel, as its agent's next
+        report would show: asked only while the controller reads them (idle_first)."""
+
+    def guest_channel(self) -> None:
+        """Before the first event, with SimSettings.guest_work_channel: backfill guests say on the
+        work channel when they turn busy or idle (SimVm.work_state and work_since)."""
 
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]: ...
 
@@ -241,6 +265,7 @@ class VmLevelWork:
         self.started = 0
         self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
         self.alive: dict[str, SimVm] = {}
+        self.says_work = False   # its guests speak on the work channel (guest_channel)
 
     def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
         pass   # a VM's work needs no events of its own
@@ -248,9 +273,14 @@ class VmLevelWork:
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         pass   # its VMs are busy from launch to end (cpu_cores = vCPUs)
 
+    def guest_channel(self) -> None:
+        self.says_work = True
+
     def vm_started(self, vm: SimVm, now: float) -> None:
         self.started += 1
         self.alive[vm.name] = vm
+        if self.says_work:   # busy from its launch to its end
+            vm.work_state, vm.work_since = "busy", now
 
     def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
         pass   # it works on until it is gone (its runtime counts to then)
@@ -568,6 +598,8 @@ class Simulation:
             self.at(self.settings.report_seconds, self._report_all)
         self.at(SAFETY_TICK_S, self._safety_tick)
         self.work.start(self.at)
+        if self.settings.guest_work_channel:
+            self.work.guest_channel()
         if backfill.termination_policy is Policy.IDLE_FIRST:
             self.work.watch_cpu(self._cpu_changed)
         gc.freeze()
@@ -707,7 +739,7 @@ class Simulation:
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
         if lease.vm_name not in node.vms:
-            vm = node.vms[lease.vm_name] = SimVm(lease, self.now)
+            vm = node.vms[lease.vm_name] = SimVm(lease, self.now, self)
             self._integrate()
             if vm.role == "on_demand":
                 node.on_demand_vcpus += vm.vcpus
@@ -812,14 +844,16 @@ class Simulation:
         self.at(self.now + self.settings.report_seconds, self._report_all)
 
     def _cpu_changed(self, vm: SimVm) -> None:
-        """A VM turned idle or busy: its node reports once the event that did it is over."""
+        """A VM turned idle or busy (or its guest said so): its node reports once the event that
+        did it is over."""
         if vm.node_id not in self.cpu_reports:
             self.cpu_reports.add(vm.node_id)
             self.at(self.now, self._cpu_report, vm.node_id)
 
     def _cpu_report(self, node_id: str) -> None:
-        """Only the VMs' CPU: a whole report would also add a foreground sample, and so shorten
-        the prediction window (in samples) that volunteer selection reads."""
+        """Only the VMs' CPU and what their guests say: a whole report would also add a
+        foreground sample, and so shorten the prediction window (in samples) that volunteer
+        selection reads."""
         self.cpu_reports.discard(node_id)
         node = self.nodes[node_id]
         self.ledger.note_cpu(Report(node, self._foreground(node)), self.now)

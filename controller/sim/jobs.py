@@ -11,6 +11,9 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
   A VM being stopped takes no new job.
 - Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
 - Submit times are shifted so the first job a backfill VM can run arrives at the start of the run.
+- With the guest work channel (SimSettings.guest_work_channel), a VM's guest says "idle" when it
+  boots or its last job ends, and "busy" at each job's start (a new job is a new "busy", even
+  beside jobs still running in a VM of several vCPUs), as a guest on the virtio-serial port does.
 
 Job-seconds count a job's run time once, whatever its procs (the VM-level figures beside them
 count vCPU-seconds). Pure: time comes from the simulation's events.
@@ -80,6 +83,8 @@ class JobLevelWork(VmLevelWork):
         self.running[vm.name] = []
         self._set_free(vm.name, vm.vcpus)
         vm.cpu_cores = 0.0   # a worker waiting for a job; the engine's report after the launch shows it
+        if self.says_work:
+            vm.work_state, vm.work_since = "idle", now   # its worker is up, with no job yet
         self._pull(vm.name, now)
 
     def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
@@ -149,7 +154,7 @@ class JobLevelWork(VmLevelWork):
         self._set_free(vm, self.free[vm] - job.procs)
         assert self.schedule is not None
         self.schedule(now + job.runtime, self._finish, run)
-        self._cpu(vm)
+        self._cpu(vm, now, started=True)
 
     def _finish(self, run: Run) -> None:
         if not run.live:
@@ -161,16 +166,25 @@ class JobLevelWork(VmLevelWork):
         self.busy_vcpu_seconds += run.job.runtime * run.job.procs
         self._set_free(run.vm, self.free[run.vm] + run.job.procs)
         self._pull(run.vm, now)
-        self._cpu(run.vm)
+        self._cpu(run.vm, now)
 
-    def _cpu(self, vm: str) -> None:
-        """A VM's cpu_cores: the vCPUs its jobs use; the watcher hears when it turns idle or busy."""
+    def _cpu(self, vm: str, now: float, started: bool = False) -> None:
+        """A VM's cpu_cores: the vCPUs its jobs use; the watcher hears when it turns idle or busy.
+        With the guest work channel, what its guest says: "busy" when a job `started`, "idle" when
+        it has none left; the watcher then hears each time the guest says something."""
         sim_vm = self.alive.get(vm)
         if sim_vm is None:
             return
-        cores = float(sum(run.job.procs for run in self.running[vm]))
+        runs = self.running[vm]
+        cores = float(sum(run.job.procs for run in runs))
         turned = (cores >= IDLE_CPU_CORES) != (sim_vm.cpu_cores >= IDLE_CPU_CORES)
         sim_vm.cpu_cores = cores
+        if self.says_work:
+            turned = False
+            if started:   # a new job is a new "busy"
+                sim_vm.work_state, sim_vm.work_since, turned = "busy", now, True
+            elif not runs and sim_vm.work_state != "idle":
+                sim_vm.work_state, sim_vm.work_since, turned = "idle", now, True
         if turned and self.cpu_changed is not None:
             self.cpu_changed(sim_vm)
 

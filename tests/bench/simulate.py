@@ -19,6 +19,8 @@ way). Each setting runs the same requests and jobs through controller.sim.engine
 - default: backfill enabled, everything else at the controller's defaults (BackfillConfig and
   ControllerConfig: most_recent, 1-vCPU 128-MiB backfill VMs, prediction on, no reserve);
 - one entry per termination policy (most_recent is the default's own run, not a second one);
+  idle_first_work_channel: idle_first with the backfill guests saying on the work channel when
+  each job starts and when they idle (SimSettings.guest_work_channel), its clock each job's start;
 - one entry per reserve mode: reserve_static, 12 whole nodes kept from backfill (Balancer's
   figure, as per-node reserves); reserve_balancer_static, Balancer's R = 12 (the on-demand pool's
   size: nodes on-demand VMs use count); reserve_hint, a hint of 12 nodes each day from 08:00 for
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import sys
@@ -92,6 +95,8 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
     for policy in Policy:
         if policy is not BackfillConfig().termination_policy:
             runs[policy.value] = dict(backfill=BackfillConfig(enabled=True, termination_policy=policy), reserves={})
+    runs["idle_first_work_channel"] = dict(backfill=BackfillConfig(enabled=True, termination_policy=Policy.IDLE_FIRST),
+                                           reserves={}, sim=dict(guest_work_channel=True))
     runs["reserve_static"] = dict(backfill=BackfillConfig(enabled=True), reserves=reserved)
     on = BackfillConfig(enabled=True)
     hints = [Hint(min(RESERVED_NODES, nodes), d * DAY + 8 * HOUR, d * DAY + 18 * HOUR, f"day{d}")
@@ -111,8 +116,11 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
 def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: BackfillConfig,
             reserves: dict[str, Reserve], inputs: dict[str, Any],
             reserve_settings: ReserveSettings = ReserveSettings(), hints: list[Hint] | None = None,
-            jobs: list[traces.Job] | None = None) -> dict[str, Any]:
-    """One setting's run; task-level (backfill VMs run `jobs`) unless jobs is None."""
+            jobs: list[traces.Job] | None = None, sim: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One setting's run; task-level (backfill VMs run `jobs`) unless jobs is None. `sim`: changes
+    to the simulator's settings for this run (the guests' work channel)."""
+    if sim:
+        sim_settings = dataclasses.replace(sim_settings, **sim)
     work = JobLevelWork(jobs, backfill.vcpus) if jobs is not None else None
     sim = Simulation(requests, sim_settings, backfill, ledger_settings(ControllerConfig()), reserves=reserves,
                      inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None,
@@ -121,6 +129,7 @@ def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: Back
     summary = sim.run()
     cpu = time.process_time() - cpu
     result = entry(summary["figures"], cpu, reserved_nodes=len(reserves))
+    result.update(guest_work_channel=sim_settings.guest_work_channel)
     if reserve_settings != ReserveSettings() or hints:
         result.update(reserve_settings=reserve_settings.as_dict(), hints=len(hints or ()))
     return result

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from controller.core.ledger import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger, LedgerSettings, LeaseError,
-                                    Stop, Write)
+from controller.core.ledger import (GUEST_CLOCK_TOLERANCE_S, HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger,
+                                    LedgerSettings, LeaseError, Stop, Write, launch_time)
 from controller.core.policy import BackfillConfig, Policy, Size, VictimLadder, is_victim
 from controller.sim.engine import Store as SimStore
 
@@ -41,6 +41,8 @@ class Vm:
     cpu_cores: float = 0.0
     image: str = "tiny"
     cpu_sampled: bool = True
+    work_state: str = ""      # what its guest last said on the work channel ("" nothing), and
+    work_for_s: float = 0.0   # how long ago, as the agent times it
 
 
 @dataclass
@@ -184,6 +186,15 @@ class LedgerMachine(RuleBasedStateMachine):
         vm = data.draw(st.sampled_from(sorted(vms, key=lambda v: v.name)))
         vm.cpu_cores = float(vm.vcpus) if busy else 0.0
 
+    @rule(data=st.data(), state=st.sampled_from(["", "idle", "busy"]), seconds=st.sampled_from([0.0, 1.5, 30.0, 1e6]))
+    def guest_says(self, data, state, seconds):
+        """A VM's guest says it is idle or busy (for `seconds`; 1e6: longer than any VM has run),
+        or its agent stops passing it on ("")."""
+        vms = [vm for node in self.world.values() for vm in node.values()]
+        assume(vms)
+        vm = data.draw(st.sampled_from(sorted(vms, key=lambda v: v.name)))
+        vm.work_state, vm.work_for_s = state, seconds
+
     @rule(policy=st.sampled_from([Policy.MOST_RECENT, Policy.IDLE_FIRST]))
     def admin_sets_the_termination_policy(self, policy):
         self.ledger.backfill = replace(self.ledger.backfill, termination_policy=policy)
@@ -210,6 +221,9 @@ class LedgerMachine(RuleBasedStateMachine):
         if self.ledger.backfill.termination_policy is not Policy.IDLE_FIRST:
             assert not clocked
         assert clocked <= {l.lease_id for l in self.ledger.leases.values() if l.role == "backfill"}
+        assert self.ledger._guest_clock <= clocked   # a clock's source is kept only while it is
+        for lease_id, since in self.ledger._busy_since.items():   # never before the launch, whatever a guest says
+            assert since >= launch_time(self.ledger.leases[lease_id]), (lease_id, since)
 
     @invariant()
     def victim_ladders_follow_the_policy_and_the_vms(self):
@@ -469,3 +483,103 @@ def test_changing_the_policy_drops_or_starts_idle_firsts_clocks():
         if report_again:   # else no figure since: both count from their launch, the younger goes
             loads(ledger, vms, (0.0, 1.0), 1008.0)
         assert victim_of(ledger, 1009.0) == vms[victim].lease_id, report_again
+
+
+# -- idle_first: what a backfill guest says of its own work (ReportedVm.work_state) ---------------
+
+def says(ledger: Ledger, vms: list[Vm], words: tuple[tuple[str, float], tuple[str, float]], now: float,
+         cores: tuple[float, float] = (1.0, 1.0)) -> None:
+    """A report of n1 where each guest said (work_state, work_for_s), beside its CPU."""
+    for vm, (state, seconds), used in zip(vms, words, cores):
+        vm.work_state, vm.work_for_s, vm.cpu_cores = state, seconds, used
+    ledger.report(Report("n1", "n1:1", 2, 1024, vms), now)
+
+
+def test_idle_first_takes_a_guests_busy_spell_over_the_cpu_figures():
+    # Both VMs busy by CPU since their launch (1001, 1005): the younger would go. Their guests say
+    # the older started a job 10 s ago, the younger 100 s ago: the older's spell is the shorter.
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    loads(ledger, vms, (1.0, 1.0), 1006.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (1005.0, 1001.0)
+    says(ledger, vms, (("busy", 10.0), ("busy", 100.0)), 1200.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (1190.0, 1100.0)
+    victim, detail = preempting_detail(ledger, 1201.0)
+    assert victim == vms[0].lease_id
+    assert detail == dict(detail, last_seen="busy", busy_for_s=11.0, clock="guest")
+
+
+def test_idle_first_takes_a_guests_idle_over_a_busy_cpu_figure():
+    # The older VM's CPU is busy (a guest's own housekeeping, say) but its guest says it has no job.
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    says(ledger, vms, (("idle", 50.0), ("", 0.0)), 1200.0, cores=(1.0, 1.0))
+    assert ledger.view("n1").victim_ladder.launched_at == (math.inf, 1005.0)
+    victim, detail = preempting_detail(ledger, 1201.0)
+    assert victim == vms[0].lease_id
+    assert (detail["last_seen"], detail["busy_for_s"], detail["clock"]) == ("idle", 0.0, "guest")
+
+
+def test_a_guest_cannot_make_itself_look_busy_for_longer_than_it_has_run():
+    # The younger VM (launched at 1005) claims a job of 10,000 s: counted from its launch, no earlier.
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    says(ledger, vms, (("busy", 150.0), ("busy", 10_000.0)), 1200.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (1050.0, 1005.0)
+    assert ledger._busy_since[vms[1].lease_id] == 1005.0
+    victim, detail = preempting_detail(ledger, 1201.0)
+    assert victim == vms[0].lease_id and detail["busy_for_s"] == 151.0
+
+
+def test_report_lag_on_a_guests_busy_spell_leaves_its_view_alone():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    says(ledger, vms, (("busy", 10.0), ("busy", 100.0)), 1200.0)   # busy since 1190 and 1100
+    node = ledger._vms_on["n1"]
+    views = dict(node.views)
+    # The next reports come a little late or early: the same spells within the tolerance
+    lag = GUEST_CLOCK_TOLERANCE_S - 0.5
+    says(ledger, vms, (("busy", 40.0 - lag), ("busy", 130.0 + lag)), 1230.0)
+    assert all(node.views[k] is v for k, v in views.items())   # no view rebuilt
+    assert ledger.view("n1").victim_ladder.launched_at == (1190.0, 1100.0)
+    # Beyond the tolerance, a new spell (a new job): the clock moves
+    says(ledger, vms, (("busy", 5.0), ("busy", 130.0 + lag)), 1230.0)
+    assert node.views[vms[0].lease_id] is not views[vms[0].lease_id]
+    assert node.views[vms[1].lease_id] is views[vms[1].lease_id]
+    assert ledger.view("n1").victim_ladder.launched_at == (1225.0, 1100.0)
+    # Idle, then busy again a moment later: a change of state always counts, however close
+    says(ledger, vms, (("idle", 0.0), ("busy", 131.0)), 1231.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (math.inf, 1100.0)
+    says(ledger, vms, (("busy", 0.5), ("busy", 132.0)), 1232.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (1231.5, 1100.0)
+
+
+def test_a_guest_that_says_nothing_leaves_idle_first_on_the_cpu_figures():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    says(ledger, vms, (("", 0.0), ("", 500.0)), 1006.0, cores=(0.0, 1.0))   # work_for_s unread without a state
+    assert ledger.view("n1").victim_ladder.launched_at == (math.inf, 1005.0)
+    says(ledger, vms, (("", 0.0), ("", 500.0)), 1008.0, cores=(1.0, 1.0))
+    assert ledger.view("n1").victim_ladder.launched_at == (1008.0, 1005.0)
+    victim, detail = preempting_detail(ledger, 1009.0)
+    assert victim == vms[0].lease_id
+    assert (detail["last_seen"], detail["busy_for_s"], detail["clock"]) == ("busy", 1.0, "cpu")
+    # A guest that spoke and then goes silent (its agent restarted, say): the CPU figures again
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    says(ledger, vms, (("busy", 5.0), ("busy", 1.0)), 1100.0)
+    assert ledger.view("n1").victim_ladder.launched_at == (1099.0, 1095.0)
+    says(ledger, vms, (("", 0.0), ("", 0.0)), 1110.0, cores=(1.0, 0.0))
+    assert ledger.view("n1").victim_ladder.launched_at == (math.inf, 1095.0)
+    victim, detail = preempting_detail(ledger, 1111.0)
+    assert victim == vms[1].lease_id and detail["clock"] == "cpu"
+
+
+def test_the_preemption_audit_says_where_idle_firsts_clock_came_from():
+    # The younger VM busy by CPU since its launch; the older one the victim, as its guest or CPU says
+    for words, cores, clock in ((("busy", 3.0), (1.0, 1.0), "guest"), (("idle", 3.0), (1.0, 1.0), "guest"),
+                                (("", 0.0), (0.0, 1.0), "cpu")):
+        ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+        says(ledger, vms, (words, ("", 0.0)), 1100.0, cores=cores)
+        victim, detail = preempting_detail(ledger, 1100.0)
+        assert victim == vms[0].lease_id and detail["clock"] == clock, words
+    # No figure and no word of the younger one: it counts from its launch, the shorter spell
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    vms[1].cpu_sampled = False
+    says(ledger, vms, (("", 0.0), ("", 0.0)), 1100.0, cores=(1.0, 0.0))
+    victim, detail = preempting_detail(ledger, 1100.0)
+    assert victim == vms[1].lease_id and (detail["last_seen"], detail["clock"]) == ("no CPU figure yet", "launch")

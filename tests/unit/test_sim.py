@@ -436,16 +436,17 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
 
 
 def test_at_vm_level_idle_first_decides_as_most_recent(tmp_path):
-    """A VM-level backfill VM is busy from its launch to its end (cpu_cores = its vCPUs): idle_first's
-    clock is its launch, so it stops what most_recent stops, on a pool busy enough to preempt."""
+    """A VM-level backfill VM is busy from its launch to its end (cpu_cores = its vCPUs; with the
+    guests' work channel, it says busy at its launch): idle_first's clock is its launch, so it stops
+    what most_recent stops, on a pool busy enough to preempt."""
+    names = ("most_recent", "idle_first", "idle_first+work_channel=true")
     code = cli.main(["--requests", str(AZURE_SMALL), "--nodes", "3", "--days", "1", "--load", "0.7",
-                     "--backfill", "enabled=true", "--compare", "most_recent,idle_first", "--out", str(tmp_path),
+                     "--backfill", "enabled=true", "--compare", ",".join(names), "--out", str(tmp_path),
                      "--quiet"])
     assert code == 0
-    runs = {name: json.loads((tmp_path / name / "summary.json").read_text())["figures"]
-            for name in ("most_recent", "idle_first")}
+    runs = {name: json.loads((tmp_path / name / "summary.json").read_text())["figures"] for name in names}
     for figures in runs.values():
         for key in ("wall_seconds", "sim_events_per_s"):
             figures.pop(key)
     assert runs["most_recent"]["preemptions"] > 10
-    assert runs["most_recent"] == runs["idle_first"]
+    assert runs["most_recent"] == runs["idle_first"] == runs["idle_first+work_channel=true"]

@@ -6,10 +6,10 @@ import json
 import random
 from pathlib import Path
 
-from controller.core.ledger import LedgerSettings
+from controller.core.ledger import Lease, LedgerSettings
 from controller.core.policy import BackfillConfig, Policy
 from controller.sim import cli, traces
-from controller.sim.engine import DAY, SimSettings, Simulation
+from controller.sim.engine import DAY, SimSettings, SimVm, Simulation
 from controller.sim.jobs import JobLevelWork
 from controller.sim.traces import OnDemandRequest
 
@@ -191,11 +191,12 @@ def test_the_cli_keeps_only_jobs_no_longer_than_asked(tmp_path, capsys):
     assert summary["header"]["inputs"]["trace_jobs"] == 2 and summary["figures"]["backfill_jobs_arrived"] == 2
 
 
-def two_workers(jobs: list[traces.Job], policy: Policy, vcpus: int = 1) -> dict:
+def two_workers(jobs: list[traces.Job], policy: Policy, vcpus: int = 1, channel: bool = False) -> dict:
     """Two backfill VMs of `vcpus` start at 10 s and fill a node; at 200 s an on-demand VM as big
-    needs a victim, which stops when the on-demand launch is answered, at 210 s."""
+    needs a victim, which stops when the on-demand launch is answered, at 210 s. `channel`: their
+    guests say on the work channel when they turn busy or idle."""
     settings = SimSettings(nodes=1, node_cpus=2 * vcpus, node_memory_mib=8192, days=2000 / DAY, launch_seconds=10,
-                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0, guest_work_channel=channel)
     backfill = BackfillConfig(enabled=True, vcpus=vcpus, memory_mb=128, termination_policy=policy)
     sim = Simulation([OnDemandRequest(200.0, vcpus, 512, 100.0, "od", "od-1")], settings, backfill,
                      LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, backfill.vcpus))
@@ -230,3 +231,62 @@ def test_idle_first_hears_a_worker_turn_idle_or_busy_between_the_nodes_reports(t
     jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 100, 1), (2, 150, 1000, 1)]))
     figures = two_workers(jobs, Policy.IDLE_FIRST)
     assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2
+
+
+# -- the guests' work channel (SimSettings.guest_work_channel) ---------------------------------------
+
+def test_with_the_work_channel_idle_first_stops_the_worker_whose_job_started_last(tmp_path):
+    # Job 1 (150 s) runs on the first VM from 10 s, job 3 follows it there straight away at 160 s;
+    # job 2 (from 50 s) runs on the second VM. At 200 s the CPU figures show the first VM busy
+    # since its launch and the second since 50 s: idle_first stops the second and loses 160 s
+    # (50 to 210 s). Its guest says when each job starts: the first VM's job is the younger (160
+    # s), so idle_first stops it and loses 50 s, that job's own progress.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 150, 1), (2, 50, 1000, 1), (3, 100, 1000, 1)]))
+    lost = {channel: two_workers(jobs, Policy.IDLE_FIRST, channel=channel)["backfill_job_seconds_lost"]
+            for channel in (False, True)}
+    assert lost == {False: 160, True: 50}
+    # most_recent reads neither: the channel changes nothing there (the tie by id takes the first VM)
+    runs = [two_workers(jobs, Policy.MOST_RECENT, channel=channel) for channel in (False, True)]
+    for figures in runs:
+        for key in ("wall_seconds", "sim_events_per_s"):
+            figures.pop(key)
+    assert runs[0] == runs[1] and runs[0]["backfill_job_seconds_lost"] == 50
+
+
+def test_with_the_work_channel_an_idle_guest_goes_first_and_a_busy_one_counts_from_its_job(tmp_path):
+    # The first VM's job (10 to 110 s) is over: its guest said idle; the second VM took job 2 at
+    # 150 s. Job 3 then waits. With the channel the idle one goes (nothing lost), as without it.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 100, 1), (2, 150, 1000, 1)]))
+    figures = two_workers(jobs, Policy.IDLE_FIRST, channel=True)
+    assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2
+
+
+def test_a_sim_vms_work_for_s_is_timed_when_it_is_read():
+    class Clock:
+        now = 130.0
+    lease = Lease("bf-1", "backfill", "n0", "bf-1", 1, 128, "tiny", "", "running", 100.0)
+    vm = SimVm(lease, 100.0, Clock)
+    assert (vm.work_state, vm.work_for_s) == ("", 0.0)   # it said nothing
+    vm.work_state, vm.work_since = "busy", 100.0
+    assert vm.work_for_s == 30.0
+    Clock.now = 250.0
+    assert vm.work_for_s == 150.0
+
+
+def test_the_cli_turns_the_work_channel_on_and_the_summary_says_so(tmp_path, capsys):
+    jobs = swf(tmp_path / "jobs.swf", [(1, 0, 600, 1), (2, 30, 60, 1)])
+    base = ["--requests", str(REQUESTS_CSV), "--format", "csv", "--nodes", "2", "--days", "0.05",
+            "--backfill", "enabled=true", "termination_policy=idle_first", "--backfill-jobs", str(jobs), "--quiet"]
+    assert cli.main(base + ["--out", str(tmp_path / "off")]) == 0
+    assert cli.main(base + ["--guest-work-channel", "--out", str(tmp_path / "on")]) == 0
+    for name, on in (("off", False), ("on", True)):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["header"]["sim"]["guest_work_channel"] is on
+    assert cli.main(base + ["--compare", "idle_first,idle_first+work_channel=true", "--out", str(tmp_path / "c")]) == 0
+    assert json.loads((tmp_path / "c" / "idle_first+work_channel=true" / "summary.json").read_text()
+                      )["header"]["sim"]["guest_work_channel"] is True
+    assert json.loads((tmp_path / "c" / "idle_first" / "summary.json").read_text()
+                      )["header"]["sim"]["guest_work_channel"] is False
+    capsys.readouterr()
+    assert cli.main(base + ["--compare", "work_channel=maybe"]) == 2
+    assert "work_channel: expected true or false" in capsys.readouterr().err
