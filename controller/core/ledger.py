@@ -44,8 +44,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from .policy import (IDLE, BackfillConfig, Decision, NodeArrays, NodeView, Policy, Pool, Preempt, Reject, Size,
-                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plain_init, plan_backfill, replace,
-                     room_after_transit, rows_where)
+                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plain_init, plan_backfill,
+                     recycles_when_idle, replace, room_after_transit, rows_where)
 from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
                        live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
                        wait_decision)
@@ -586,14 +586,30 @@ class Ledger:
             else:
                 self._dirty.add(lease.node_id)
 
-    def note_cpu(self, report: ReportLike, now: float) -> None:
+    def note_cpu(self, report: ReportLike, now: float) -> list[Effect]:
         """The part of a report idle_first reads (each VM's CPU and what its guest says), without
         the rest: the simulator gives it when a VM turns idle or busy between the reports that
-        carry the node's load."""
+        carry the node's load. Its effects: the VMs recycled as they turn idle."""
         if self._tracks_cpu and report.node_id in self.nodes:
-            self._note_cpu(report, now)
+            return self._recycle_idle(self._note_cpu(report, now), now)
+        return []
 
-    def _note_cpu(self, report: ReportLike, now: float) -> None:
+    def _recycle_idle(self, turned_idle: list[Lease], now: float) -> list[Effect]:
+        """Stop the backfill VMs that turned idle in the last tenth of their longest life
+        (policy.recycles_when_idle): their work is done, and they would be recycled soon anyway."""
+        config = self.backfill
+        if not turned_idle or not config.enabled:
+            return []
+        effects: list[Effect] = []
+        for lease in turned_idle:
+            runtime = now - launch_time(lease)
+            if lease.state == "running" and recycles_when_idle(runtime, config.duration_seconds):
+                effects += self._stop(lease, config.grace_seconds, now,
+                                      f"recycled when idle after {runtime:.0f} s, in the last tenth of its "
+                                      f"longest life ({config.duration_seconds} s)")
+        return effects
+
+    def _note_cpu(self, report: ReportLike, now: float) -> list[Lease]:
         """idle_first's clock from a report. What the guest says of its work comes first: "idle"
         is idle (nothing at risk); "busy" is busy since now - work_for_s, never before the VM's
         launch (a guest cannot make itself look older than it is: a lie can only make it a victim
@@ -602,10 +618,12 @@ class Ledger:
         nothing (""): the CPU figures. A backfill VM using under IDLE_CPU_CORES is idle; one busy
         since a report showed it idle is busy since now (the first report that shows it busy).
         Unless its share of what the foreground leaves the node's backfill VMs (shared by vCPUs)
-        is under IDLE_CPU_CORES: a low figure may then be a starved VM, and counts as busy."""
+        is under IDLE_CPU_CORES: a low figure may then be a starved VM, and counts as busy.
+        Returns the leases that turned idle."""
         named = self._named_on.get(report.node_id)
+        turned_idle: list[Lease] = []
         if not named:
-            return
+            return turned_idle
         vms = report.vms
         backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
         left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
@@ -643,6 +661,9 @@ class Ledger:
             if since != was:
                 busy_since[lease_id] = since
                 self._view_again(lease, touch=False)
+                if since == IDLE:
+                    turned_idle.append(lease)
+        return turned_idle
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
@@ -1178,7 +1199,7 @@ class Ledger:
                 backfill_cpu += vm.cpu_cores
         node.backfill_cpu = backfill_cpu
         if self._tracks_cpu:
-            self._note_cpu(report, now)
+            effects += self._recycle_idle(self._note_cpu(report, now), now)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \

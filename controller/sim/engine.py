@@ -856,7 +856,7 @@ class Simulation:
         selection reads."""
         self.cpu_reports.discard(node_id)
         node = self.nodes[node_id]
-        self.ledger.note_cpu(Report(node, self._foreground(node)), self.now)
+        self.apply(self.ledger.note_cpu(Report(node, self._foreground(node)), self.now))
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)

@@ -490,9 +490,7 @@ def test_changing_the_policy_drops_or_starts_idle_firsts_clocks():
 def says(ledger: Ledger, vms: list[Vm], words: tuple[tuple[str, float], tuple[str, float]], now: float,
          cores: tuple[float, float] = (1.0, 1.0)) -> None:
     """A report of n1 where each guest said (work_state, work_for_s), beside its CPU."""
-    for vm, (state, seconds), used in zip(vms, words, cores):
-        vm.work_state, vm.work_for_s, vm.cpu_cores = state, seconds, used
-    ledger.report(Report("n1", "n1:1", 2, 1024, vms), now)
+    report_says(ledger, vms, words, now, cores)
 
 
 def test_idle_first_takes_a_guests_busy_spell_over_the_cpu_figures():
@@ -583,3 +581,45 @@ def test_the_preemption_audit_says_where_idle_firsts_clock_came_from():
     says(ledger, vms, (("", 0.0), ("", 0.0)), 1100.0, cores=(1.0, 0.0))
     victim, detail = preempting_detail(ledger, 1100.0)
     assert victim == vms[1].lease_id and (detail["last_seen"], detail["clock"]) == ("no CPU figure yet", "launch")
+
+
+# -- recycling a VM as it turns idle in the last tenth of its longest life ---------------------------
+
+def report_says(ledger: Ledger, vms: list[Vm], words, now: float, cores: tuple[float, float] = (1.0, 1.0)) -> list:
+    """says(), returning the report's effects."""
+    for vm, (state, seconds), used in zip(vms, words, cores):
+        vm.work_state, vm.work_for_s, vm.cpu_cores = state, seconds, used
+    return ledger.report(Report("n1", "n1:1", 2, 1024, vms), now)
+
+
+def recycling(effects: list) -> list[tuple[str, str]]:
+    return [(e.lease_id, e.detail["reason"]) for w in effects if isinstance(w, Write) for e in w.events
+            if e.kind == "vm.stopping" and e.detail["reason"].startswith("recycled")]
+
+
+def test_idle_first_recycles_a_vm_as_it_turns_idle_in_the_last_tenth_of_its_life():
+    # Launched at 1001 and 1005 with a longest life of 1,000 s: the last tenth starts at 1901 and 1905.
+    for word in ("idle", ""):   # the guest's word, or (none) its CPU figure
+        ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+        ledger.backfill = replace(ledger.backfill, duration_seconds=1000)
+        idle_cpu = 0.01 if word == "" else 1.0
+        assert recycling(report_says(ledger, vms, ((word or "", 0.0), ("busy", 0.0)), 1890.0, (idle_cpu, 1.0))) == []
+        report_says(ledger, vms, (("busy", 0.0), ("busy", 0.0)), 1895.0)              # busy again
+        effects = report_says(ledger, vms, ((word, 0.0), ("busy", 0.0)), 1902.0, (idle_cpu, 1.0))
+        assert recycling(effects) == [(vms[0].lease_id, "recycled when idle after 901 s, in the last tenth of its "
+                                                        "longest life (1000 s)")], word
+        assert [e.lease.lease_id for e in effects if isinstance(e, Stop)] == [vms[0].lease_id]
+        assert recycling(report_says(ledger, vms, ((word, 0.0), ("busy", 0.0)), 1903.0, (idle_cpu, 1.0))) == []
+        done = ledger.stop_done(vms[0].lease_id, "clean_shutdown", True, 3.0, "", 1905.0)
+        assert [e.kind for w in done if isinstance(w, Write) for e in w.events] == ["vm.recycled"]
+
+
+def test_only_idle_first_with_backfill_on_recycles_at_idle():
+    ledger, vms = two_backfill_vms(Policy.MOST_RECENT)   # keeps no clock
+    ledger.backfill = replace(ledger.backfill, duration_seconds=1000)
+    report_says(ledger, vms, (("busy", 0.0), ("busy", 0.0)), 1895.0)
+    assert recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1902.0)) == []
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    ledger.backfill = replace(ledger.backfill, duration_seconds=1000, enabled=False)
+    report_says(ledger, vms, (("busy", 0.0), ("busy", 0.0)), 1895.0)
+    assert recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1902.0)) == []

@@ -290,3 +290,28 @@ def test_the_cli_turns_the_work_channel_on_and_the_summary_says_so(tmp_path, cap
     capsys.readouterr()
     assert cli.main(base + ["--compare", "work_channel=maybe"]) == 2
     assert "work_channel: expected true or false" in capsys.readouterr().err
+
+
+# -- recycling: in the last tenth of its longest life a worker is recycled as it turns idle --------
+
+def one_worker_recycled(jobs: list[traces.Job], policy: Policy, channel: bool) -> dict:
+    """One 1-vCPU backfill VM fills a 1-vCPU node from 10 s; its longest life is 1,000 s."""
+    settings = SimSettings(nodes=1, node_cpus=1, node_memory_mib=8192, days=4000 / DAY, launch_seconds=10,
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0, guest_work_channel=channel)
+    backfill = BackfillConfig(enabled=True, vcpus=1, memory_mb=128, termination_policy=policy, duration_seconds=1000)
+    sim = Simulation([], settings, backfill, LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, 1))
+    return sim.run()["figures"]
+
+
+def test_idle_first_recycles_a_worker_that_turns_idle_near_the_end_of_its_life_and_loses_nothing(tmp_path):
+    # Job 1 runs 10 to 930 s; the VM is then idle at 920 s of its life (past 900, the last tenth).
+    # Job 2 (500 s) arrives at 940 s. idle_first recycles the VM at 930 s, and a new one runs job 2
+    # whole; most_recent (no clock) recycles it past 1,010 s, in the middle of job 2.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 920, 1), (2, 940, 500, 1)]))
+    runs = {(policy, channel): one_worker_recycled(jobs, policy, channel)
+            for policy in (Policy.MOST_RECENT, Policy.IDLE_FIRST) for channel in (False, True)}
+    for channel in (False, True):   # by the guest's word or by its CPU
+        figures = runs[Policy.IDLE_FIRST, channel]
+        assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2, figures
+    figures = runs[Policy.MOST_RECENT, False]
+    assert figures["backfill_job_seconds_lost"] > 0 and figures["backfill_jobs_completed"] == 2
