@@ -210,9 +210,9 @@ class ReportedVmLike(Protocol):
     cpu_cores: float
     cpu_sampled: bool   # cpu_cores was measured (an agent has no figure for a VM it has not sampled yet)
     image: str
-    # What a backfill guest last said of its own work on its virtio-serial port: "" (nothing yet,
-    # or an older agent), "idle" or "busy" (a new job is a new "busy"); work_for_s: seconds since
-    # it said so, timed by the agent
+    # What a backfill guest last said of its whole VM's work on its virtio-serial port: "" (nothing
+    # yet, or an older agent), "idle" or "busy" (a job started while none ran: the next one at once
+    # is a new "busy" too); work_for_s: seconds since it said so, timed by the agent
     work_state: str
     work_for_s: float
 

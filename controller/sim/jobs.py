@@ -12,8 +12,9 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
 - Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
 - Submit times are shifted so the first job a backfill VM can run arrives at the start of the run.
 - With the guest work channel (SimSettings.guest_work_channel), a VM's guest says "idle" when it
-  boots or its last job ends, and "busy" at each job's start (a new job is a new "busy", even
-  beside jobs still running in a VM of several vCPUs), as a guest on the virtio-serial port does.
+  boots or its last job ends, and "busy" when a job starts and no other runs (one line is the
+  whole VM's state: in a VM of several vCPUs a new job beside a running one says nothing), as a
+  guest on the virtio-serial port does (README, the work channel).
 
 Job-seconds count a job's run time once, whatever its procs (the VM-level figures beside them
 count vCPU-seconds). Pure: time comes from the simulation's events.
@@ -170,8 +171,9 @@ class JobLevelWork(VmLevelWork):
 
     def _cpu(self, vm: str, now: float, started: bool = False) -> None:
         """A VM's cpu_cores: the vCPUs its jobs use; the watcher hears when it turns idle or busy.
-        With the guest work channel, what its guest says: "busy" when a job `started`, "idle" when
-        it has none left; the watcher then hears each time the guest says something."""
+        With the guest work channel, what its guest says of the whole VM: "busy" when a job
+        `started` and none else runs, "idle" when it has none left; the watcher then hears each
+        time the guest says something."""
         sim_vm = self.alive.get(vm)
         if sim_vm is None:
             return
@@ -181,7 +183,7 @@ class JobLevelWork(VmLevelWork):
         sim_vm.cpu_cores = cores
         if self.says_work:
             turned = False
-            if started:   # a new job is a new "busy"
+            if started and len(runs) == 1:   # its first running job: busy since now
                 sim_vm.work_state, sim_vm.work_since, turned = "busy", now, True
             elif not runs and sim_vm.work_state != "idle":
                 sim_vm.work_state, sim_vm.work_since, turned = "idle", now, True

@@ -315,3 +315,12 @@ def test_idle_first_recycles_a_worker_that_turns_idle_near_the_end_of_its_life_a
         assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2, figures
     figures = runs[Policy.MOST_RECENT, False]
     assert figures["backfill_job_seconds_lost"] > 0 and figures["backfill_jobs_completed"] == 2
+
+
+def test_with_the_work_channel_a_job_beside_a_running_one_makes_the_vm_look_no_younger(tmp_path):
+    # Two 2-vCPU workers. Job 1 (1 vCPU) runs on the first from 10 s, job 2 (2 vCPUs) on the
+    # second from 50 s, job 3 (1 vCPU) beside job 1 from 150 s. One line is the whole VM's state:
+    # the first stays busy since 10 s, so the second (busy since 50 s) is the victim at 200 s and
+    # loses 160 s; a new "busy" for job 3 would have stopped the first, losing 200 + 60 s.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 5000, 1), (2, 50, 5000, 2), (3, 150, 5000, 1)]))
+    assert two_workers(jobs, Policy.IDLE_FIRST, vcpus=2, channel=True)["backfill_job_seconds_lost"] == 160
