@@ -27,7 +27,6 @@ MAX_BACKFILL_INSTANCES = 1_000_000
 MAX_DURATION_SECONDS = 10 * 365 * 86400
 MAX_RETRY_SECONDS = 86400
 MAX_GRACE_SECONDS = 3600
-WORK_STATES = ("", "idle", "busy")   # what a guest may say on its work channel ("": nothing yet)
 MAX_EVENTS = 1000
 MAX_SEQ = 2**63 - 1
 REPORT_ROLES = ("on_demand", "backfill")
@@ -199,10 +198,10 @@ def report(message, known: set | None = None) -> None:
         _finite(vm.cpu_cores, 0.0, float(cpus), "vms.cpu_cores")
         if len(vm.state) > 32:
             raise InvalidField("vms.state", "is longer than 32 characters")
-        if vm.work_state not in WORK_STATES:
+        if vm.work_state not in ids.WORK_STATES:
             raise InvalidField("vms.work_state", f"{vm.work_state[:20]!r} is not one of ''"
-                               + "".join(f", {s}" for s in WORK_STATES if s))
-        _finite(vm.work_for_s, 0.0, float(MAX_DURATION_SECONDS), "vms.work_for_s")
+                               + "".join(f", {s}" for s in ids.WORK_STATES if s))
+        _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "vms.work_for_s")
 
 
 def _check_vm_names(vm) -> None:

@@ -16,6 +16,11 @@ class InvalidField(ValueError):
 # Node ids are DNS labels (as Kubernetes node names are): each agent's certificate carries
 # NODE.agent.gleaner, which the controller checks when it dials the agent.
 NODE_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+# What a backfill guest may say of its work on its channel ("": nothing yet), and the oldest age
+# an agent reports for it: the agent clamps to it and the controller refuses more, so the two
+# can never disagree and cost a node its reports.
+WORK_STATES = ("", "idle", "busy")
+MAX_WORK_AGE_SECONDS = 10 * 365 * 86400
 # libvirt domain names Gleaner makes and accepts.
 VM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 LEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")

@@ -322,5 +322,5 @@ class Domains:
         except NoSuchDomain:
             pass
         crash_point("terminate.after_undefine")
+        remove_channel(self.config.console_dir, name)   # first: a crash after it leaves only the overlay, which is swept
         delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))
-        remove_channel(self.config.console_dir, name)

@@ -594,14 +594,14 @@ class Ledger:
             return self._recycle_idle(self._note_cpu(report, now), now)
         return []
 
-    def _recycle_idle(self, turned_idle: list[Lease], now: float) -> list[Effect]:
-        """Stop the backfill VMs that turned idle in the last tenth of their longest life
+    def _recycle_idle(self, seen_idle: list[Lease], now: float) -> list[Effect]:
+        """Stop the backfill VMs a report shows idle in the last tenth of their longest life
         (policy.recycles_when_idle): their work is done, and they would be recycled soon anyway."""
         config = self.backfill
-        if not turned_idle or not config.enabled:
+        if not seen_idle or not config.enabled:
             return []
         effects: list[Effect] = []
-        for lease in turned_idle:
+        for lease in seen_idle:
             runtime = now - launch_time(lease)
             if lease.state == "running" and recycles_when_idle(runtime, config.duration_seconds):
                 effects += self._stop(lease, config.grace_seconds, now,
@@ -612,18 +612,18 @@ class Ledger:
     def _note_cpu(self, report: ReportLike, now: float) -> list[Lease]:
         """idle_first's clock from a report. What the guest says of its work comes first: "idle"
         is idle (nothing at risk); "busy" is busy since now - work_for_s, never before the VM's
-        launch (a guest cannot make itself look older than it is: a lie can only make it a victim
-        sooner), and a clock within GUEST_CLOCK_TOLERANCE_S of the busy clock kept is the same
+        launch (a guest cannot look older than it is: a false "busy" keeps at most most_recent's
+        place for its age), and a clock within GUEST_CLOCK_TOLERANCE_S of the busy clock kept is the same
         spell seen through report lag (kept as it is, the view untouched). A guest that said
         nothing (""): the CPU figures. A backfill VM using under IDLE_CPU_CORES is idle; one busy
         since a report showed it idle is busy since now (the first report that shows it busy).
         Unless its share of what the foreground leaves the node's backfill VMs (shared by vCPUs)
         is under IDLE_CPU_CORES: a low figure may then be a starved VM, and counts as busy.
-        Returns the leases that turned idle."""
+        Returns the leases the report shows idle (for _recycle_idle)."""
         named = self._named_on.get(report.node_id)
-        turned_idle: list[Lease] = []
+        seen_idle: list[Lease] = []
         if not named:
-            return turned_idle
+            return seen_idle
         vms = report.vms
         backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
         left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
@@ -661,9 +661,9 @@ class Ledger:
             if since != was:
                 busy_since[lease_id] = since
                 self._view_again(lease, touch=False)
-                if since == IDLE:
-                    turned_idle.append(lease)
-        return turned_idle
+            if since == IDLE:
+                seen_idle.append(lease)
+        return seen_idle
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)

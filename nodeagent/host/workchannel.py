@@ -7,22 +7,25 @@ change, `busy N` when job N starts and `idle N` when it ends (N is for people re
 
 What the agent reports is the last well-formed line in the file's tail and how long ago it was
 written (the file's mtime, virtlogd's last write): no state of its own, so a restarted agent
-reports the same. A guest can lie only to its own cost: the controller never dates a busy spell
-before the VM's launch, so the oldest it can look is what most_recent assumes of every VM, and
-looking idle or freshly busy makes it an earlier victim.
+reports the same. What a guest says is its own word: the controller never dates a busy spell
+before the VM's launch, so a guest that says busy while it idles (a lie, or a hung job runner)
+can look at most as old as it is, the place most_recent gives every VM; looking idle or freshly
+busy only makes it an earlier victim.
 """
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from gleaner_common.ids import MAX_WORK_AGE_SECONDS
 
 TAIL_BYTES = 256            # the last statement is in here unless the guest wrote garbage after it
 # A job runner writes a dozen bytes per job: a file past this says the guest writes much more
 # (a flood, or output meant for its console); virtlogd still caps it, but an admin should know.
 NOISY_BYTES = 64 * 1024
-MAX_AGE_SECONDS = 10 * 365 * 86400   # the controller's bound on a reported age
 _STATEMENT = re.compile(rb"(?:busy|idle)(?: [0-9]{1,20})?")
 
 
@@ -42,22 +45,28 @@ def channel_path(console_dir: Path, name: str) -> Path:
 
 
 def read_work_state(path: Path, now: float) -> WorkState:
-    """The guest's last statement in `path` and its age at `now` (wall clock, seconds)."""
+    """The guest's last statement in `path` and its age at `now` (wall clock, seconds). Anything
+    but a regular file (none: a domain from before the channel, or not a backfill one; a
+    symlink, directory, FIFO or device left there by hand) says nothing, without blocking."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:   # no channel (a domain from before it, or not a backfill one), or not a file
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
         return SILENT
     try:
         info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return SILENT
         start = max(info.st_size - TAIL_BYTES, 0)
         tail = os.pread(fd, TAIL_BYTES, start)
+    except OSError:
+        return SILENT
     finally:
         os.close(fd)
     said = last_statement(tail, whole=start == 0)
     noisy = info.st_size > NOISY_BYTES
     if not said:
         return WorkState("", 0.0, noisy) if noisy else SILENT
-    return WorkState(said, min(max(now - info.st_mtime, 0.0), float(MAX_AGE_SECONDS)), noisy)
+    return WorkState(said, min(max(now - info.st_mtime, 0.0), float(MAX_WORK_AGE_SECONDS)), noisy)
 
 
 def last_statement(tail: bytes, whole: bool = True) -> str:
@@ -74,7 +83,12 @@ def last_statement(tail: bytes, whole: bool = True) -> str:
 
 
 def remove_channel(console_dir: Path, name: str) -> None:
-    """Delete a gone domain's work channel file and virtlogd's rotated copies of it."""
+    """Delete a gone domain's work channel file and virtlogd's rotated copies of it (NAME.work.N).
+    Only files: anything else there was put by hand and is left (unlink refuses a directory)."""
     path = channel_path(console_dir, name)
-    for old in [path, *path.parent.glob(f"{path.name}.[0-9]")]:
-        old.unlink(missing_ok=True)
+    for old in [path, *path.parent.glob(f"{path.name}.[0-9]*")]:
+        if old == path or old.name[len(path.name) + 1:].isdigit():
+            try:
+                old.unlink(missing_ok=True)
+            except IsADirectoryError:
+                pass

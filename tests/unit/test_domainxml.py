@@ -123,7 +123,7 @@ def test_a_work_channel_is_a_file_backed_virtio_port_only_when_asked():
     root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2,
                                           work_channel=Path("/c/vm3.work")))
     (channel,) = root.findall("devices/channel")
-    assert channel.get("type") == "file"   # file-backed: virtlogd keeps it, bounded; never blocks the guest
+    assert channel.get("type") == "file"   # file-backed: virtlogd keeps it, bounded; no reader to wait for
     assert channel.find("source").get("path") == "/c/vm3.work"
     assert (channel.find("target").get("type"), channel.find("target").get("name")) == ("virtio", "org.gleaner.work.0")
     plain = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2))

@@ -623,3 +623,12 @@ def test_only_idle_first_with_backfill_on_recycles_at_idle():
     ledger.backfill = replace(ledger.backfill, duration_seconds=1000, enabled=False)
     report_says(ledger, vms, (("busy", 0.0), ("busy", 0.0)), 1895.0)
     assert recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1902.0)) == []
+
+
+def test_a_vm_idle_since_before_the_last_tenth_is_recycled_at_the_first_report_within_it():
+    ledger, vms = two_backfill_vms(Policy.IDLE_FIRST)
+    ledger.backfill = replace(ledger.backfill, duration_seconds=1000)
+    assert recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1500.0)) == []
+    assert recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1900.0)) == []   # 899 s
+    (recycled,) = recycling(report_says(ledger, vms, (("idle", 0.0), ("busy", 0.0)), 1902.0))
+    assert recycled[0] == vms[0].lease_id

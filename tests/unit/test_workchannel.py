@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
-from nodeagent.host.workchannel import (MAX_AGE_SECONDS, NOISY_BYTES, SILENT, TAIL_BYTES, WorkState, channel_path,
+from gleaner_common.ids import MAX_WORK_AGE_SECONDS
+from nodeagent.host.workchannel import (NOISY_BYTES, SILENT, TAIL_BYTES, WorkState, channel_path,
                                         last_statement, read_work_state, remove_channel)
 
 
@@ -39,7 +41,7 @@ def test_the_age_is_since_the_files_last_write(tmp_path):
     assert read_work_state(path, 1000.0) == WorkState("busy", 500.0)
     assert read_work_state(path, 400.0) == WorkState("busy", 0.0)   # a clock that went back: never negative
     os.utime(path, (1.0, 1.0))
-    assert read_work_state(path, 1e12) == WorkState("busy", float(MAX_AGE_SECONDS))  # within the controller's bound
+    assert read_work_state(path, 1e12) == WorkState("busy", float(MAX_WORK_AGE_SECONDS))  # within the controller's bound
     path.write_bytes(b"")
     assert read_work_state(path, 1000.0) is SILENT
 
@@ -62,13 +64,28 @@ def test_a_symlink_is_not_followed(tmp_path):
 
 
 def test_remove_channel_takes_the_rotated_copies_and_nothing_else(tmp_path):
-    keep = [tmp_path / "vm1.log", tmp_path / "vm10.work", tmp_path / "vm1.work.x"]
-    gone = [tmp_path / "vm1.work", tmp_path / "vm1.work.0", tmp_path / "vm1.work.2"]
+    keep = [tmp_path / "vm1.log", tmp_path / "vm10.work", tmp_path / "vm1.work.x", tmp_path / "vm1.work.1x"]
+    gone = [tmp_path / "vm1.work", tmp_path / "vm1.work.0", tmp_path / "vm1.work.2", tmp_path / "vm1.work.12"]
     for path in keep + gone:
         path.write_bytes(b"idle\n")
+    (tmp_path / "vm2.work.3").mkdir()   # not a file: left, and no error
     remove_channel(tmp_path, "vm1")
     remove_channel(tmp_path, "vm1")   # twice: nothing left to remove is no error
-    assert [p.exists() for p in keep] == [True] * 3 and [p.exists() for p in gone] == [False] * 3
+    remove_channel(tmp_path, "vm2")
+    assert [p.exists() for p in keep] == [True] * 4 and [p.exists() for p in gone] == [False] * 4
+    assert (tmp_path / "vm2.work.3").is_dir()
+
+
+def test_what_is_not_a_regular_file_says_nothing_and_never_blocks(tmp_path):
+    path = channel_path(tmp_path, "vm1")
+    path.mkdir()
+    assert read_work_state(path, 2e9) is SILENT
+    path.rmdir()
+    os.mkfifo(path)   # opening a FIFO for reading would wait for a writer without O_NONBLOCK
+    assert read_work_state(path, 2e9) is SILENT
+    path.unlink()
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))   # /dev/null's numbers
+    assert read_work_state(path, 2e9) is SILENT
 
 
 def test_a_file_far_past_its_statements_is_noisy(tmp_path):
