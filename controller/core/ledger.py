@@ -589,7 +589,7 @@ class Ledger:
     def note_cpu(self, report: ReportLike, now: float) -> list[Effect]:
         """The part of a report idle_first reads (each VM's CPU and what its guest says), without
         the rest: the simulator gives it when a VM turns idle or busy between the reports that
-        carry the node's load. Its effects: the VMs recycled as they turn idle."""
+        carry the node's load. Its effects: the VMs it shows idle near the end of their life, recycled."""
         if self._tracks_cpu and report.node_id in self.nodes:
             return self._recycle_idle(self._note_cpu(report, now), now)
         return []
@@ -613,8 +613,8 @@ class Ledger:
         """idle_first's clock from a report. What the guest says of its work comes first: "idle"
         is idle (nothing at risk); "busy" is busy since now - work_for_s, never before the VM's
         launch (a guest cannot look older than it is: a false "busy" keeps at most most_recent's
-        place for its age), and a clock within GUEST_CLOCK_TOLERANCE_S of the busy clock kept is the same
-        spell seen through report lag (kept as it is, the view untouched). A guest that said
+        place for its age), and a clock within GUEST_CLOCK_TOLERANCE_S of the busy clock kept is
+        the same spell seen through report lag (kept as it is, the view untouched). A guest that said
         nothing (""): the CPU figures. A backfill VM using under IDLE_CPU_CORES is idle; one busy
         since a report showed it idle is busy since now (the first report that shows it busy).
         Unless its share of what the foreground leaves the node's backfill VMs (shared by vCPUs)

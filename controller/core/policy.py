@@ -778,14 +778,14 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
     return BackfillPlan(launches=tuple(launches), recycles=_recycles(pool, config.duration_seconds))
 
 
-# In the last tenth of its longest life, a backfill VM seen turning idle (idle_first's clock:
+# In the last tenth of its longest life, a backfill VM a report shows idle (idle_first's clock:
 # its guest's word, or its CPU) is recycled then: a worker between jobs loses nothing, where one
 # recycled at duration_seconds loses the job it runs at that moment.
 RECYCLE_IDLE_SHARE = 0.1
 
 
 def recycles_when_idle(runtime: float, duration_seconds: int) -> bool:
-    """Whether a backfill VM that turns idle after `runtime` seconds is recycled at once."""
+    """Whether a backfill VM seen idle after `runtime` seconds is recycled at once."""
     return runtime >= duration_seconds * (1.0 - RECYCLE_IDLE_SHARE)
 
 

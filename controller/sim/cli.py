@@ -82,11 +82,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --backfill-jobs: only the jobs of these SWF queues (field 15), e.g. 4,5 for "
                         "SDSC-SP2's low and standby queues")
     p.add_argument("--guest-work-channel", action="store_true",
-                   help="backfill guests say on the work channel (a virtio-serial port) when they turn busy, "
-                        "each job a new busy, or idle, and the agents report it (ReportedVm.work_state, "
-                        "work_for_s): idle_first's clock is then each job's start, not the CPU figures'. "
-                        "Task-level VMs say busy at each job's start and idle with no job; VM-level ones busy "
-                        "from launch. Default: they say nothing (older guests); --compare can set it per run "
+                   help="backfill guests say on the work channel (a virtio-serial port) when they turn busy "
+                        "or idle, and the agents report it (ReportedVm.work_state, work_for_s): idle_first's "
+                        "clock is then the guests' word, not the CPU figures'. Task-level VMs say busy when a "
+                        "job starts while none runs and idle with no job; VM-level ones busy from launch. "
+                        "Default: they say nothing (older guests); --compare can set it per run "
                         "(work_channel=true|false)")
     p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
                                                "prediction and [reserves] settings")

@@ -22,8 +22,9 @@ a placed one is released (force) ``lifetime`` seconds after its VM started. Back
 (BackfillWork below) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
 preempted; or task-level (controller/sim/jobs.py): VMs run jobs from a trace and a stop loses
 only the running jobs' progress. With ``guest_work_channel`` the backfill guests also say when
-they turn busy or idle (task-level: each job's start, and no job left), as the guest's
-virtio-serial channel does, and the agents' reports carry it (SimVm.work_state, work_for_s).
+they turn busy or idle (task-level: a job starting while none runs, and no job left), as the
+guest's virtio-serial channel does, and the agents' reports carry it (SimVm.work_state,
+work_for_s).
 
 Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
 ``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
@@ -90,8 +91,9 @@ class SimSettings:
     progress_seconds: float = 5.0     # wall seconds between progress updates (0: none)
     timeline_seconds: float = 0.0     # width of the timeline's buckets (0: the run / 720, at least a minute)
     max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
-    # backfill guests say on the work channel when they turn busy (each new job) or idle, and the
-    # agents report it (ReportedVm.work_state, work_for_s); off: they say nothing, as older guests
+    # backfill guests say on the work channel when they turn busy (a job starts while none runs)
+    # or idle, and the agents report it (ReportedVm.work_state, work_for_s); off: they say
+    # nothing, as older guests
     guest_work_channel: bool = False
 
     def __post_init__(self) -> None:
