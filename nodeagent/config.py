@@ -19,6 +19,7 @@ from .guard import GuardConfig
 from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
+MAX_CONSOLE_KEEP_SECONDS = 366 * 86400
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class AgentConfig:
     # A domain defined by a launch that never finished (the agent died before starting it) is
     # left this long for a repeated launch to finish it, then the reaper removes it.
     unfinished_launch_seconds: float = 30.0
+    # An ended domain's console log is kept this long after its last line (a guest's last words
+    # are only there; three days outlast a weekend), then the reaper removes it. 0: with the domain.
+    console_keep_seconds: float = 3 * 86400.0
     cgroup_root: Path = Path("/sys/fs/cgroup")
     use_cpu_idle: bool = True
     foreground_weight_v1: int = 1024
@@ -105,7 +109,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "libvirt": {"uri": ("libvirt_uri", str), "domain_type": ("domain_type", str)},
     "lifecycle": {"grace_seconds": ("grace_seconds", int),
                   "reap_interval_seconds": ("reap_interval_seconds", float),
-                  "unfinished_launch_seconds": ("unfinished_launch_seconds", float)},
+                  "unfinished_launch_seconds": ("unfinished_launch_seconds", float),
+                  "console_keep_seconds": ("console_keep_seconds", float)},
     "cgroup": {"root": ("cgroup_root", Path)},
     "priority": {"use_cpu_idle": ("use_cpu_idle", bool),
                  "foreground_weight_v1": ("foreground_weight_v1", int),
@@ -151,6 +156,9 @@ def check_config(config: AgentConfig, source: str) -> None:
         raise ConfigError(f"{source}: lifecycle.grace_seconds must be within 0..3600")
     if not 0 <= config.unfinished_launch_seconds <= 86400:
         raise ConfigError(f"{source}: lifecycle.unfinished_launch_seconds must be within 0..86400")
+    if not 0 <= config.console_keep_seconds <= MAX_CONSOLE_KEEP_SECONDS:
+        raise ConfigError(f"{source}: lifecycle.console_keep_seconds must be within 0..{MAX_CONSOLE_KEEP_SECONDS} "
+                          "(0: a console log goes with its domain)")
     for key, value in (("lifecycle.reap_interval_seconds", config.reap_interval_seconds),
                        ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
                        ("guard.period_seconds", config.guard_period_seconds),

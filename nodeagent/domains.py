@@ -35,7 +35,8 @@ from .events import Event, EventBus
 from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata, read_shape
 from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
-from .host.workchannel import channel_path, remove_channel
+from .host.logfiles import CONSOLE, WORK, console_path, remove_domain_files
+from .host.workchannel import channel_path
 from .inventory import Inventory, ManagedDomain, managed_domain
 from .metrics import DomainInfo
 from .validation import LaunchSpec, Role, validate_grace
@@ -202,7 +203,7 @@ class Domains:
                 steps.done("overlay")
                 crash_point("launch.after_overlay")
             xml = build_domain_xml(spec, image, self.inventory.domain_type, overlay,
-                                   self.config.console_dir / f"{spec.name}.log", datetime.now(timezone.utc),
+                                   console_path(self.config.console_dir, spec.name), datetime.now(timezone.utc),
                                    cpu_shares=self.enforcement.launch_shares(),
                                    disk=self.enforcement.disk_setting(spec.role), network=self.config.network_attach,
                                    agent_id=self.config.agent_id,
@@ -236,7 +237,7 @@ class Domains:
                       hint="remove it by hand with 'virsh destroy' and 'virsh undefine'")
         if overlay is not None:
             delete_overlay(overlay)
-        remove_channel(self.config.console_dir, name)
+        self._remove_logs(name)
 
     # -- class ------------------------------------------------------------------------------------
 
@@ -322,5 +323,11 @@ class Domains:
         except NoSuchDomain:
             pass
         crash_point("terminate.after_undefine")
-        remove_channel(self.config.console_dir, name)   # first: a crash after it leaves only the overlay, which is swept
+        self._remove_logs(name)   # first: a crash after it leaves only the overlay, which is swept
         delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))
+
+    def _remove_logs(self, name: str) -> None:
+        """A gone domain's work channel; its console log too when none is kept (else the reaper
+        removes it console_keep_seconds after its last line)."""
+        kinds = (WORK,) if self.config.console_keep_seconds else (WORK, CONSOLE)
+        remove_domain_files(self.config.console_dir, name, kinds)

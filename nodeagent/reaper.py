@@ -11,6 +11,9 @@
   marked started: it is a running domain like any other.
 * An overlay whose domain does not exist (the agent died between making the overlay and
   defining the domain, or between undefining it and deleting the overlay).
+* The console log of a domain that no longer exists, lifecycle.console_keep_seconds after its
+  last line (host/logfiles.py), with anything else virtlogd kept for it; looked for at start-up,
+  then every tenth of that time, at most once a minute (console_sweep_seconds).
 
 Stopped domains are listed only when libvirt reported an event since the last pass (or
 every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
@@ -19,6 +22,7 @@ so a restarted agent heals what a crash left before its periodic passes begin.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 
 from gleaner_common.logs import log_event
@@ -28,10 +32,19 @@ from .domains import Domains
 from .host.domainxml import GleanerMetadata
 from .host.hypervisor import Hypervisor, HypervisorError
 from .host.images import delete_overlay, list_overlays
+from .host.logfiles import expired_files, remove_files
 from .inventory import FULL_REFRESH_PASSES, Inventory
 from .validation import Role
 
 log = logging.getLogger(__name__)
+CONSOLE_SWEEP_SECONDS = 60.0
+NAMES_LOGGED = 10   # a sweep's log line names this many domains at most
+
+
+def console_sweep_seconds(config: AgentConfig) -> float:
+    """How often expired console logs are looked for: a tenth of the time they are kept, so one
+    outlives it by at most a tenth; at most once a minute, at least once a reap pass."""
+    return max(min(config.console_keep_seconds / 10, CONSOLE_SWEEP_SECONDS), config.reap_interval_seconds)
 
 
 class Reaper:
@@ -42,6 +55,7 @@ class Reaper:
         self.domains = domains
         self._passes = 0
         self._recheck = False  # an unfinished launch was left for now: list stopped domains again
+        self._next_console_sweep = 0.0   # monotonic: at the first pass
 
     def reap(self) -> list[str]:
         """One pass; returns what was removed, for logs and tests."""
@@ -51,7 +65,11 @@ class Reaper:
         if hinted or self._recheck or self._passes % FULL_REFRESH_PASSES == 0:
             removed += self._reap_stopped()
         self._mark_running_started()
-        return removed + self._remove_orphan_overlays()
+        removed += self._remove_orphan_overlays()
+        if time.monotonic() >= self._next_console_sweep:
+            self._next_console_sweep = time.monotonic() + console_sweep_seconds(self.config)
+            removed += self._remove_expired_console_logs()
+        return removed
 
     def _unfinished_launch_is_young(self, meta: GleanerMetadata) -> bool:
         age = (datetime.now(timezone.utc) - meta.launched_at).total_seconds()
@@ -117,3 +135,22 @@ class Reaper:
                     log_event(log, "overlay.orphan_removed", domain=name, path=str(path))
         return removed
 
+    def _remove_expired_console_logs(self) -> list[str]:
+        """Console logs (and whatever else virtlogd kept) of domains that no longer exist, once
+        console_keep_seconds have passed since their last line. A domain that still exists
+        keeps its files however old (a stopped on-demand VM, a guest that has said nothing)."""
+        keep = self.config.console_keep_seconds
+        running = self.inventory.last_running_names()
+        removed = []
+        for name, paths in expired_files(self.config.console_dir, time.time(), keep).items():
+            if name in running:
+                continue
+            with self.domains.locks.hold(name, blocking=False) as free:
+                if free and self.hv.get_domain(name) is None:
+                    remove_files(paths)
+                    removed.append(name)
+        if removed:
+            log_event(log, "console.logs_expired", domains=len(removed), names=",".join(removed[:NAMES_LOGGED]),
+                      keep_s=keep, dir=str(self.config.console_dir),
+                      note="console logs of domains gone for longer than lifecycle.console_keep_seconds")
+        return [f"console:{name}" for name in removed]

@@ -1,4 +1,4 @@
-"""A backfill guest's work channel, read: the only module that touches those files.
+"""A backfill guest's work channel, read: the only module that reads those files (logfiles removes them).
 
 A backfill domain has a virtio-serial port (domainxml.WORK_CHANNEL) whose output virtlogd keeps
 in `<console dir>/<name>.work`, as it keeps the console log: rotated at virtlogd's max_size, so
@@ -80,15 +80,3 @@ def last_statement(tail: bytes, whole: bool = True) -> str:
         if _STATEMENT.fullmatch(line.rstrip(b"\r")):
             return line[:4].decode()
     return ""
-
-
-def remove_channel(console_dir: Path, name: str) -> None:
-    """Delete a gone domain's work channel file and virtlogd's rotated copies of it (NAME.work.N).
-    Only files: anything else there was put by hand and is left (unlink refuses a directory)."""
-    path = channel_path(console_dir, name)
-    for old in [path, *path.parent.glob(f"{path.name}.[0-9]*")]:
-        if old == path or old.name[len(path.name) + 1:].isdigit():
-            try:
-                old.unlink(missing_ok=True)
-            except IsADirectoryError:
-                pass

@@ -21,11 +21,12 @@ def load(tmp_path, text: str) -> AgentConfig:
 def test_full_config_is_read(tmp_path):
     config = load(tmp_path, '[agent]\nlisten = "0.0.0.0:9000"\nstate_dir = "/srv/g"\n'
                             '[libvirt]\ndomain_type = "kvm"\n[lifecycle]\ngrace_seconds = 45\n'
-                            'reap_interval_seconds = 2\n' + TLS)
+                            'reap_interval_seconds = 2\nconsole_keep_seconds = 0\n' + TLS)
     assert config.listen == "0.0.0.0:9000" and config.state_dir == Path("/srv/g")
     assert config.domain_type == "kvm" and config.grace_seconds == 45 and config.reap_interval_seconds == 2.0
     assert config.tls.ca == Path("/pki/ca.pem") and not config.tls.insecure
     assert config.overlay_dir == Path("/srv/g/overlays")
+    assert config.console_keep_seconds == 0.0 and AgentConfig().console_keep_seconds == 3 * 86400
 
 
 @pytest.mark.parametrize("text,says", [
@@ -47,6 +48,9 @@ def test_full_config_is_read(tmp_path):
     ('[network]\nattach = "bridge:br0;rm"\n' + TLS, "network.attach 'bridge:br0;rm' must be none, ethernet"),
     ('[disk]\nvolunteer_weight = 5\n' + TLS, "disk.volunteer_weight must be within 100..1000"),
     ('[metrics]\nlisten = "nowhere"\n' + TLS, "metrics.listen 'nowhere' must be HOST:PORT"),
+    ('[lifecycle]\nconsole_keep_seconds = -1\n' + TLS, "console_keep_seconds must be within 0..31622400"),
+    ('[lifecycle]\nconsole_keep_seconds = nan\n' + TLS, "console_keep_seconds must be within"),
+    ('[lifecycle]\nconsole_keep_seconds = inf\n' + TLS, "console_keep_seconds must be within"),
 ])
 def test_bad_config_is_refused_with_a_clear_message(tmp_path, text, says):
     with pytest.raises(ConfigError) as err:

@@ -8,7 +8,7 @@ import pytest
 
 from gleaner_common.ids import MAX_WORK_AGE_SECONDS
 from nodeagent.host.workchannel import (NOISY_BYTES, SILENT, TAIL_BYTES, WorkState, channel_path,
-                                        last_statement, read_work_state, remove_channel)
+                                        last_statement, read_work_state)
 
 
 @pytest.mark.parametrize("tail, whole, said", [
@@ -61,19 +61,6 @@ def test_a_symlink_is_not_followed(tmp_path):
     secret.write_bytes(b"busy 1\n")
     channel_path(tmp_path, "vm1").symlink_to(secret)
     assert read_work_state(channel_path(tmp_path, "vm1"), 2e9) is SILENT
-
-
-def test_remove_channel_takes_the_rotated_copies_and_nothing_else(tmp_path):
-    keep = [tmp_path / "vm1.log", tmp_path / "vm10.work", tmp_path / "vm1.work.x", tmp_path / "vm1.work.1x"]
-    gone = [tmp_path / "vm1.work", tmp_path / "vm1.work.0", tmp_path / "vm1.work.2", tmp_path / "vm1.work.12"]
-    for path in keep + gone:
-        path.write_bytes(b"idle\n")
-    (tmp_path / "vm2.work.3").mkdir()   # not a file: left, and no error
-    remove_channel(tmp_path, "vm1")
-    remove_channel(tmp_path, "vm1")   # twice: nothing left to remove is no error
-    remove_channel(tmp_path, "vm2")
-    assert [p.exists() for p in keep] == [True] * 4 and [p.exists() for p in gone] == [False] * 4
-    assert (tmp_path / "vm2.work.3").is_dir()
 
 
 def test_what_is_not_a_regular_file_says_nothing_and_never_blocks(tmp_path):
