@@ -589,10 +589,46 @@ class Ledger:
     def note_cpu(self, report: ReportLike, now: float) -> list[Effect]:
         """The part of a report idle_first reads (each VM's CPU and what its guest says), without
         the rest: the simulator gives it when a VM turns idle or busy between the reports that
-        carry the node's load. Its effects: the VMs it shows idle near the end of their life, recycled."""
-        if self._tracks_cpu and report.node_id in self.nodes:
-            return self._recycle_idle(self._note_cpu(report, now), now)
-        return []
+        carry the node's load (under the other policies, when one turns idle near the end of its
+        life). Its effects: the VMs it shows idle near the end of their life, recycled."""
+        if report.node_id not in self.nodes:
+            return []
+        return self._recycle_idle(self._note_cpu(report, now) if self._tracks_cpu else
+                                  self._idle_near_end(report, now), now)
+
+    def _may_recycle_idle(self, node_id: str, now: float) -> bool:
+        """Whether a backfill VM of the node may be in the last tenth of its longest life, where a
+        report showing it idle recycles it: from the node's view (its oldest victim's launch), one
+        comparison for most reports. A node whose view is to be rebuilt is looked at VM by VM."""
+        config = self.backfill
+        if not config.enabled:
+            return False
+        view = self._node_views.get(node_id)
+        if view is None or node_id in self._dirty:
+            return True
+        oldest = view.oldest_victim_at
+        return oldest is not None and recycles_when_idle(now - oldest, config.duration_seconds)
+
+    def _idle_near_end(self, report: ReportLike, now: float) -> list[Lease]:
+        """The running backfill VMs a report shows idle in the last tenth of their longest life,
+        by the rule idle_first's clock reads (_note_cpu): the guest's word, else the CPU figures."""
+        named = self._named_on.get(report.node_id)
+        if not named:
+            return []
+        duration = self.backfill.duration_seconds
+        vms = report.vms
+        backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
+        left = report.cpus - report.foreground_cpu_cores
+        idle = []
+        for vm in vms:
+            lease = named.get(vm.name)
+            if lease is None or lease.role != "backfill" or lease.state != "running" or \
+                    not recycles_when_idle(now - launch_time(lease), duration):
+                continue
+            said = vm.work_state
+            if said == "idle" or (not said and vm.cpu_sampled and _cpu_idle(vm, left, backfill_vcpus)):
+                idle.append(lease)
+        return idle
 
     def _recycle_idle(self, seen_idle: list[Lease], now: float) -> list[Effect]:
         """Stop the backfill VMs a report shows idle in the last tenth of their longest life
@@ -649,8 +685,7 @@ class Ledger:
             elif not vm.cpu_sampled:
                 continue   # no figure: the clock stands (not known at all: since the launch)
             else:
-                busy = vm.cpu_cores >= IDLE_CPU_CORES or left * vm.vcpus < IDLE_CPU_CORES * backfill_vcpus
-                if not busy:
+                if _cpu_idle(vm, left, backfill_vcpus):
                     since = IDLE
                 elif was is None:   # no figure before: it may have been busy since its launch
                     since = launch_time(lease)
@@ -1200,6 +1235,8 @@ class Ledger:
         node.backfill_cpu = backfill_cpu
         if self._tracks_cpu:
             effects += self._recycle_idle(self._note_cpu(report, now), now)
+        elif self._may_recycle_idle(node.node_id, now):
+            effects += self._recycle_idle(self._idle_near_end(report, now), now)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
@@ -1625,6 +1662,12 @@ def stop_event(lease: Lease) -> str:
     if lease.state in VICTIM:
         return "vm.preempted"
     return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
+
+
+def _cpu_idle(vm: ReportedVmLike, left: float, backfill_vcpus: int) -> bool:
+    """A backfill VM idle by its CPU figure: under IDLE_CPU_CORES, unless its share of what the
+    foreground `left` the node's `backfill_vcpus` (by vCPUs) is under that too (a starved VM)."""
+    return vm.cpu_cores < IDLE_CPU_CORES and left * vm.vcpus >= IDLE_CPU_CORES * backfill_vcpus
 
 
 def launch_time(lease: Lease) -> float:

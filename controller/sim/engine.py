@@ -58,9 +58,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
-                           LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
-from ..core.policy import BackfillConfig, Policy, Size
+from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, IDLE_CPU_CORES, VICTIM, Ask, Launch, Lease,
+                           Ledger, LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
+from ..core.policy import BackfillConfig, Policy, Size, recycles_when_idle
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, NodeGroup, OnDemandRequest
 
@@ -241,7 +241,7 @@ class BackfillWork(Protocol):
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
         IDLE_CPU_CORES), or its guest says something on the work channel, as its agent's next
-        report would show: asked only while the controller reads them (idle_first)."""
+        report would show (the engine passes on what its policy reads)."""
 
     def guest_channel(self) -> None:
         """Before the first event, with SimSettings.guest_work_channel: backfill guests say on the
@@ -602,8 +602,10 @@ class Simulation:
         self.work.start(self.at)
         if self.settings.guest_work_channel:
             self.work.guest_channel()
-        if backfill.termination_policy is Policy.IDLE_FIRST:
-            self.work.watch_cpu(self._cpu_changed)
+        # idle_first reads every turn of a VM's work; the other policies only a VM turning idle
+        # near the end of its life (recycled then)
+        self.work.watch_cpu(self._cpu_changed if backfill.termination_policy is Policy.IDLE_FIRST
+                            else self._idle_near_end)
         gc.freeze()
         try:
             with young_collections_every(GC_YOUNG_ALLOCATIONS):
@@ -851,6 +853,14 @@ class Simulation:
         if vm.node_id not in self.cpu_reports:
             self.cpu_reports.add(vm.node_id)
             self.at(self.now, self._cpu_report, vm.node_id)
+
+    def _idle_near_end(self, vm: SimVm) -> None:
+        """A VM's work turned, under a policy other than idle_first: its node reports only if the
+        VM turned idle in the last tenth of its longest life, which the ledger then recycles (the
+        same report at each turn would change nothing else these policies read)."""
+        if (vm.work_state == "idle" or (not vm.work_state and vm.cpu_cores < IDLE_CPU_CORES)) and \
+                recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
+            self._cpu_changed(vm)
 
     def _cpu_report(self, node_id: str) -> None:
         """Only the VMs' CPU and what their guests say: a whole report would also add a
