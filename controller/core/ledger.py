@@ -612,21 +612,23 @@ class Ledger:
     def _idle_near_end(self, report: ReportLike, now: float) -> list[Lease]:
         """The running backfill VMs a report shows idle in the last tenth of their longest life,
         by the rule idle_first's clock reads (_note_cpu): the guest's word, else the CPU figures."""
+        vms = report.vms
+        # first the VMs whose own word or figure is idle (in most reports none: done then)
+        quiet = [vm for vm in vms if vm.role == "backfill" and (vm.work_state == "idle" or (
+            not vm.work_state and vm.cpu_sampled and vm.cpu_cores < IDLE_CPU_CORES))]
         named = self._named_on.get(report.node_id)
-        if not named:
+        if not quiet or not named:
             return []
         duration = self.backfill.duration_seconds
-        vms = report.vms
         backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
         left = report.cpus - report.foreground_cpu_cores
         idle = []
-        for vm in vms:
+        for vm in quiet:
             lease = named.get(vm.name)
             if lease is None or lease.role != "backfill" or lease.state != "running" or \
                     not recycles_when_idle(now - launch_time(lease), duration):
                 continue
-            said = vm.work_state
-            if said == "idle" or (not said and vm.cpu_sampled and _cpu_idle(vm, left, backfill_vcpus)):
+            if vm.work_state == "idle" or _cpu_idle(vm, left, backfill_vcpus):
                 idle.append(lease)
         return idle
 
