@@ -596,22 +596,10 @@ class Ledger:
         return self._recycle_idle(self._note_cpu(report, now) if self._tracks_cpu else
                                   self._idle_near_end(report, now), now)
 
-    def _may_recycle_idle(self, node_id: str, now: float) -> bool:
-        """Whether a backfill VM of the node may be in the last tenth of its longest life, where a
-        report showing it idle recycles it: from the node's view (its oldest victim's launch), one
-        comparison for most reports. A node whose view is to be rebuilt is looked at VM by VM."""
-        config = self.backfill
-        if not config.enabled:
-            return False
-        view = self._node_views.get(node_id)
-        if view is None or node_id in self._dirty:
-            return True
-        oldest = view.oldest_victim_at
-        return oldest is not None and recycles_when_idle(now - oldest, config.duration_seconds)
-
     def _idle_near_end(self, report: ReportLike, now: float) -> list[Lease]:
         """The running backfill VMs a report shows idle in the last tenth of their longest life,
-        by the rule idle_first's clock reads (_note_cpu): the guest's word, else the CPU figures."""
+        by the rule idle_first's clock reads (_note_cpu): the guest's word, else the CPU figures.
+        For every report under the other policies: most show no VM idle, and cost one pass."""
         vms = report.vms
         # first the VMs whose own word or figure is idle (in most reports none: done then)
         quiet = [vm for vm in vms if vm.role == "backfill" and (vm.work_state == "idle" or (
@@ -1237,7 +1225,7 @@ class Ledger:
         node.backfill_cpu = backfill_cpu
         if self._tracks_cpu:
             effects += self._recycle_idle(self._note_cpu(report, now), now)
-        elif self._may_recycle_idle(node.node_id, now):
+        elif self._backfill.enabled:
             effects += self._recycle_idle(self._idle_near_end(report, now), now)
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
