@@ -778,9 +778,9 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
     return BackfillPlan(launches=tuple(launches), recycles=_recycles(pool, config.duration_seconds))
 
 
-# In the last tenth of its longest life, a backfill VM a report shows idle (idle_first's clock:
-# its guest's word, or its CPU) is recycled then: a worker between jobs loses nothing, where one
-# recycled at duration_seconds loses the job it runs at that moment.
+# In the last tenth of its longest life, a backfill VM a report shows idle (its guest's word, or
+# its CPU: the rule idle_first's clock reads) is recycled then, whatever the policy: a worker
+# between jobs loses nothing, where one recycled at duration_seconds loses the job it runs then.
 RECYCLE_IDLE_SHARE = 0.1
 
 
