@@ -356,6 +356,16 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["reserve_static"]["reserved_nodes"] == 4 and out["reserve_static"]["utilization_backfill"] == 0
     assert out["default"]["utilization_backfill"] > 0
     assert out["goals"]["wall_under_60_s"]["met"] is False   # not a month of 1,000 nodes
+    # the baseline: the same requests with backfill off; every entry's rejections against it
+    baseline = out["no_backfill"]
+    assert baseline["utilization_backfill"] == 0 and baseline["rejected_beyond_no_backfill"] == 0
+    for name in names:
+        assert out[name]["rejected_beyond_no_backfill"] == out[name]["rejected"] - baseline["rejected"], name
+        assert out[name]["on_demand_served_vs_no_backfill"] == \
+            round(out[name]["utilization_on_demand"] / baseline["utilization_on_demand"], 6), name
+    rejection = out["goals"]["no_rejection_due_to_backfill"]
+    assert rejection["beyond_no_backfill"] == out["default"]["rejected_beyond_no_backfill"]
+    assert rejection["met"] == (rejection["measured"] == 0 and rejection["beyond_no_backfill"] <= 0)
 
 
 def test_a_run_is_the_same_in_another_process(azure):
