@@ -13,7 +13,7 @@
   defining the domain, or between undefining it and deleting the overlay).
 * The console log of a domain that no longer exists, lifecycle.console_keep_seconds after its
   last line (host/logfiles.py), with anything else virtlogd kept for it; looked for at start-up,
-  then every tenth of that time, at most once a minute (console_sweep_seconds).
+  then every tenth of that time but at least once a minute (console_sweep_seconds).
 
 Stopped domains are listed only when libvirt reported an event since the last pass (or
 every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
@@ -32,7 +32,7 @@ from .domains import Domains
 from .host.domainxml import GleanerMetadata
 from .host.hypervisor import Hypervisor, HypervisorError
 from .host.images import delete_overlay, list_overlays
-from .host.logfiles import expired_files, remove_files
+from .host.logfiles import domain_files, expired_names, remove_files
 from .inventory import FULL_REFRESH_PASSES, Inventory
 from .validation import Role
 
@@ -42,8 +42,8 @@ NAMES_LOGGED = 10   # a sweep's log line names this many domains at most
 
 
 def console_sweep_seconds(config: AgentConfig) -> float:
-    """How often expired console logs are looked for: a tenth of the time they are kept, so one
-    outlives it by at most a tenth; at most once a minute, at least once a reap pass."""
+    """How often expired console logs are looked for: every tenth of the time they are kept (one
+    outlives it by at most a tenth), but at least once a minute and at most once a reap pass."""
     return max(min(config.console_keep_seconds / 10, CONSOLE_SWEEP_SECONDS), config.reap_interval_seconds)
 
 
@@ -138,19 +138,34 @@ class Reaper:
     def _remove_expired_console_logs(self) -> list[str]:
         """Console logs (and whatever else virtlogd kept) of domains that no longer exist, once
         console_keep_seconds have passed since their last line. A domain that still exists
-        keeps its files however old (a stopped on-demand VM, a guest that has said nothing)."""
-        keep = self.config.console_keep_seconds
-        running = self.inventory.last_running_names()
-        removed = []
-        for name, paths in expired_files(self.config.console_dir, time.time(), keep).items():
-            if name in running:
-                continue
-            with self.domains.locks.hold(name, blocking=False) as free:
-                if free and self.hv.get_domain(name) is None:
-                    remove_files(paths)
-                    removed.append(name)
-        if removed:
-            log_event(log, "console.logs_expired", domains=len(removed), names=",".join(removed[:NAMES_LOGGED]),
-                      keep_s=keep, dir=str(self.config.console_dir),
-                      note="console logs of domains gone for longer than lifecycle.console_keep_seconds")
+        keeps its files however old (a stopped on-demand VM, a guest that has said nothing).
+        Under the domain's lock its files are read again: a launch of the same name since the
+        scan has written a fresh log, which stays."""
+        keep, console_dir = self.config.console_keep_seconds, self.config.console_dir
+        candidates = expired_names(console_dir, time.time(), keep)
+        if candidates:
+            running = self.inventory.last_running_names()
+            candidates = [n for n in candidates if n not in running]
+        if candidates:   # stopped domains keep theirs too: one listing rather than a lookup each
+            defined = {record.name for record in self.hv.list_domains(inactive_only=True)}
+            candidates = [n for n in candidates if n not in defined]
+        removed: list[str] = []
+        files = 0
+        try:
+            for name in candidates:
+                with self.domains.locks.hold(name, blocking=False) as free:
+                    if not free or self.hv.get_domain(name) is not None:
+                        continue
+                    cutoff = time.time() - keep
+                    found = domain_files(console_dir, name)
+                    if found and all(mtime < cutoff for _path, mtime in found):
+                        files += remove_files(path for path, _mtime in found)
+                        removed.append(name)
+        finally:   # libvirtd gone mid-sweep: what was removed is still said
+            if removed:
+                more = len(removed) - NAMES_LOGGED
+                log_event(log, "console.logs_expired", domains=len(removed), files=files,
+                          names=",".join(removed[:NAMES_LOGGED]) + (f" and {more} more" if more > 0 else ""),
+                          keep_s=keep, dir=str(console_dir),
+                          note="console logs of domains gone for longer than lifecycle.console_keep_seconds")
         return [f"console:{name}" for name in removed]

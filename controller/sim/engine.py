@@ -60,7 +60,7 @@ import numpy as np
 
 from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, IDLE_CPU_CORES, VICTIM, Ask, Launch, Lease,
                            Ledger, LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
-from ..core.policy import BackfillConfig, Policy, Size, recycles_when_idle
+from ..core.policy import RECYCLE_IDLE_SHARE, BackfillConfig, Policy, Size, recycles_when_idle
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, NodeGroup, OnDemandRequest
 
@@ -228,6 +228,8 @@ class BackfillWork(Protocol):
     """What backfill VMs do, and how their work is counted: VM-level (VmLevelWork, the default)
     or task-level (controller/sim/jobs.py: jobs from a trace run inside backfill VMs)."""
 
+    turns_idle: bool   # its VMs may idle (then what watch_cpu is given is ever called)
+
     def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
         """Before the first event: `schedule(at, callback, arg)` puts its own events on the clock."""
 
@@ -260,6 +262,8 @@ class ReservePlanner(Protocol):
 class VmLevelWork:
     """Backfill work at VM level: a VM's work is its runtime x vCPUs; a preemption loses all of
     it (the ledger's vm.preempted event says how much)."""
+
+    turns_idle = False   # busy from launch to end
 
     def __init__(self) -> None:
         self.vm_seconds = 0.0
@@ -475,6 +479,17 @@ def young_collections_every(allocations: int) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*threshold)
+
+
+def last_tenth_at(launched: float, duration_seconds: int) -> float:
+    """The first instant at which a VM launched at `launched` counts as in the last tenth of its
+    life (recycles_when_idle), to the last bit: a sum in floats may round below it."""
+    at = launched + duration_seconds * (1.0 - RECYCLE_IDLE_SHARE)
+    while recycles_when_idle(math.nextafter(at, -math.inf) - launched, duration_seconds):
+        at = math.nextafter(at, -math.inf)
+    while not recycles_when_idle(at - launched, duration_seconds):
+        at = math.nextafter(at, math.inf)
+    return at
 
 
 def reason_group(reason: str) -> str:
@@ -751,6 +766,8 @@ class Simulation:
             else:
                 self.bf_alloc += vm.vcpus
                 self.work.vm_started(vm, self.now)
+                if self.work.turns_idle:
+                    self.at(last_tenth_at(self.now, self.ledger.backfill.duration_seconds), self._last_tenth, vm)
         self.apply(self.ledger.launch_done(lease.lease_id, True, "", self.now))
         request = self.by_lease.get(lease.lease_id)
         if request is not None and self.ledger.leases.get(lease.lease_id, lease).state == "running":
@@ -853,6 +870,13 @@ class Simulation:
         if vm.node_id not in self.cpu_reports:
             self.cpu_reports.add(vm.node_id)
             self.at(self.now, self._cpu_report, vm.node_id)
+
+    def _last_tenth(self, vm: SimVm) -> None:
+        """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
+        next report shows it idle there (an agent reports every few seconds), which recycles it."""
+        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and \
+                (vm.work_state == "idle" or (not vm.work_state and vm.cpu_cores < IDLE_CPU_CORES)):
+            self._cpu_changed(vm)
 
     def _idle_near_end(self, vm: SimVm) -> None:
         """A VM's work turned, under a policy other than idle_first: its node reports only if the

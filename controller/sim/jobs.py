@@ -48,6 +48,8 @@ class JobLevelWork(VmLevelWork):
     """BackfillWork where backfill VMs pull jobs from a shared queue (see the module's doc).
     The VM-level figures stay in the summary; the job figures are added beside them."""
 
+    turns_idle = True   # a worker with no job
+
     def __init__(self, jobs: Sequence[Job], vm_vcpus: int | None = None) -> None:
         super().__init__()
         ordered = sorted(jobs, key=lambda j: j.submit)   # stable: ties keep file order

@@ -7,21 +7,28 @@ stays for lifecycle.console_keep_seconds after virtlogd's last write: a guest's 
 kernel panic, a failed boot) are only there, and an admin may come back to them after a
 weekend. Then the reaper removes it; before, every domain ever launched left its log behind.
 
-Only regular files whose names are a domain's name and one of those endings are touched:
-anything else in the directory (a symlink, a directory, notes) was put there by hand.
+The directory is the agent's: every regular file named `VMNAME.log` or `VMNAME.work` (with a
+rotation number or not) counts as a domain's, whoever wrote it. Anything else (other names,
+symlinks, directories, FIFOs) is never touched.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from gleaner_common.ids import VM_NAME
+from gleaner_common.logs import log_event
+
+log = logging.getLogger(__name__)
+
 CONSOLE = "log"
 WORK = "work"
-# A VM name (gleaner_common.ids.VM_NAME), a kind, and virtlogd's rotation number if any
-_FILE = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9_-]{0,62})\.(?P<kind>log|work)(?:\.[0-9]{1,9})?")
+# A VM name, a kind, and virtlogd's rotation number if any
+_FILE = re.compile(rf"(?P<name>{VM_NAME.pattern})\.(?P<kind>{CONSOLE}|{WORK})(?:\.[0-9]{{1,9}})?")
 
 
 def console_path(console_dir: Path, name: str) -> Path:
@@ -29,42 +36,35 @@ def console_path(console_dir: Path, name: str) -> Path:
     return console_dir / f"{name}.{CONSOLE}"
 
 
-def remove_domain_files(console_dir: Path, name: str, kinds: Iterable[str]) -> None:
-    """Delete domain `name`'s files of these kinds (CONSOLE, WORK) with their rotated copies."""
-    wanted = set(kinds)
-    for path in _domain_files(console_dir, name):
-        if _FILE.fullmatch(path.name)["kind"] in wanted:
-            _unlink(path)
+def domain_files(console_dir: Path, name: str, kinds: Iterable[str] = (CONSOLE, WORK)
+                 ) -> list[tuple[Path, float]]:
+    """Domain `name`'s regular files of these kinds, with their rotated copies: (path, mtime)."""
+    found = []
+    for kind in kinds:
+        for path in console_dir.glob(f"{name}.{kind}*"):   # a name has no glob characters (VM_NAME)
+            match = _FILE.fullmatch(path.name)
+            if match is None or match["name"] != name:
+                continue
+            info = _regular(path)
+            if info is not None:
+                found.append((path, info.st_mtime))
+    return sorted(found)
 
 
-def expired_files(console_dir: Path, now: float, keep_seconds: float) -> dict[str, list[Path]]:
-    """Per domain name, its files when virtlogd last wrote any of them more than `keep_seconds`
-    before `now` (wall clock): the newest counts, so a log being rotated is never half taken."""
+def remove_domain_files(console_dir: Path, name: str, kinds: Iterable[str]) -> int:
+    """Delete domain `name`'s files of these kinds (CONSOLE, WORK) with their rotated copies;
+    how many were deleted."""
+    return remove_files(path for path, _mtime in domain_files(console_dir, name, kinds))
+
+
+def expired_names(console_dir: Path, now: float, keep_seconds: float) -> list[str]:
+    """The domain names whose files virtlogd last wrote more than `keep_seconds` before `now`
+    (wall clock): the newest file counts, so a log being rotated is never half taken."""
     newest: dict[str, float] = {}
-    files: dict[str, list[Path]] = {}
-    for name, path, info in _scan(console_dir):
-        files.setdefault(name, []).append(path)
-        newest[name] = max(newest.get(name, info.st_mtime), info.st_mtime)
-    cutoff = now - keep_seconds
-    return {name: sorted(paths) for name, paths in sorted(files.items()) if newest[name] < cutoff}
-
-
-def remove_files(paths: Iterable[Path]) -> int:
-    """Delete these files (gone already is no error); how many were deleted."""
-    return sum(_unlink(path) for path in paths)
-
-
-def _domain_files(console_dir: Path, name: str) -> list[Path]:
-    return [path for file_name, path, _info in _scan(console_dir) if file_name == name]
-
-
-def _scan(console_dir: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
-    """(domain name, path, lstat) of each regular file of ours in the directory."""
     try:
         entries = list(os.scandir(console_dir))
     except OSError:
         return []
-    found = []
     for entry in entries:
         match = _FILE.fullmatch(entry.name)
         if match is None:
@@ -74,13 +74,30 @@ def _scan(console_dir: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
         except OSError:   # removed meanwhile
             continue
         if stat.S_ISREG(info.st_mode):
-            found.append((match["name"], Path(entry.path), info))
-    return found
+            name = match["name"]
+            newest[name] = max(newest.get(name, info.st_mtime), info.st_mtime)
+    cutoff = now - keep_seconds
+    return sorted(name for name, mtime in newest.items() if mtime < cutoff)
 
 
-def _unlink(path: Path) -> bool:
+def remove_files(paths: Iterable[Path]) -> int:
+    """Delete these files; how many were deleted. One already gone is no error; one that cannot
+    be deleted (permissions, a read-only filesystem) is logged and left."""
+    removed = 0
+    for path in paths:
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log_event(log, "console.remove_failed", logging.WARNING, path=str(path), error=str(exc))
+    return removed
+
+
+def _regular(path: Path) -> os.stat_result | None:
     try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True
+        info = path.lstat()
+    except OSError:
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None

@@ -61,7 +61,8 @@ def test_an_ended_domains_console_log_is_kept_then_expires(test_env):
         assert (console / "fresh.log").exists()          # kept for its hour
         assert all(path.is_symlink() or path.exists() for path in by_hand) and secret.exists()
         [line] = expired_lines(agent)
-        assert "domains=3" in line and volunteer in line and foreground in line and "keep_s=3600" in line
+        assert "domains=3" in line and "files=3" in line and volunteer in line and foreground in line
+        assert "keep_s=3600" in line
 
         # Kept for no time: a log goes with its domain, and a stray one within a reap pass or two.
         agent.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from nodeagent.host.logfiles import CONSOLE, WORK, expired_files, remove_domain_files, remove_files
+from nodeagent.host.logfiles import CONSOLE, WORK, domain_files, expired_names, remove_domain_files, remove_files
 
 
 def make(path, age: float, now: float = 1e9) -> None:
@@ -38,11 +38,13 @@ def test_a_domains_files_expire_together_by_the_newest_one(tmp_path):
     make(tmp_path / "rotating.log", 10, now)
     make(tmp_path / "recent.log", 3500, now)
     make(tmp_path / "orphan.work.2", 4000, now)    # a work channel's copy left by a crash: expires too
-    assert expired_files(tmp_path, now, 3600) == {
-        "old": [tmp_path / "old.log", tmp_path / "old.log.0", tmp_path / "old.work.1"],
-        "orphan": [tmp_path / "orphan.work.2"]}
-    assert set(expired_files(tmp_path, now, 0)) == {"old", "orphan", "rotating", "recent"}
-    assert expired_files(tmp_path / "missing", now, 0) == {}   # no directory yet: nothing, no error
+    assert expired_names(tmp_path, now, 3600) == ["old", "orphan"]
+    assert expired_names(tmp_path, now, 0) == ["old", "orphan", "recent", "rotating"]
+    assert expired_names(tmp_path / "missing", now, 0) == []   # no directory yet: nothing, no error
+    assert domain_files(tmp_path, "old") == [(tmp_path / "old.log", now - 7200), (tmp_path / "old.log.0", now - 9000),
+                                             (tmp_path / "old.work.1", now - 8000)]
+    assert [p.name for p, _ in domain_files(tmp_path, "old", [WORK])] == ["old.work.1"]
+    assert domain_files(tmp_path, "ol") == []   # another name's files are not its own
 
 
 def test_what_was_put_there_by_hand_never_expires(tmp_path):
@@ -55,10 +57,17 @@ def test_what_was_put_there_by_hand_never_expires(tmp_path):
     for name in ("notes.txt", "UPPER CASE.log", "-dash.log", "vm.log.bak", "vm.txt.1", ".hidden.log"):
         make(tmp_path / name, 9999, now)
     os.utime(tmp_path / "dir.log", (now - 9999, now - 9999))
-    assert expired_files(tmp_path, now, 60) == {}
+    assert expired_names(tmp_path, now, 60) == []
+    assert domain_files(tmp_path, "link") == [] and domain_files(tmp_path, "dir") == []
 
 
-def test_remove_files_counts_what_it_deleted(tmp_path):
+def test_remove_files_counts_what_it_deleted_and_logs_what_it_could_not(tmp_path, caplog):
     make(tmp_path / "a.log", 0)
-    assert remove_files([tmp_path / "a.log", tmp_path / "b.log"]) == 1
+    make(tmp_path / "file", 0)
+    caplog.set_level("WARNING")
+    # gone already: no error; under a file (NotADirectoryError, as a read-only filesystem's
+    # error would be an OSError): logged and left, the rest still removed
+    assert remove_files([tmp_path / "b.log", tmp_path / "file" / "x.log", tmp_path / "a.log"]) == 1
     assert not (tmp_path / "a.log").exists()
+    [record] = [r for r in caplog.records if r.getMessage() == "console.remove_failed"]
+    assert "x.log" in str(record.__dict__)

@@ -340,7 +340,8 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["wall_s"] == out["default_vm_level"]["wall_s"] == min(out["wall_s_runs"]) and out["sim_events_per_s"] > 0
     assert len(out["wall_s_runs"]) == 2 and out["goals"]["wall_under_60_s"]["runs_s"] == out["wall_s_runs"]
     assert out["default_vm_level"]["job_lost_share"] is None and out["default"]["jobs_completed"] > 0
-    # the controller knows nothing of jobs: the same decisions either way
+    # the controller knows nothing of jobs but whether a worker idles, which changes nothing
+    # before the last tenth of a VM's life: the same decisions either way
     for key in ("utilization", "lost_work_share", "rejected", "preemptions"):
         assert out["default"][key] == out["default_vm_level"][key], key
     assert out["goals"]["lost_work_under_3_percent"]["measured"] == out["default"]["job_lost_share"]
@@ -460,3 +461,16 @@ def test_at_vm_level_idle_first_decides_as_most_recent(tmp_path):
             figures.pop(key)
     assert runs["most_recent"]["preemptions"] > 10
     assert runs["most_recent"] == runs["idle_first"] == runs["idle_first+work_channel=true"]
+
+
+def test_rejections_are_compared_with_the_baseline_only_over_the_same_span():
+    run = dict(rejected=10, utilization_on_demand=0.3, complete=True)
+    baseline = dict(rejected=4, utilization_on_demand=0.4, complete=True)
+    assert simulate_bench.against_baseline(run, baseline)["rejected_beyond_no_backfill"] == 6
+    assert simulate_bench.against_baseline(run, baseline)["on_demand_served_vs_no_backfill"] == 0.75
+    assert simulate_bench.against_baseline(run, dict(baseline, utilization_on_demand=0.0))[
+        "on_demand_served_vs_no_backfill"] is None
+    for stopped in (dict(run, complete=False), run):   # either run stopped early: no comparison
+        other = baseline if stopped is not run else dict(baseline, complete=False)
+        compared = simulate_bench.against_baseline(stopped, other)
+        assert compared["rejected_beyond_no_backfill"] is None and compared["on_demand_served_vs_no_backfill"] is None

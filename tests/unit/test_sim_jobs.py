@@ -3,13 +3,14 @@ stopped VM loses only its running jobs' progress. Small synthetic SWF files, wor
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 from controller.core.ledger import Lease, LedgerSettings
-from controller.core.policy import BackfillConfig, Policy
+from controller.core.policy import BackfillConfig, Policy, recycles_when_idle
 from controller.sim import cli, traces
-from controller.sim.engine import DAY, SimSettings, SimVm, Simulation
+from controller.sim.engine import DAY, SimSettings, SimVm, Simulation, last_tenth_at
 from controller.sim.jobs import JobLevelWork
 from controller.sim.traces import OnDemandRequest
 
@@ -313,6 +314,27 @@ def test_every_policy_recycles_a_worker_that_turns_idle_near_the_end_of_its_life
             figures = one_worker_recycled(jobs, policy, channel)
             assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2, \
                 (policy, channel, figures)
+
+
+def test_a_worker_idle_since_before_the_last_tenth_is_recycled_as_it_enters_it(tmp_path):
+    # Job 1 runs 10 to 810 s; the VM idles from 810 s, before its last tenth (from 910 s): its
+    # agent's next report after 910 s shows it idle there, so it is recycled then, and job 2
+    # (arriving at 950 s) runs whole on its successor. Were it left to its longest life (1,010 s)
+    # it would lose job 2's first 60 s.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(1, 0, 800, 1), (2, 940, 500, 1)]))
+    for policy in Policy:
+        for channel in (False, True):
+            figures = one_worker_recycled(jobs, policy, channel)
+            assert figures["backfill_job_seconds_lost"] == 0 and figures["backfill_jobs_completed"] == 2, \
+                (policy, channel, figures)
+
+
+def test_last_tenth_at_is_the_first_instant_in_it():
+    for launched in (0.0, 0.1, 1e6 + 0.1, 2591999.7, 123456.789):
+        for duration in (1, 1000, 604800, 86401):
+            at = last_tenth_at(launched, duration)
+            assert recycles_when_idle(at - launched, duration)
+            assert not recycles_when_idle(math.nextafter(at, -math.inf) - launched, duration)
 
 
 def test_with_the_work_channel_a_job_beside_a_running_one_makes_the_vm_look_no_younger(tmp_path):
