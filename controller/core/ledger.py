@@ -602,8 +602,7 @@ class Ledger:
         For every report under the other policies: most show no VM idle, and cost one pass."""
         vms = report.vms
         # first the VMs whose own word or figure is idle (in most reports none: done then)
-        quiet = [vm for vm in vms if vm.role == "backfill" and (vm.work_state == "idle" or (
-            not vm.work_state and vm.cpu_sampled and vm.cpu_cores < IDLE_CPU_CORES))]
+        quiet = [vm for vm in vms if vm.role == "backfill" and shows_idle(vm)]
         named = self._named_on.get(report.node_id)
         if not quiet or not named:
             return []
@@ -1652,6 +1651,12 @@ def stop_event(lease: Lease) -> str:
     if lease.state in VICTIM:
         return "vm.preempted"
     return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
+
+
+def shows_idle(vm: ReportedVmLike) -> bool:
+    """A VM idle by its own word (the work channel) or, if it said nothing, its own CPU figure
+    (before the node's load is weighed: _cpu_idle)."""
+    return vm.work_state == "idle" or (not vm.work_state and vm.cpu_sampled and vm.cpu_cores < IDLE_CPU_CORES)
 
 
 def _cpu_idle(vm: ReportedVmLike, left: float, backfill_vcpus: int) -> bool:

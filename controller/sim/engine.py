@@ -58,8 +58,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, IDLE_CPU_CORES, VICTIM, Ask, Launch, Lease,
-                           Ledger, LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write)
+from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
+                           LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write, shows_idle)
 from ..core.policy import RECYCLE_IDLE_SHARE, BackfillConfig, Policy, Size, recycles_when_idle
 from ..core.reserves import Hint, ReserveSettings
 from .traces import DemandSeries, NodeGroup, OnDemandRequest
@@ -874,16 +874,14 @@ class Simulation:
     def _last_tenth(self, vm: SimVm) -> None:
         """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
         next report shows it idle there (an agent reports every few seconds), which recycles it."""
-        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and \
-                (vm.work_state == "idle" or (not vm.work_state and vm.cpu_cores < IDLE_CPU_CORES)):
+        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and shows_idle(vm):
             self._cpu_changed(vm)
 
     def _idle_near_end(self, vm: SimVm) -> None:
         """A VM's work turned, under a policy other than idle_first: its node reports only if the
         VM turned idle in the last tenth of its longest life, which the ledger then recycles (the
         same report at each turn would change nothing else these policies read)."""
-        if (vm.work_state == "idle" or (not vm.work_state and vm.cpu_cores < IDLE_CPU_CORES)) and \
-                recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
+        if shows_idle(vm) and recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
             self._cpu_changed(vm)
 
     def _cpu_report(self, node_id: str) -> None:
