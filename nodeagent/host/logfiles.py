@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gleaner_common.ids import VM_NAME
@@ -42,12 +42,9 @@ def domain_files(console_dir: Path, name: str, kinds: Iterable[str] = (CONSOLE, 
     found = []
     for kind in kinds:
         for path in console_dir.glob(f"{name}.{kind}*"):   # a name has no glob characters (VM_NAME)
-            match = _FILE.fullmatch(path.name)
-            if match is None or match["name"] != name:
-                continue
-            info = _regular(path)
-            if info is not None:
-                found.append((path, info.st_mtime))
+            ours = _ours(path.name, path.lstat)
+            if ours is not None and ours[0] == name:
+                found.append((path, ours[1]))
     return sorted(found)
 
 
@@ -66,16 +63,10 @@ def expired_names(console_dir: Path, now: float, keep_seconds: float) -> list[st
     except OSError:
         return []
     for entry in entries:
-        match = _FILE.fullmatch(entry.name)
-        if match is None:
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:   # removed meanwhile
-            continue
-        if stat.S_ISREG(info.st_mode):
-            name = match["name"]
-            newest[name] = max(newest.get(name, info.st_mtime), info.st_mtime)
+        ours = _ours(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
+        if ours is not None:
+            name, mtime = ours
+            newest[name] = max(newest.get(name, mtime), mtime)
     cutoff = now - keep_seconds
     return sorted(name for name, mtime in newest.items() if mtime < cutoff)
 
@@ -95,9 +86,14 @@ def remove_files(paths: Iterable[Path]) -> int:
     return removed
 
 
-def _regular(path: Path) -> os.stat_result | None:
+def _ours(file_name: str, lstat: Callable[[], os.stat_result]) -> tuple[str, float] | None:
+    """(domain name, mtime) if `file_name` is a domain's file and a regular one (lstat: no
+    symlink followed), else None (also when it was removed meanwhile)."""
+    match = _FILE.fullmatch(file_name)
+    if match is None:
+        return None
     try:
-        info = path.lstat()
+        info = lstat()
     except OSError:
         return None
-    return info if stat.S_ISREG(info.st_mode) else None
+    return (match["name"], info.st_mtime) if stat.S_ISREG(info.st_mode) else None

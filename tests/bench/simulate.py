@@ -15,7 +15,8 @@ jobs of an HTC/HPC trace (--backfill-jobs, SDSC SP2 by default) stretched and ti
 figures of the same run (`lost_work_share`: a stopped VM loses its whole runtime x vCPUs, as the
 audit log counts it). The controller knows nothing of jobs but whether a worker idles: that
 changes its decisions only where a VM idles in the last tenth of its longest life (recycled
-then), and idle_first's order. Each setting runs the same requests and jobs through controller.sim.engine.Simulation:
+then), and idle_first's order. Each setting runs the same requests and jobs through
+controller.sim.engine.Simulation:
 
 - default: backfill enabled, everything else at the controller's defaults (BackfillConfig and
   ControllerConfig: most_recent, 1-vCPU 128-MiB backfill VMs, prediction on, no reserve);
@@ -35,9 +36,10 @@ then), and idle_first's order. Each setting runs the same requests and jobs thro
 
 What is timed: `wall_s` and `sim_events_per_s` are those of more runs of the default settings
 with VM-level work (`default_vm_level`: the controller's decisions alone, the run earlier
-sessions timed; its VMs never idle, so past 6.3 days it recycles none early), --timed-runs of them back to back (3 by default), the wall time of
-Simulation.run() (the event loop from the first report to the summary's figures): `wall_s` is
-their median (of an even count, the lower middle one), `wall_s_runs` every one, `default_vm_level` the median run's entry (the runs make
+sessions timed; its VMs never idle, so past 6.3 days it recycles none early), --timed-runs of
+them back to back (3 by default), the wall time of Simulation.run() (the event loop from the
+first report to the summary's figures): `wall_s` is their median (of an even count, the lower
+middle one), `wall_s_runs` every one, `default_vm_level` the median run's entry (the runs make
 the same decisions: only their times differ); reading the traces and stretching them are not
 timed. The task-level `default` has its own `wall_s` (its jobs' events come on top). Each entry has its own
 `wall_s`. With --jobs 2 the settings after the default run two at a time, so their wall times
