@@ -125,7 +125,8 @@ def test_volunteer_that_powers_off_by_itself_is_reaped_but_foreground_stays(agen
     for name in (vol, fg):  # pressed from outside the agent, as an admin or the guest might
         virsh("shutdown", name, "--mode", "acpi")
     wait_for(lambda: vol not in domain_names(), 30, f"the agent to reap {vol}")
-    assert not overlay_of(agent, vol).exists()
+    # the reaper undefines the domain, then deletes its files: the overlay goes a moment later
+    wait_for(lambda: not overlay_of(agent, vol).exists(), 5, f"the agent to delete {vol}'s overlay")
     wait_for(lambda: listed(stub)[fg].state == agent_pb2.DOMAIN_STATE_SHUTOFF, 30, f"{fg} to stop")
     assert overlay_of(agent, fg).exists()  # a foreground VM's disk is its owner's until terminated
     result = stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=fg))
