@@ -15,7 +15,7 @@ from gleaner_common.pki import TlsFiles
 from gleaner_common.rpc import channel_to
 from protos import agent_pb2, agent_pb2_grpc
 
-from .core.policy import VmRole
+from .core.records import VmRole
 
 AGENT_ROLES = {VmRole.ON_DEMAND: agent_pb2.ROLE_FOREGROUND, VmRole.BACKFILL: agent_pb2.ROLE_VOLUNTEER}
 OUTCOMES = {v: k.lower().removeprefix("termination_outcome_")

@@ -13,9 +13,9 @@ from gleaner_common import ids
 from gleaner_common.config import HOST_PORT
 from gleaner_common.ids import InvalidField, bounded
 
-from .core.ledger import Reserve
-from .core.policy import BackfillConfig, Policy
-from .core.reserves import ReserveError, ReserveSettings
+from .core.records import Reserve
+from .core.records import BackfillConfig, Policy
+from .core.reserve_settings import ReserveError, ReserveSettings
 
 MAX_VCPUS = 1024                      # one VM; no host we know of has more
 MAX_MEMORY_MIB = 16 * 2**20           # 16 TiB

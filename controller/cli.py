@@ -22,7 +22,7 @@ from gleaner_common.rpc import RunningServer, reload_on_sighup
 
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
-from .core.policy import BackfillConfig
+from .core.records import BackfillConfig
 from .server import build_server
 from .service import PoolService
 from .store import Store, StoreError

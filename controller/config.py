@@ -12,8 +12,8 @@ from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_t
                                    sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
-from .core.ledger import LedgerSettings
-from .core.reserves import ReserveError, ReserveSettings
+from .core.records import LedgerSettings
+from .core.reserve_settings import ReserveError, ReserveSettings
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from protos import controller_pb2, controller_pb2_grpc
 
 from . import checks
 from .config import ControllerConfig
-from .core.policy import BackfillConfig
+from .core.records import BackfillConfig
 from .service import AlreadyPlaced, LeaseNotFound, PoolService, RequestNotFound, RequestResult
 from .store import Lease, LeaseConflict, StoreError
 

@@ -32,10 +32,13 @@ from gleaner_common.logs import log_event
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig, ledger_settings
-from .core.ledger import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, Ledger, LeaseError,
-                          NodeState, RequestRecord, Reserve, Stop, Write, work)
-from .core.policy import BackfillConfig, NodeView, VmRole
-from .core.reserves import Hint, ReserveError, ReserveSettings, ReserveTarget, hint_in_hours, lead_warning, live_hints
+from .core.ledger import Ledger, NodeState
+from .core.records import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, LeaseError, RequestRecord, Reserve,
+                           Stop, Write, work)
+from .core.policy import NodeView
+from .core.records import BackfillConfig, VmRole
+from .core.reserves import ReserveTarget, lead_warning, live_hints
+from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .store import LeaseConflict, Store
 
 log = logging.getLogger(__name__)

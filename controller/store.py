@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.ledger import Audit, Lease, RequestRecord, Reserve, Write
-from .core.policy import BackfillConfig
-from .core.reserves import MAX_HINTS, DemandHistory, Hint
+from .core.records import Audit, Lease, RequestRecord, Reserve, Write
+from .core.records import BackfillConfig
+from .core.reserves import DemandHistory
+from .core.reserve_settings import MAX_HINTS, Hint
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema

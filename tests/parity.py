@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from controller.config import ControllerConfig, ledger_settings
-from controller.core.policy import BackfillConfig
+from controller.core.records import BackfillConfig
 from controller.sim.engine import DAY, Scripted, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
 

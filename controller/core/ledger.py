@@ -34,27 +34,26 @@ Request outcomes: pending -> placed | rejected | failed, or cancelled while queu
 from __future__ import annotations
 
 import weakref
-import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from .policy import (IDLE, BackfillConfig, Decision, NodeArrays, NodeView, Policy, Pool, Preempt, Reject, Size,
-                     VictimLadder, VmRole, VmView, _fitting, place_on_demand, plain_init, plan_backfill,
-                     recycles_when_idle, replace, room_after_transit, rows_where)
-from .reserves import (DemandHistory, Hint, PredictiveMode, ReserveSettings, ReserveTarget, late_hint_note,
-                       live_hints, may_wait, on_demand_share, plan_for_pool, reserve_target, validate_hint,
-                       wait_decision)
+from .policy import (IDLE, Decision, NodeArrays, NodeView, Pool, Preempt, Reject, VictimLadder, VmView, _fitting,
+                     place_on_demand, plan_backfill, recycles_when_idle, room_after_transit, rows_where)
+from .reserves import (DemandHistory, ReserveTarget, late_hint_note, live_hints, may_wait, on_demand_share,
+                       plan_for_pool, reserve_target, validate_hint, wait_decision)
+from .reserve_settings import Hint, PredictiveMode, ReserveSettings
 from .selection import BestFirst, Selection, node_potential_productivity, potential_productivity, select_volunteers
 from .selection_rows import RowValues, SelectionRows
+from .records import (BLANK_LEASE, DRAINED, HOLDS_ALL, HOLDS_MEMORY, IN_TRANSIT, NO_RESERVE, NOT_YET_LAUNCHED,
+                      REACTS, STOPS, TERMINAL, VICTIM, ZERO, Ask, Audit, BackfillConfig, Effect, Launch, Lease,
+                      LeaseError, LedgerSettings, Policy, ReportedVmLike, ReportLike, RequestRecord, Reserve, Size,
+                      Stop, VmRole, Write, launch_time, replace, stable_seed, stop_event, work)
 
-HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
-HOLDS_MEMORY = frozenset({"on_notice"})
-VICTIM = frozenset({"preempting", "on_notice"})
 # idle_first: a backfill VM using less CPU than this (cores, over the agent's last sample),
 # whatever its size, is idle: a worker between jobs (a CPU-bound job keeps a whole core busy; an
 # idle tiny guest under TCG uses about 0.01 core)
@@ -62,202 +61,9 @@ IDLE_CPU_CORES = 0.25
 # idle_first: a guest's "busy" clock (now - work_for_s) moves by report lag from one report to the
 # next; within this many seconds of the clock kept, the same spell goes on (its view stays as it is)
 GUEST_CLOCK_TOLERANCE_S = 2.0
-# A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
-# starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
-IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
-NOT_YET_LAUNCHED = frozenset({"starting", "waiting"})   # a report need not show their VM
-REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
-STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
-TERMINAL = frozenset({"ended", "failed"})
-LIVE = HOLDS_ALL | HOLDS_MEMORY
-ZERO = Size(0, 0)
 ROLES = {role.value: role for role in VmRole}   # VmRole(value), without the enum's lookup per call
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
 AUDIT_NODES = 50          # node ids an audit event lists at most
-DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
-# Audit events after which the backfill launcher runs at once (room was freed or a node came),
-# rather than at its next retry: the live controller and the simulator both read this.
-FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
-                         "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired",
-                         "vm.drained"})
-
-
-# -- records ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Lease:
-    lease_id: str
-    role: str                  # on_demand | backfill
-    node_id: str
-    vm_name: str
-    vcpus: int
-    memory_mib: int
-    image: str
-    owner: str
-    state: str
-    created_at: float
-    launched_at: float | None = None
-    ended_at: float | None = None
-    end_reason: str = ""
-    deadline: float | None = None   # when the state it is in gives up
-    request_id: str = ""            # on-demand: its request; a victim: the request it makes way for
-    ending: str = "ended"           # the terminal state a stop leads to (failed for an abandoned launch)
-
-    @property
-    def size(self) -> Size:
-        return Size(self.vcpus, self.memory_mib)
-
-    @property
-    def held(self) -> Size:
-        """What the lease holds on its node now."""
-        if self.state in HOLDS_ALL:
-            return self.size
-        if self.state in HOLDS_MEMORY:
-            return Size(0, self.memory_mib)
-        return ZERO
-
-
-BLANK_LEASE = Lease("", "", "", "", 0, 0, "", "", "", 0.0)   # every other field at its default
-
-
-@plain_init
-@dataclass(frozen=True)
-class RequestRecord:
-    request_id: str
-    vcpus: int
-    memory_mib: int
-    image: str
-    owner: str
-    outcome: str                 # pending | placed | rejected | failed | cancelled
-    lease_id: str | None
-    node_id: str
-    victims: tuple[str, ...]
-    reason: str
-    created_at: float
-    decided_ms: float
-    path: str = ""               # free | instant | after_victims | queued (waits for room) ("" when rejected)
-    wait_until: float | None = None  # queued: when its wait for room ends (rejected then, if still no room)
-
-
-@dataclass(frozen=True)
-class Reserve:
-    node_id: str                 # '*' for every node
-    vcpus: int = 0
-    memory_mib: int = 0
-    whole_node: bool = False
-
-
-NO_RESERVE = Reserve("")   # a node without a reserve: nothing kept from backfill
-
-
-@plain_init
-@dataclass(frozen=True)
-class Audit:
-    kind: str
-    node_id: str = ""
-    lease_id: str = ""
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-# -- effects ---------------------------------------------------------------------------------------
-
-@plain_init
-@dataclass(frozen=True)
-class Write:
-    """One transaction, applied before any effect that follows it."""
-    created: tuple[Lease, ...] = ()    # new leases: a plain insert (a clash is refused, never a replacement)
-    updated: tuple[Lease, ...] = ()
-    requests: tuple[RequestRecord, ...] = ()
-    events: tuple[Audit, ...] = ()
-    hints: tuple[Hint, ...] | None = None   # the reserves' hints now, replacing the stored ones (None: unchanged)
-    reserved: tuple[str, ...] | None = None  # the nodes kept free of backfill now (None: unchanged)
-
-    def __bool__(self) -> bool:
-        return bool(self.created or self.updated or self.requests or self.events or self.hints is not None
-                    or self.reserved is not None)
-
-
-@plain_init
-@dataclass(frozen=True)
-class Launch:
-    lease: Lease
-
-
-@plain_init
-@dataclass(frozen=True)
-class Stop:
-    lease: Lease
-    grace_seconds: int
-    force: bool = False
-    # Ask only once the Launch of the same batch has been answered. The instant path's victims:
-    # libvirt (9.0, QEMU) holds up defining a domain while another one's ACPI shutdown is under
-    # way, which made the on-demand VM wait the victim's whole shutdown. Measured: 1.3-2.5 s.
-    after_launch: bool = False
-
-
-Effect = Write | Launch | Stop
-
-
-# -- inputs ----------------------------------------------------------------------------------------
-
-class ReportedVmLike(Protocol):
-    name: str
-    lease_id: str
-    role: str
-    vcpus: int
-    memory_mib: int
-    launched_at: float
-    cpu_cores: float
-    cpu_sampled: bool   # cpu_cores was measured (an agent has no figure for a VM it has not sampled yet)
-    image: str
-    # What a backfill guest last said of its whole VM's work on its virtio-serial port: "" (nothing
-    # yet, or an older agent), "idle" or "busy" (a job started while none ran: the next one at once
-    # is a new "busy" too); work_for_s: seconds since it said so, timed by the agent
-    work_state: str
-    work_for_s: float
-
-
-class ReportLike(Protocol):
-    """An agent's report (the protobuf NodeReport has these attributes)."""
-    node_id: str
-    agent_address: str
-    cpus: int
-    memory_mib: int
-    foreground_cpu_cores: float
-    images: Sequence[str]
-    min_memory_mib: int
-    agent_version: str
-    vms: Sequence[ReportedVmLike]
-
-
-@plain_init
-@dataclass(frozen=True)
-class Ask:
-    """An on-demand request, already checked field by field."""
-    vcpus: int
-    memory_mib: int
-    image: str
-    owner: str
-    request_id: str
-
-
-@dataclass(frozen=True)
-class LedgerSettings:
-    vm_name_prefix: str = "gleaner-"
-    suspect_after: float = 6.0       # seconds without a report: suspect (nothing new placed there)
-    down_after: float = 20.0         # ... down: its running VMs are lost
-    lost_after: float = 10.0         # a running VM absent from its node's reports this long after launch is lost
-    lost_expiry: float = 86400.0     # a lost VM never seen again ends after this long
-    retire_seconds: float = 60.0     # reports may still show a VM this long after its lease ended
-    launch_timeout: float = 60.0     # from the launch call to the agent's answer
-    stop_timeout: float = 60.0       # beyond the grace or notice period
-    retry_seconds: float = 5.0       # between tries of a stop that failed
-    notice_seconds: int = 30         # a victim's notice period on the instant path
-    headroom_mib: int = 256          # node memory the instant path leaves free
-    prediction_window: int = 30
-    swap_threshold_cores: float = 0.5
-    churn_burst: int = 3
-    use_prediction: bool = True
 
 
 @dataclass
@@ -292,11 +98,6 @@ def shared_size(vcpus: int, memory_mib: int) -> Size:
             _SIZES.clear()
         size = _SIZES[(vcpus, memory_mib)] = Size(vcpus, memory_mib)
     return size
-
-
-def stable_seed(text: str) -> int:
-    """A seed that is the same in every process (str hash() is not)."""
-    return zlib.crc32(text.encode()) & 0xFFFF
 
 
 class _VmsByNode(Mapping):
@@ -369,15 +170,6 @@ class _NodeVms:
         return replace(bare, allocated=allocated, pinned=pinned,
                        newest_victim_at=newest, backfill_vcpus=self.backfill_vcpus, backfill_vms=self.backfill_vms,
                        on_demand_memory_mib=self.on_demand_memory, oldest_victim_at=oldest, victim_ladder=ladder)
-
-
-class LeaseError(ValueError):
-    """A call the books refuse: the lease is unknown, or in a state that forbids it."""
-
-    def __init__(self, field: str, message: str, not_found: bool = False) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.not_found = not_found
 
 
 # -- the ledger ------------------------------------------------------------------------------------
@@ -1643,16 +1435,6 @@ class Ledger:
         return p, (last[2], moved)
 
 
-STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"))
-
-
-def stop_event(lease: Lease) -> str:
-    """The audit event of a confirmed stop, by why it was stopped."""
-    if lease.state in VICTIM:
-        return "vm.preempted"
-    return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
-
-
 def shows_idle(vm: ReportedVmLike) -> bool:
     """A VM idle by its own word (the work channel) or, if it said nothing, its own CPU figure
     (before the node's load is weighed: _cpu_idle)."""
@@ -1665,11 +1447,3 @@ def _cpu_idle(vm: ReportedVmLike, left: float, backfill_vcpus: int) -> bool:
     return vm.cpu_cores < IDLE_CPU_CORES and left * vm.vcpus >= IDLE_CPU_CORES * backfill_vcpus
 
 
-def launch_time(lease: Lease) -> float:
-    """When its VM was launched (when the lease was made, if it has not been yet)."""
-    return lease.launched_at or lease.created_at
-
-
-def work(lease: Lease, now: float) -> float:
-    """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds."""
-    return max(now - launch_time(lease), 0.0) * lease.vcpus

@@ -7,87 +7,18 @@ simulation can reuse them.
 """
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import cached_property
 from operator import attrgetter
-from typing import Any
 
 import numpy as np
 
-
-def plain_init(cls: type) -> type:
-    """A frozen dataclass's __init__ that stores the fields straight into the instance's __dict__.
-    The __init__ dataclasses generates sets each field through object.__setattr__ (to get past
-    the frozen __setattr__), about twice as slow, and the books make several records per event
-    (Size, Write, Audit...). For records of plain fields: defaults and default factories, no
-    __post_init__, InitVar, keyword-only field, slots or hand-written __init__. Apply it above
-    @dataclass(frozen=True)."""
-    fields = dataclasses.fields(cls)
-    generated = getattr(cls.__init__, "__code__", None) is not None and cls.__init__.__code__.co_filename == "<string>"
-    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in fields) or \
-            len(fields) != len(cls.__dataclass_fields__) or not cls.__dataclass_params__.init or \
-            "__slots__" in cls.__dict__ or not generated or \
-            any(f.name in ("self", "values", "MISSING") or f.name.startswith(("_default_", "_factory_"))
-                for f in fields):   # names the generated code uses itself
-        raise TypeError(f"{cls.__name__}: plain_init takes plain fields only")
-    namespace: dict[str, Any] = {"MISSING": dataclasses.MISSING}
-    params, stores = [], []
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            namespace[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-            stores.append(f"    values[{f.name!r}] = {f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"_factory_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=MISSING")
-            stores.append(f"    values[{f.name!r}] = _factory_{f.name}() if {f.name} is MISSING else {f.name}")
-        else:
-            params.append(f.name)
-            stores.append(f"    values[{f.name!r}] = {f.name}")
-    source = f"def __init__(self, {', '.join(params)}):\n    values = self.__dict__\n" + "\n".join(stores) + "\n"
-    exec(source, namespace)   # as dataclasses itself makes __init__
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init
-    return cls
-
-
-class Policy(str, Enum):
-    MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
-    ANY = "any"                   # random order
-    LEAST_LOSS = "least_loss"     # fewest victims, then the least work lost (runtime x vCPUs)
-    IDLE_FIRST = "idle_first"     # idle backfill VMs first (guest's word or CPU figures), then the shortest busy
-
-
-class VmRole(str, Enum):
-    ON_DEMAND = "on_demand"
-    BACKFILL = "backfill"
-
-
-@plain_init
-@dataclass(frozen=True)
-class Size:
-    vcpus: int
-    memory_mib: int
-
-    def __add__(self, other: Size) -> Size:
-        return Size(self.vcpus + other.vcpus, self.memory_mib + other.memory_mib)
-
-    def __sub__(self, other: Size) -> Size:
-        return Size(self.vcpus - other.vcpus, self.memory_mib - other.memory_mib)
-
-    def fits_in(self, room: Size) -> bool:
-        return self.vcpus <= room.vcpus and self.memory_mib <= room.memory_mib
-
-
-ZERO = Size(0, 0)
+from .records import ZERO, BackfillConfig, Policy, Size, VmRole, plain_init, replace
 
 
 _launched_at = attrgetter("launched_at")
@@ -96,26 +27,6 @@ IDLE = math.inf   # VmView.busy_since of a VM last seen idle: no work at risk, h
 
 def _risk_clock(vm: VmView) -> float:
     return vm.launched_at if vm.busy_since is None else vm.busy_since
-
-
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-
-
-def replace(record: Any, **changes: Any) -> Any:
-    """dataclasses.replace for frozen records of plain fields (no __post_init__, every field in
-    __init__), such as NodeView and the ledger's Lease: a copy of the record's fields with these
-    changed, in a fraction of its time (the books replace one at every change)."""
-    cls = type(record)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
-    if not names.issuperset(changes):
-        raise TypeError(f"{cls.__name__} has no field {sorted(set(changes) - names)}")
-    copy = object.__new__(cls)
-    values = copy.__dict__
-    values.update(record.__dict__)
-    values.update(changes)
-    return copy
 
 
 @plain_init
@@ -701,31 +612,6 @@ def _infeasible_reason(pool: Pool, want: Size) -> str:
 
 
 # -- backfill -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class BackfillConfig:
-    enabled: bool = False
-    max_instances: int = 0            # 0: as many as fit
-    image: str = "tiny"
-    memory_mb: int = 128              # the tiny guest boots in 96 MiB; 128 leaves it room
-    vcpus: int = 1
-    duration_seconds: int = 604800
-    termination_policy: Policy = Policy.MOST_RECENT
-    retry_seconds: int = 300
-    grace_seconds: int = 10
-
-    @property
-    def size(self) -> Size:
-        return Size(self.vcpus, self.memory_mb)
-
-    def as_dict(self) -> dict:
-        """Plain values (the policy by name), for JSON, the store and protobuf."""
-        return {**dataclasses.asdict(self), "termination_policy": self.termination_policy.value}
-
-    @classmethod
-    def from_dict(cls, values: dict) -> BackfillConfig:
-        return cls(**{**values, "termination_policy": Policy(values["termination_policy"])})
-
 
 @plain_init
 @dataclass(frozen=True)

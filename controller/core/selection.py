@@ -15,7 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .policy import plain_init, rows_where
+from .policy import rows_where
+from .records import plain_init
 
 
 def moving_average(samples: np.ndarray, window: int) -> np.ndarray:

@@ -16,8 +16,9 @@ from gleaner_common.ids import InvalidField
 
 from .. import checks
 from ..config import ControllerConfig, ledger_settings, load_config
-from ..core.policy import BackfillConfig, Policy
-from ..core.reserves import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings, validate_hint
+from ..core.records import BackfillConfig, Policy
+from ..core.reserves import validate_hint
+from ..core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings
 from . import traces
 from .engine import DAY, SimSettings, Simulation
 from .jobs import JobLevelWork

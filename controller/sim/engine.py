@@ -58,10 +58,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..core.ledger import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, Ledger,
-                           LedgerSettings, LeaseError, RequestRecord, Reserve, Stop, Write, shows_idle)
-from ..core.policy import RECYCLE_IDLE_SHARE, BackfillConfig, Policy, Size, recycles_when_idle
-from ..core.reserves import Hint, ReserveSettings
+from ..core.ledger import Ledger, shows_idle
+from ..core.records import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, LeaseError,
+                            LedgerSettings, RequestRecord, Reserve, Stop, Write)
+from ..core.policy import RECYCLE_IDLE_SHARE, recycles_when_idle
+from ..core.records import BackfillConfig, Policy, Size
+from ..core.reserve_settings import Hint, ReserveSettings
 from .traces import DemandSeries, NodeGroup, OnDemandRequest
 
 HOUR = 3600.0

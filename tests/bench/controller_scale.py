@@ -109,8 +109,9 @@ import grpc
 
 from controller.cli import start_controller
 from controller.config import ControllerConfig
-from controller.core.ledger import stable_seed
-from controller.core.policy import Size, place_on_demand
+from controller.core.records import stable_seed
+from controller.core.policy import place_on_demand
+from controller.core.records import Size
 from controller.store import Lease, Store
 from gleaner_common import __version__
 from gleaner_common.config import TlsConfig

@@ -71,9 +71,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.config import ControllerConfig, ledger_settings
-from controller.core.ledger import Reserve
-from controller.core.policy import BackfillConfig, Policy
-from controller.core.reserves import HOUR, Hint, PredictiveMode, ReserveSettings
+from controller.core.records import Reserve
+from controller.core.records import BackfillConfig, Policy
+from controller.core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveSettings
 from controller.sim import traces
 from controller.sim.cli import jobs_at_load
 from controller.sim.engine import DAY, SimSettings, Simulation

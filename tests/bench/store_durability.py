@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from controller import store as store_module
-from controller.core.ledger import Audit, Lease, RequestRecord, Write
+from controller.core.records import Audit, Lease, RequestRecord, Write
 from controller.store import Store
 
 

@@ -19,7 +19,7 @@ import pytest
 from cryptography import x509
 
 from controller.agents import AgentCallFailed, AgentLinks
-from controller.core.policy import VmRole
+from controller.core.records import VmRole
 from gleaner_common import pki
 from gleaner_common.identity import Role, spiffe_uri
 from gleaner_common.pki import TlsFiles

@@ -11,7 +11,7 @@ from controller import checks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
 from controller.checks import SettingError, parse_backfill_setting
 from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main
-from controller.core.policy import BackfillConfig, Policy
+from controller.core.records import BackfillConfig, Policy
 from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, LeaseConflict, Reserve, Store, StoreError
 from gleaner_common.config import ConfigError, TlsConfig
 from gleaner_common.ids import InvalidField
@@ -353,7 +353,7 @@ def serve_three_nodes(tmp_path, reserves):
 
 def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(tmp_path, capsys):
     import json
-    from controller.core.reserves import PredictiveMode, ReserveSettings
+    from controller.core.reserve_settings import PredictiveMode, ReserveSettings
     from controller.gleanctl import EXIT_INVALID
     from controller.service import PoolService
     config, store, pool, server, target = serve_three_nodes(
@@ -389,7 +389,7 @@ def test_gleanctl_reserve_hints_round_trip_through_the_controller_and_its_store(
 
 
 def test_gleanctl_reserve_node_option_reaches_a_node_named_like_an_action(tmp_path, capsys):
-    from controller.core.reserves import ReserveSettings
+    from controller.core.reserve_settings import ReserveSettings
     from protos import controller_pb2
     config, store, pool, server, target = serve_three_nodes(tmp_path, ReserveSettings())
     pool.ingest(controller_pb2.NodeReport(node_id="set", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
@@ -413,7 +413,7 @@ def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_
     import dataclasses
     import logging
     import grpc
-    from controller.core.reserves import PredictiveMode, ReserveSettings
+    from controller.core.reserve_settings import PredictiveMode, ReserveSettings
     from controller.gleanctl import EXIT_INVALID
     from controller.service import PoolService
     from protos import controller_pb2, controller_pb2_grpc
@@ -468,7 +468,7 @@ def test_gleanctl_reserve_set_changes_settings_now_and_they_hold_until_the_file_
 
 
 def test_the_store_keeps_the_reserved_nodes_written_with_their_event(tmp_path):
-    from controller.core.ledger import Audit, Write
+    from controller.core.records import Audit, Write
     store = Store(tmp_path / "controller.sqlite3")
     assert store.reserved_nodes() == []
     store.apply(Write(events=(Audit("reserve.changed"),), reserved=("n1", "n3")))
@@ -480,7 +480,7 @@ def test_the_store_keeps_the_reserved_nodes_written_with_their_event(tmp_path):
 
 
 def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_field():
-    from controller.core.reserves import PredictiveMode
+    from controller.core.reserve_settings import PredictiveMode
     config = parse_config({"reserves": {"static_nodes": 3, "predictive": "day", "wait_seconds": 120,
                                         "drain": False}})
     assert config.reserves.static_nodes == 3 and config.reserves.predictive is PredictiveMode.DAY
@@ -498,7 +498,7 @@ def test_the_reserves_section_of_the_controller_config_is_checked_naming_the_fie
 def one_node_with_a_wait_window(tmp_path, listen: str):
     """An in-process pool (stand-in agents) with a one-hour wait window and node n1 of 2 vCPUs:
     (config, store, pool)."""
-    from controller.core.reserves import ReserveSettings
+    from controller.core.reserve_settings import ReserveSettings
     from controller.service import PoolService
     from protos import controller_pb2
     config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen=listen,

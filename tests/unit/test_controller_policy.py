@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from controller.core.policy import (IDLE, BackfillConfig, NodeView, Place, Policy, Pool, Preempt, Reject, Size, VmRole, VmView,
-                               _victim_cost, allocated, backfill_room, is_victim, choose_victims, place_on_demand, plan_backfill)
+from controller.core.policy import (IDLE, NodeView, Place, Pool, Preempt, Reject, VmView, _victim_cost, allocated,
+                                    backfill_room, choose_victims, is_victim, place_on_demand, plan_backfill)
+from controller.core.records import BackfillConfig, Policy, Size, VmRole
 from controller.core.selection import moving_average, potential_productivity, select_volunteers
 
 NOW = 1_000_000.0

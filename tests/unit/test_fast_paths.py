@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.agentproc import modules_loaded_by
-from controller.core.ledger import Ask, LedgerSettings
-from controller.core.policy import (IDLE, BackfillConfig, NodeArrays, NodeView, Place, Policy, Pool, Preempt, Reject,
-                                    Size, VmRole, VmView, _victim_cost, choose_victims, is_victim, place_on_demand,
-                                    plan_backfill)
+from controller.core.records import Ask, LedgerSettings
+from controller.core.policy import (IDLE, NodeArrays, NodeView, Place, Pool, Preempt, Reject, VmView,
+                                    _victim_cost, choose_victims, is_victim, place_on_demand, plan_backfill)
+from controller.core.records import BackfillConfig, Policy, Size, VmRole
 from controller.core.policy import _ascending
 from controller.core.selection import (BestFirst, _all_best_first, moving_average, node_potential_productivity,
                                       potential_productivity, select_volunteers)
@@ -420,7 +420,7 @@ def test_the_simulator_loads_no_grpc_sqlite_or_hypervisor_module():
 
 def test_a_record_made_by_plain_init_is_the_one_dataclass_makes():
     import dataclasses
-    from controller.core.policy import plain_init
+    from controller.core.records import plain_init
 
     def record():
         @dataclasses.dataclass(frozen=True)

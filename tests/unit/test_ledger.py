@@ -18,9 +18,11 @@ import pytest
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from controller.core.ledger import (GUEST_CLOCK_TOLERANCE_S, HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, Ledger,
-                                    LedgerSettings, LeaseError, Stop, Write, launch_time)
-from controller.core.policy import BackfillConfig, Policy, Size, VictimLadder, is_victim
+from controller.core.ledger import GUEST_CLOCK_TOLERANCE_S, Ledger
+from controller.core.records import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, LeaseError, LedgerSettings, Stop,
+                                     Write, launch_time)
+from controller.core.policy import VictimLadder, is_victim
+from controller.core.records import BackfillConfig, Policy, Size
 from controller.sim.engine import Store as SimStore
 
 NODES = {"n1": (2, 1024), "n2": (4, 2048)}

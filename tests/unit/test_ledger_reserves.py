@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core.ledger import Ask, Launch, Ledger, RequestRecord, Stop, Write
-from controller.core.policy import BackfillConfig
-from controller.core.reserves import Hint, ReserveError, ReserveSettings, plan_for_pool
+from controller.core.ledger import Ledger
+from controller.core.records import Ask, Launch, RequestRecord, Stop, Write
+from controller.core.records import BackfillConfig
+from controller.core.reserves import plan_for_pool
+from controller.core.reserve_settings import Hint, ReserveError, ReserveSettings
 
 from .test_ledger import BACKFILL, SETTINGS, Report, counter
 
@@ -293,7 +295,7 @@ def test_a_request_no_transit_could_make_room_for_is_still_rejected_at_once():
 
 
 def test_the_predictive_reserve_keeps_free_what_on_demand_used_in_the_same_slot_yesterday():
-    from controller.core.reserves import DAY, PredictiveMode
+    from controller.core.reserve_settings import DAY, PredictiveMode
     ledger = ledger_with(ReserveSettings(predictive=PredictiveMode.DAY, slot_seconds=6 * 3600, lead_seconds=60))
     effects = ledger.request(Ask(2, 1024, "tiny", "alice", "busy1"), T0)
     effects += ledger.request(Ask(2, 1024, "tiny", "alice", "busy2"), T0)

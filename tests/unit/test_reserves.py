@@ -14,12 +14,14 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.core.policy import NodeView, Pool, Size, VmRole, VmView
-from controller.core.reserves import (DAY, HOUR, MAX_HINTS, BackfillVm, DemandHistory, Hint, NodeLoad,
-                                      PredictiveMode, ReserveError, ReserveSettings, choose_reserved_nodes,
-                                      hint_in_hours, hinted_nodes, late_hint_note, lead_warning, live_hints, may_wait,
-                                      node_loads, on_demand_nodes, plan_for_pool, predicted_nodes, reserve_plan,
+from controller.core.policy import NodeView, Pool, VmView
+from controller.core.records import Size, VmRole
+from controller.core.reserves import (BackfillVm, DemandHistory, NodeLoad, choose_reserved_nodes, hinted_nodes,
+                                      late_hint_note, lead_warning, live_hints, may_wait, node_loads,
+                                      on_demand_nodes, plan_for_pool, predicted_nodes, reserve_plan,
                                       reserve_target, validate_hint, wait_decision)
+from controller.core.reserve_settings import (DAY, HOUR, MAX_HINTS, Hint, PredictiveMode, ReserveError,
+                                              ReserveSettings, hint_in_hours)
 
 NOW = 1_700_000_000.0   # 2023-11-14 22:13:20 UTC
 MIDNIGHT = NOW - NOW % DAY

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.core.ledger import LedgerSettings
-from controller.core.policy import BackfillConfig, Policy
+from controller.core.records import LedgerSettings
+from controller.core.records import BackfillConfig, Policy
 from controller.sim import cli, traces
 from controller.sim.engine import DAY, DeadlineChecks, SimSettings, Simulation, Timeline
 from controller.sim.progress import ProgressBar
@@ -384,7 +384,7 @@ def test_a_run_is_the_same_in_another_process(azure):
 def reserve_scenario(reserve_settings, hints=(), backfill=True) -> Simulation:
     """The pool full of on-demand VMs until 600 s (and backfill beside them with backfill on); a
     third request at 200 s finds no room."""
-    from controller.core.reserves import ReserveSettings
+    from controller.core.reserve_settings import ReserveSettings
     requests = [OnDemandRequest(100.0, 4, 2048, 500.0, "alice", "X1"),
                 OnDemandRequest(100.0, 4, 2048, 500.0, "alice", "X2"),
                 OnDemandRequest(200.0, 4, 2048, 100.0, "bob", "Y")]
@@ -396,7 +396,7 @@ def reserve_scenario(reserve_settings, hints=(), backfill=True) -> Simulation:
 
 
 def test_the_wait_window_turns_a_rejection_into_a_wait_in_the_simulator():
-    from controller.core.reserves import ReserveSettings
+    from controller.core.reserve_settings import ReserveSettings
     at_once = reserve_scenario(ReserveSettings()).run()["figures"]
     assert at_once["requests_rejected"] == 1 and at_once["requests_queued"] == 0
     waited = reserve_scenario(ReserveSettings(wait_seconds=900)).run()
@@ -410,7 +410,7 @@ def test_the_wait_window_turns_a_rejection_into_a_wait_in_the_simulator():
 
 
 def test_a_static_reserve_keeps_nodes_from_backfill_in_the_simulator():
-    from controller.core.reserves import Hint, ReserveSettings
+    from controller.core.reserve_settings import Hint, ReserveSettings
     free = reserve_scenario(ReserveSettings(), backfill=True).run()["figures"]
     kept = reserve_scenario(ReserveSettings(static_nodes=1), backfill=True).run()["figures"]
     assert kept["utilization_backfill"] < free["utilization_backfill"]

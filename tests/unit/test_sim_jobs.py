@@ -7,8 +7,9 @@ import math
 import random
 from pathlib import Path
 
-from controller.core.ledger import Lease, LedgerSettings
-from controller.core.policy import BackfillConfig, Policy, recycles_when_idle
+from controller.core.records import Lease, LedgerSettings
+from controller.core.policy import recycles_when_idle
+from controller.core.records import BackfillConfig, Policy
 from controller.sim import cli, traces
 from controller.sim.engine import DAY, SimSettings, SimVm, Simulation, last_tenth_at
 from controller.sim.jobs import JobLevelWork

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core.policy import BackfillConfig
+from controller.core.records import BackfillConfig
 from controller.sim.engine import Scripted, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
 from tests import parity
