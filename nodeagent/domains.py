@@ -27,6 +27,7 @@ from typing import Iterator
 
 from gleaner_common.ids import InvalidField
 from gleaner_common.logs import log_event
+from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
 from .crashpoints import crash_point
@@ -39,7 +40,7 @@ from .host.logfiles import CONSOLE, WORK, console_path, remove_domain_files
 from .host.workchannel import channel_path
 from .inventory import Inventory, ManagedDomain, managed_domain
 from .metrics import DomainInfo
-from .validation import LaunchSpec, Role, validate_grace
+from .validation import LaunchSpec, validate_grace
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
@@ -208,7 +209,7 @@ class Domains:
                                    disk=self.enforcement.disk_setting(spec.role), network=self.config.network_attach,
                                    agent_id=self.config.agent_id,
                                    work_channel=channel_path(self.config.console_dir, spec.name)
-                                   if spec.role is Role.VOLUNTEER else None)
+                                   if spec.role is PriorityClass.VOLUNTEER else None)
             self.hv.define(xml)
             defined = True
             steps.done("define")
@@ -241,7 +242,7 @@ class Domains:
 
     # -- class ------------------------------------------------------------------------------------
 
-    def set_class(self, name: str, cls: Role) -> ManagedDomain:
+    def set_class(self, name: str, cls: PriorityClass) -> ManagedDomain:
         """Promote or demote a domain: in its metadata (so it survives restarts) and its cgroup."""
         with self.locks.hold(name):
             record, meta = self.inventory.lookup(name)

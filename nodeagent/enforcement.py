@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from gleaner_common.logs import log_event
+from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
 from .events import Event, EventBus
@@ -25,7 +26,6 @@ from .inventory import Inventory
 from .metrics import DomainInfo
 from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares, net_cap
 from .priorityctl import PriorityController
-from .validation import Role
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Enforcement:
 
     # -- what a class means here --------------------------------------------------------------------
 
-    def disk_setting(self, cls: Role) -> DiskSetting:
+    def disk_setting(self, cls: PriorityClass) -> DiskSetting:
         return disk_setting(cls, self.disk_mechanism, self.config.disk_policy)
 
     def launch_shares(self) -> int:
@@ -87,7 +87,7 @@ class Enforcement:
         self._apply_cpu(name, info.priority_class)
         self._apply_net(name, info.priority_class, info.interfaces)
 
-    def apply_class(self, name: str, cls: Role, has_disk: bool, interfaces: tuple[str, ...]) -> None:
+    def apply_class(self, name: str, cls: PriorityClass, has_disk: bool, interfaces: tuple[str, ...]) -> None:
         """Put a running domain in `cls` on CPU, disk and network; called within changing_class()."""
         self.inventory.set_class(name, cls)
         self._apply_cpu(name, cls)
@@ -98,7 +98,7 @@ class Enforcement:
     def forget(self, name: str) -> None:
         self.priority.forget(name)
 
-    def _apply_cpu(self, name: str, cls: Role) -> None:
+    def _apply_cpu(self, name: str, cls: PriorityClass) -> None:
         """Apply a running domain's class now. A failure is logged, not fatal: libvirt's
         <shares> already holds the fallback weight, and the reconciler tries again."""
         try:
@@ -108,11 +108,11 @@ class Enforcement:
             return
         log_event(log, "priority.applied", domain=name, priority_class=cls.value, changes="; ".join(changes))
 
-    def _apply_disk(self, name: str, cls: Role) -> None:
+    def _apply_disk(self, name: str, cls: PriorityClass) -> None:
         want = self.disk_setting(cls)
         self.hv.set_disk_priority(name, DISK_TARGET, want.weight, want.total_bytes_sec, want.total_iops_sec)
 
-    def _apply_net(self, name: str, cls: Role, interfaces: tuple[str, ...]) -> list[str]:
+    def _apply_net(self, name: str, cls: PriorityClass, interfaces: tuple[str, ...]) -> list[str]:
         """Shape (volunteer) or unshape (foreground) the domain's taps; returns what changed."""
         cfg = self.config
         cap = net_cap(cls, cfg.network_volunteer_to_guest_bytes_per_second,
@@ -160,14 +160,14 @@ class Enforcement:
                 self.events.publish(Event("drift.corrected", name, "; ".join(changes), fields))
         return corrected
 
-    def _reconcile_cpu(self, name: str, cls: Role) -> list[str]:
+    def _reconcile_cpu(self, name: str, cls: PriorityClass) -> list[str]:
         try:
             return self.priority.apply(name, cls)
         except (OSError, ValueError) as exc:
             log_event(log, "priority.apply_failed", logging.WARNING, domain=name, error=str(exc))
             return []
 
-    def _reconcile_disk(self, name: str, cls: Role, have: tuple[int, int], weight: int | None) -> list[str]:
+    def _reconcile_disk(self, name: str, cls: PriorityClass, have: tuple[int, int], weight: int | None) -> list[str]:
         """Caps and the block-I/O weight are read from the live XML (no QEMU round trip) and put
         back if they drifted. A weight the XML does not show (None) is not judged."""
         want = self.disk_setting(cls)
@@ -194,5 +194,5 @@ class Enforcement:
 
     def guard_tick(self) -> None:
         volunteers = {n: i.priority_class for n, i in self.inventory.domain_info().items()
-                      if i.priority_class is Role.VOLUNTEER}
+                      if i.priority_class is PriorityClass.VOLUNTEER}
         self.priority.guard_tick(volunteers)

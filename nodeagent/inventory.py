@@ -20,13 +20,14 @@ from typing import Callable
 import psutil
 
 from gleaner_common.logs import log_event
+from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
 from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
 from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
 from .host.workchannel import SILENT, WorkState, channel_path, read_work_state
 from .metrics import DomainInfo
-from .validation import HostLimits, Role
+from .validation import HostLimits
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class NotManaged(PermissionError):
 class ManagedDomain:
     name: str
     uuid: str
-    role: Role
+    role: PriorityClass
     state: str
     vcpus: int
     memory_mib: int
@@ -58,7 +59,7 @@ class ManagedDomain:
     kernel_cmdline: str
     console_log: str
     cpuset: str = ""
-    priority_class: Role = Role.FOREGROUND
+    priority_class: PriorityClass = PriorityClass.FOREGROUND
     boosted: bool = False
     work: WorkState = SILENT   # what a backfill guest last said on its work channel
 
@@ -75,7 +76,7 @@ def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = 
 
 def guest_work(console_dir: Path, name: str, meta: GleanerMetadata) -> WorkState:
     """What a backfill domain's guest last said of its work (SILENT for on-demand domains)."""
-    if meta.role is not Role.VOLUNTEER:
+    if meta.role is not PriorityClass.VOLUNTEER:
         return SILENT
     return read_work_state(channel_path(console_dir, name), time.time())
 
@@ -248,7 +249,7 @@ class Inventory:
     def remember(self, name: str, info: DomainInfo) -> None:
         self._info[name] = info
 
-    def set_class(self, name: str, cls: Role) -> None:
+    def set_class(self, name: str, cls: PriorityClass) -> None:
         if name in self._info:
             self._info[name] = dataclasses.replace(self._info[name], priority_class=cls)
 

@@ -17,7 +17,8 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .validation import Role
+from gleaner_common.vocabulary import PriorityClass
+
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ class HostCounters:
 class DomainInfo:
     """What the agent knows of a running domain, beside its counters."""
 
-    role: Role
-    priority_class: Role
+    role: PriorityClass
+    priority_class: PriorityClass
     memory_mib: int
     interfaces: tuple[str, ...] = ()
 
@@ -70,8 +71,8 @@ class Sample:
 @dataclass(frozen=True)
 class DomainRates:
     name: str
-    role: Role
-    priority_class: Role
+    role: PriorityClass
+    priority_class: PriorityClass
     cpu_cores: float
     memory_bytes: int
     block_read_bytes_per_s: float
@@ -131,10 +132,10 @@ def snapshot(prev: Sample, cur: Sample, info: dict[str, DomainInfo], cpus: int) 
             net_tx_bytes_per_s=_rate(now.tx_bytes, before.tx_bytes, dt)))
     h0, h1 = prev.host, cur.host
     busy = min(_rate(h1.cpu_busy_seconds, h0.cpu_busy_seconds, dt), float(cpus))
-    volunteer_cpu = sum(d.cpu_cores for d in domains if d.priority_class is Role.VOLUNTEER)
+    volunteer_cpu = sum(d.cpu_cores for d in domains if d.priority_class is PriorityClass.VOLUNTEER)
     foreground_demand = max(busy - volunteer_cpu, 0.0)
     foreground_memory = sum(m.memory_mib * 2**20 for n, m in info.items()
-                            if m.priority_class is Role.FOREGROUND and n in cur.domains)
+                            if m.priority_class is PriorityClass.FOREGROUND and n in cur.domains)
     host = {
         "cpu_busy_cores": busy, "memory_total_bytes": h1.memory_total_bytes,
         "memory_available_bytes": h1.memory_available_bytes,

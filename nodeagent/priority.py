@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gleaner_common.vocabulary import PriorityClass
+
 from .host.cgroups import CgroupFacts, CpuSetting
-from .validation import Role
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,11 @@ class CpuWeights:
     use_cpu_idle: bool = True
 
 
-def cpu_setting(cls: Role, facts: CgroupFacts, weights: CpuWeights) -> CpuSetting:
+def cpu_setting(cls: PriorityClass, facts: CgroupFacts, weights: CpuWeights) -> CpuSetting:
     """Foreground: a normal weight. Volunteer: cpu.idle where the kernel has it (a waking
     foreground task then always preempts it), else the lowest weight."""
     v2 = facts.version == 2
-    if cls is Role.FOREGROUND:
+    if cls is PriorityClass.FOREGROUND:
         return CpuSetting(idle=False, weight=weights.foreground_v2 if v2 else weights.foreground_v1)
     return CpuSetting(idle=facts.cpu_idle and weights.use_cpu_idle,
                       weight=weights.volunteer_v2 if v2 else weights.volunteer_v1)
@@ -40,7 +41,7 @@ def launch_shares(facts: CgroupFacts, weights: CpuWeights) -> int:
     cpu.weight on v2). A volunteer's own class is applied the moment start returns. Starting
     at minimal weight would starve QEMU's start-up on a busy host: libvirt's start then
     blocks for minutes waiting on QEMU's monitor, or fails outright."""
-    return cpu_setting(Role.FOREGROUND, facts, weights).weight
+    return cpu_setting(PriorityClass.FOREGROUND, facts, weights).weight
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,8 @@ def disk_mechanism(scheduler: str) -> str:
     return "weights" if scheduler == "bfq" else "caps"
 
 
-def disk_setting(cls: Role, mechanism: str, policy: DiskPolicy) -> DiskSetting:
-    if cls is Role.FOREGROUND:
+def disk_setting(cls: PriorityClass, mechanism: str, policy: DiskPolicy) -> DiskSetting:
+    if cls is PriorityClass.FOREGROUND:
         return DiskSetting(policy.foreground_weight, 0, 0)  # foreground I/O is never capped
     if mechanism == "caps":
         return DiskSetting(policy.volunteer_weight, policy.volunteer_bytes_per_second, policy.volunteer_iops)
@@ -83,6 +84,6 @@ class NetCap:
     from_guest: int = 0
 
 
-def net_cap(cls: Role, to_guest: int, from_guest: int) -> NetCap:
+def net_cap(cls: PriorityClass, to_guest: int, from_guest: int) -> NetCap:
     """Foreground traffic is never shaped; volunteers get the configured caps."""
-    return NetCap() if cls is Role.FOREGROUND else NetCap(to_guest, from_guest)
+    return NetCap() if cls is PriorityClass.FOREGROUND else NetCap(to_guest, from_guest)

@@ -16,12 +16,12 @@ from collections import deque
 from pathlib import Path
 
 from gleaner_common.logs import log_event
+from gleaner_common.vocabulary import PriorityClass
 
 from .host import cgroups
 from .events import Event, EventBus
 from .guard import GuardAction, GuardConfig, Sample, at_risk, decide, to_sample, trim
 from .priority import CpuWeights, cpu_setting
-from .validation import Role
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +43,17 @@ class PriorityController:
         self._at_risk: set[str] = set()
         self._slow_tick_at = -math.inf             # monotonic time of the next step that samples every volunteer
 
-    def setting(self, cls: Role) -> cgroups.CpuSetting:
+    def setting(self, cls: PriorityClass) -> cgroups.CpuSetting:
         return cpu_setting(cls, self.facts, self.weights)
 
     def is_boosted(self, name: str) -> bool:
         with self._lock:
             return name in self._boosted
 
-    def effective_class(self, name: str, cls: Role) -> Role:
-        return Role.FOREGROUND if self.is_boosted(name) else cls
+    def effective_class(self, name: str, cls: PriorityClass) -> PriorityClass:
+        return PriorityClass.FOREGROUND if self.is_boosted(name) else cls
 
-    def apply(self, name: str, cls: Role) -> list[str]:
+    def apply(self, name: str, cls: PriorityClass) -> list[str]:
         """Put the domain's cgroup in the class's CPU setting; returns what changed."""
         group = self.groups.find(name)
         if group is None:
@@ -92,7 +92,7 @@ class PriorityController:
             busy = bool(self._boosted or self._at_risk)
         return self.guard.tick_seconds if busy else self.guard.idle_tick_seconds
 
-    def guard_tick(self, volunteers: dict[str, Role], now: float | None = None) -> None:
+    def guard_tick(self, volunteers: dict[str, PriorityClass], now: float | None = None) -> None:
         """One guard step over the running domains whose class is volunteer."""
         now = time.monotonic() if now is None else now
         slow_tick_due = now >= self._slow_tick_at

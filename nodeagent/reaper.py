@@ -26,6 +26,7 @@ import time
 from datetime import datetime, timezone
 
 from gleaner_common.logs import log_event
+from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
 from .domains import Domains
@@ -34,7 +35,6 @@ from .host.hypervisor import Hypervisor, HypervisorError
 from .host.images import delete_overlay, list_overlays
 from .host.logfiles import domain_files, expired_names, remove_files
 from .inventory import FULL_REFRESH_PASSES, Inventory
-from .validation import Role
 
 log = logging.getLogger(__name__)
 CONSOLE_SWEEP_SECONDS = 60.0
@@ -80,14 +80,14 @@ class Reaper:
         removed = []
         # cheap: few domains are ever off
         for record, meta in self.inventory.managed_records(inactive_only=True):
-            if record.active or (meta.role is not Role.VOLUNTEER and meta.started):
+            if record.active or (meta.role is not PriorityClass.VOLUNTEER and meta.started):
                 continue
             with self.domains.locks.hold(record.name, blocking=False) as free:
                 current = self.hv.get_domain(record.name) if free else None
                 if current is None or current.active:
                     continue
                 meta = self.inventory.ours(current)  # as it is now, under the lock
-                if meta is None or (meta.role is not Role.VOLUNTEER and meta.started):
+                if meta is None or (meta.role is not PriorityClass.VOLUNTEER and meta.started):
                     continue
                 if not meta.started and self._unfinished_launch_is_young(meta):
                     self._recheck = True  # a repeated launch may still finish it

@@ -17,16 +17,16 @@ import grpc
 from gleaner_common import __version__, identity
 from gleaner_common.logs import log_event
 from gleaner_common.rpc import channel_to
+from gleaner_common.vocabulary import role_of
 from protos import controller_pb2, controller_pb2_grpc
 
 from .config import AgentConfig
 from .host.images import list_images
 from .inventory import Inventory
 from .metrics import Sampler
-from .validation import MIN_MEMORY_MIB, Role
+from .validation import MIN_MEMORY_MIB
 
 log = logging.getLogger(__name__)
-CONTROLLER_ROLES = {Role.FOREGROUND: "on_demand", Role.VOLUNTEER: "backfill"}
 MAX_RETRY_SECONDS = 30.0
 # Every outbound call has a deadline: a report stream ends after this long and is opened anew.
 STREAM_SECONDS = 3600.0
@@ -59,7 +59,7 @@ class Reporter:
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
         for name, meta, shape in self.inventory.running():
             work = self.inventory.work_state(name, meta)
-            report.vms.add(name=name, lease_id=meta.lease_id, role=CONTROLLER_ROLES[meta.role], state="running",
+            report.vms.add(name=name, lease_id=meta.lease_id, role=role_of(meta.role).value, state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,
                            work_state=work.state, work_for_s=work.for_s)

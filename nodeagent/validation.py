@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
 
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
-
-
-class Role(str, Enum):
-    FOREGROUND = "foreground"
-    VOLUNTEER = "volunteer"
+from gleaner_common.vocabulary import PriorityClass
 
 
 # Kernel options are words of safe characters: no quotes, no shell or XML metacharacters.
@@ -33,7 +28,7 @@ class LaunchSpec:
     """A validated request to launch a domain."""
 
     name: str
-    role: Role
+    role: PriorityClass
     vcpus: int
     memory_mib: int
     image: str
@@ -46,9 +41,9 @@ def validate_name(name: str, field: str = "name") -> str:
     return ids.vm_name(name, field)
 
 
-def validate_role(role: str | Role | None) -> Role:
+def validate_role(role: str | PriorityClass | None) -> PriorityClass:
     try:
-        return Role(role)
+        return PriorityClass(role)
     except ValueError:
         raise InvalidField("role", f"must be 'foreground' or 'volunteer', not {role!r}") from None
 
@@ -112,7 +107,7 @@ def validate_grace(grace_seconds: int) -> int:
     return grace_seconds
 
 
-def validate_launch(name: str, role: str | Role | None, vcpus: int, memory_mib: int, image: str,
+def validate_launch(name: str, role: str | PriorityClass | None, vcpus: int, memory_mib: int, image: str,
                     kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "") -> LaunchSpec:
     """Check every field of a launch request; the first bad one raises InvalidField."""
     return LaunchSpec(

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gleaner_common.vocabulary import PriorityClass
+
 from .images import BootImage
 from ..priority import DiskSetting
-from ..validation import LaunchSpec, Role
+from ..validation import LaunchSpec
 
 NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"
@@ -29,13 +31,13 @@ def _q(tag: str) -> str:
 
 @dataclass(frozen=True)
 class GleanerMetadata:
-    role: Role
+    role: PriorityClass
     lease_id: str
     launched_at: datetime
     image: str
     kernel_cmdline: str
     overlay: str
-    priority_class: Role  # the role's class unless an admin promoted or demoted it
+    priority_class: PriorityClass  # the role's class unless an admin promoted or demoted it
     agent_id: str = "default"  # the agent that manages it
     # False from define until the launch has started the domain: a stopped domain still False
     # was never started (its agent died mid-launch). Domains defined before this flag existed
@@ -158,8 +160,8 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
         return (meta.findtext(_q(tag)) or "").strip()
 
     try:
-        role = Role(text("role"))
-        priority_class = Role(text("class") or role)
+        role = PriorityClass(text("role"))
+        priority_class = PriorityClass(text("class") or role)
         launched = datetime.fromisoformat(text("launched-at"))
     except ValueError:
         return None  # not ours in any useful sense: a hand-edited or foreign element

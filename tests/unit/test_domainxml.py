@@ -8,9 +8,10 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
+from gleaner_common.vocabulary import PriorityClass
 from nodeagent.host.domainxml import NAMESPACE, build_domain_xml, metadata_xml, read_metadata, read_shape
 from nodeagent.host.images import BootImage
-from nodeagent.validation import LaunchSpec, Role
+from nodeagent.validation import LaunchSpec
 
 KERNEL_IMAGE = BootImage("tiny", Path("/img/tiny/vmlinuz"), Path("/img/tiny/initrd.img"),
                          Path("/img/tiny/disk.qcow2"), "qcow2")
@@ -20,7 +21,7 @@ WHEN = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 specs = st.builds(
     LaunchSpec,
     name=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", fullmatch=True),
-    role=st.sampled_from(list(Role)),
+    role=st.sampled_from(list(PriorityClass)),
     vcpus=st.integers(1, 64),
     memory_mib=st.integers(32, 1 << 20),
     image=st.just("tiny"),
@@ -48,9 +49,9 @@ def test_metadata_and_shape_round_trip(spec):
 
 
 def test_metadata_element_round_trips_a_changed_class():
-    spec = LaunchSpec("vm1", Role.VOLUNTEER, 1, 128, "tiny")
+    spec = LaunchSpec("vm1", PriorityClass.VOLUNTEER, 1, 128, "tiny")
     meta = read_metadata(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c.log"), WHEN, cpu_shares=2))
-    promoted = dataclasses.replace(meta, priority_class=Role.FOREGROUND)
+    promoted = dataclasses.replace(meta, priority_class=PriorityClass.FOREGROUND)
     # libvirt's setMetadata takes the element unqualified and puts it in our namespace.
     element = metadata_xml(promoted)
     assert "xmlns" not in element
@@ -60,7 +61,7 @@ def test_metadata_element_round_trips_a_changed_class():
 
 
 def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
-    spec = LaunchSpec("vm1", Role.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog")
+    spec = LaunchSpec("vm1", PriorityClass.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog")
     root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "kvm", Path("/ov/vm1.qcow2"),
                                           Path("/c/vm1.log"), WHEN, cpu_shares=2))
     assert root.get("type") == "kvm"
@@ -71,7 +72,7 @@ def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
 
 
 def test_disk_image_boots_from_disk():
-    spec = LaunchSpec("vm2", Role.FOREGROUND, 2, 1024, "debian.qcow2")
+    spec = LaunchSpec("vm2", PriorityClass.FOREGROUND, 2, 1024, "debian.qcow2")
     root = ET.fromstring(build_domain_xml(spec, DISK_IMAGE, "qemu", Path("/ov/vm2.qcow2"), Path("/c/vm2.log"), WHEN,
                                           cpu_shares=1024))
     assert root.find("os/kernel") is None
@@ -92,7 +93,7 @@ def test_read_shape_understands_libvirt_memory_units():
 
 def test_network_attachment_and_tap_names():
     import xml.etree.ElementTree as ET
-    spec = LaunchSpec("vm3", Role.VOLUNTEER, 1, 128, "tiny")
+    spec = LaunchSpec("vm3", PriorityClass.VOLUNTEER, 1, 128, "tiny")
     for attach, kind, source in (("ethernet", "ethernet", None), ("bridge:br0", "bridge", ("bridge", "br0")),
                                  ("network:default", "network", ("network", "default"))):
         root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c.log"), WHEN, cpu_shares=2,
@@ -108,7 +109,7 @@ def test_network_attachment_and_tap_names():
 
 def test_read_shape_reads_the_block_io_weight_and_caps():
     from nodeagent.priority import DiskSetting
-    spec = LaunchSpec(name="w", role=Role.VOLUNTEER, vcpus=1, memory_mib=128, image="tiny")
+    spec = LaunchSpec(name="w", role=PriorityClass.VOLUNTEER, vcpus=1, memory_mib=128, image="tiny")
     xml = build_domain_xml(spec, KERNEL_IMAGE, "qemu", Path("/ov/w.qcow2"), Path("/console/w.log"), WHEN,
                            cpu_shares=1024, disk=DiskSetting(100, 20 * 2**20, 200))
     shape = read_shape(xml)
@@ -119,7 +120,7 @@ def test_read_shape_reads_the_block_io_weight_and_caps():
 
 
 def test_a_work_channel_is_a_file_backed_virtio_port_only_when_asked():
-    spec = LaunchSpec("vm3", Role.VOLUNTEER, 1, 128, "tiny")
+    spec = LaunchSpec("vm3", PriorityClass.VOLUNTEER, 1, 128, "tiny")
     root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2,
                                           work_channel=Path("/c/vm3.work")))
     (channel,) = root.findall("devices/channel")

@@ -5,9 +5,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from gleaner_common.vocabulary import PriorityClass
 from nodeagent.domains import spec_differences
 from nodeagent.inventory import ManagedDomain, choose_domain_type
-from nodeagent.validation import LaunchSpec, Role
+from nodeagent.validation import LaunchSpec
 
 
 @pytest.mark.parametrize("configured,usable,chosen", [
@@ -18,19 +19,19 @@ def test_auto_picks_kvm_only_when_usable(configured, usable, chosen):
 
 
 def domain(**changes) -> ManagedDomain:
-    base = dict(name="vm", uuid="u", role=Role.VOLUNTEER, state="running", vcpus=1, memory_mib=128,
+    base = dict(name="vm", uuid="u", role=PriorityClass.VOLUNTEER, state="running", vcpus=1, memory_mib=128,
                 launched_at=datetime.now(timezone.utc), lease_id="L1", cpu_time_ns=5, image="tiny",
                 kernel_cmdline="gleaner.workload=hog", console_log="/c/vm.log")
     return ManagedDomain(**{**base, **changes})
 
 
 def test_same_spec_has_no_differences_whatever_the_runtime_state():
-    spec = LaunchSpec("vm", Role.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog", "L1")
+    spec = LaunchSpec("vm", PriorityClass.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=hog", "L1")
     assert spec_differences(domain(state="shutoff", cpu_time_ns=99), spec) == []
 
 
 def test_differences_are_named_in_plain_words():
-    spec = LaunchSpec("vm", Role.FOREGROUND, 2, 128, "tiny", "gleaner.workload=hog", "L2")
+    spec = LaunchSpec("vm", PriorityClass.FOREGROUND, 2, 128, "tiny", "gleaner.workload=hog", "L2")
     assert spec_differences(domain(), spec) == [
         "role is 'volunteer', not 'foreground'", "vcpus is 1, not 2", "lease_id is 'L1', not 'L2'"]
 
@@ -74,8 +75,8 @@ def test_a_reconcile_pass_publishes_one_drift_event_per_domain_with_all_its_chan
     from nodeagent.host.domainxml import DomainShape, GleanerMetadata
 
     def meta(overlay: str) -> GleanerMetadata:
-        return GleanerMetadata(role=Role.VOLUNTEER, lease_id="", launched_at=datetime.now(timezone.utc),
-                               image="tiny", kernel_cmdline="", overlay=overlay, priority_class=Role.VOLUNTEER)
+        return GleanerMetadata(role=PriorityClass.VOLUNTEER, lease_id="", launched_at=datetime.now(timezone.utc),
+                               image="tiny", kernel_cmdline="", overlay=overlay, priority_class=PriorityClass.VOLUNTEER)
     config = AgentConfig(state_dir=tmp_path)
     config.overlay_dir.mkdir(parents=True)
     uncapped = DomainShape(vcpus=1, memory_mib=128, console_log="", cpuset="", disk_caps=(0, 0))

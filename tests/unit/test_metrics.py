@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from gleaner_common.vocabulary import PriorityClass
 from nodeagent.metrics import DomainCounters, DomainInfo, HostCounters, Sample, snapshot
-from nodeagent.validation import Role
 
 GIB = 2**30
 
@@ -15,9 +15,9 @@ def host(busy_s: float, agent_s: float = 0.0, disk_read: int = 0) -> HostCounter
                         net_rx_bytes=0, net_tx_bytes=0, agent_cpu_seconds=agent_s)
 
 
-INFO = {"fg": DomainInfo(Role.FOREGROUND, Role.FOREGROUND, 2048),
-        "vol": DomainInfo(Role.VOLUNTEER, Role.VOLUNTEER, 1024),
-        "promoted": DomainInfo(Role.VOLUNTEER, Role.FOREGROUND, 512)}
+INFO = {"fg": DomainInfo(PriorityClass.FOREGROUND, PriorityClass.FOREGROUND, 2048),
+        "vol": DomainInfo(PriorityClass.VOLUNTEER, PriorityClass.VOLUNTEER, 1024),
+        "promoted": DomainInfo(PriorityClass.VOLUNTEER, PriorityClass.FOREGROUND, 512)}
 
 
 def test_rates_and_residual_capacity():

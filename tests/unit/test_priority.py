@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from gleaner_common.vocabulary import PriorityClass
 from nodeagent.host import cgroups
 from nodeagent.guard import GuardAction, GuardConfig, at_risk, decide, to_sample, trim, window
 from nodeagent.priority import CpuWeights, cpu_setting
-from nodeagent.validation import Role
 
 
 def fake_domain_cgroup(root: Path, version: int, name: str, idle_file: bool = True) -> Path:
@@ -48,8 +48,8 @@ def test_systemd_scope_names_are_understood(tmp_path):
 def test_volunteer_goes_idle_without_touching_the_weight_and_back(tmp_path, version, weight_file, normal):
     group = fake_domain_cgroup(tmp_path, version, "vm")
     facts = cgroups.CgroupFacts(version=version, cpu_idle=True)
-    volunteer = cpu_setting(Role.VOLUNTEER, facts, CpuWeights())
-    foreground = cpu_setting(Role.FOREGROUND, facts, CpuWeights())
+    volunteer = cpu_setting(PriorityClass.VOLUNTEER, facts, CpuWeights())
+    foreground = cpu_setting(PriorityClass.FOREGROUND, facts, CpuWeights())
     (group / weight_file).write_text("77\n")
     assert cgroups.apply_cpu(group, version, volunteer) == ["cpu.idle 0 -> 1"]
     assert (group / weight_file).read_text() == "77\n"  # the kernel would refuse a write now
@@ -64,7 +64,7 @@ def test_without_cpu_idle_volunteers_get_the_lowest_weight(tmp_path, version, we
     group = fake_domain_cgroup(tmp_path, version, "vm", idle_file=False)
     facts = cgroups.detect(tmp_path)
     assert facts == cgroups.CgroupFacts(version=version, cpu_idle=False)
-    setting = cpu_setting(Role.VOLUNTEER, facts, CpuWeights())
+    setting = cpu_setting(PriorityClass.VOLUNTEER, facts, CpuWeights())
     assert setting == cgroups.CpuSetting(idle=False, weight=lowest)
     assert cgroups.apply_cpu(group, version, setting) == [f"{weight_file} {'1024' if version == 1 else '100'} -> {lowest}"]
     assert not (group / "cpu.idle").exists()
@@ -72,7 +72,7 @@ def test_without_cpu_idle_volunteers_get_the_lowest_weight(tmp_path, version, we
 
 def test_cpu_idle_can_be_turned_off_by_configuration():
     facts = cgroups.CgroupFacts(version=1, cpu_idle=True)
-    assert cpu_setting(Role.VOLUNTEER, facts, CpuWeights(use_cpu_idle=False)) == cgroups.CpuSetting(False, 2)
+    assert cpu_setting(PriorityClass.VOLUNTEER, facts, CpuWeights(use_cpu_idle=False)) == cgroups.CpuSetting(False, 2)
 
 
 # -- the starvation guard -------------------------------------------------------------------
@@ -228,9 +228,9 @@ def test_the_guard_reads_calm_volunteers_at_its_slow_tick_only(tmp_path):
     try:
         for step in range(241):   # 60 s of fast ticks
             now = step * 0.25
-            volunteers = {"hungry": Role.VOLUNTEER, "fed": Role.VOLUNTEER}
+            volunteers = {"hungry": PriorityClass.VOLUNTEER, "fed": PriorityClass.VOLUNTEER}
             if now >= 30:
-                volunteers["late"] = Role.VOLUNTEER
+                volunteers["late"] = PriorityClass.VOLUNTEER
             for name, path in schedstat.items():
                 path.write_text(f"{used[name][0]} {used[name][1]} 1\n")
             ctl.guard_tick(volunteers, now)
@@ -242,7 +242,7 @@ def test_the_guard_reads_calm_volunteers_at_its_slow_tick_only(tmp_path):
         assert reads["fed"] == 61 and reads["late"] == 31   # once a second (late: from 30 s)
         assert reads["hungry"] > 150                        # watched most of the time
         assert 0 < raised_ticks < 120   # raised for its slices, not throughout
-        ctl.guard_tick({"fed": Role.VOLUNTEER}, 60.25)
+        ctl.guard_tick({"fed": PriorityClass.VOLUNTEER}, 60.25)
         assert "hungry" not in ctl._samples and "late" not in ctl._samples
     finally:
         cgroups.read_schedstat = real_read
@@ -326,15 +326,15 @@ def test_volunteers_are_weighted_under_bfq_and_capped_elsewhere():
     assert disk_mechanism("bfq") == "weights"
     assert {disk_mechanism(s) for s in ("mq-deadline", "kyber", "none", "unknown")} == {"caps"}
     for mechanism in ("weights", "caps"):
-        assert disk_setting(Role.FOREGROUND, mechanism, policy) == DiskSetting(900, 0, 0)  # never capped
-    assert disk_setting(Role.VOLUNTEER, "weights", policy) == DiskSetting(100, 0, 0)
-    assert disk_setting(Role.VOLUNTEER, "caps", policy) == DiskSetting(100, 10, 5)
+        assert disk_setting(PriorityClass.FOREGROUND, mechanism, policy) == DiskSetting(900, 0, 0)  # never capped
+    assert disk_setting(PriorityClass.VOLUNTEER, "weights", policy) == DiskSetting(100, 0, 0)
+    assert disk_setting(PriorityClass.VOLUNTEER, "caps", policy) == DiskSetting(100, 10, 5)
 
 
 def test_foreground_traffic_is_never_shaped():
     from nodeagent.priority import NetCap, net_cap
-    assert net_cap(Role.FOREGROUND, 100, 200) == NetCap(0, 0)
-    assert net_cap(Role.VOLUNTEER, 100, 200) == NetCap(100, 200)
+    assert net_cap(PriorityClass.FOREGROUND, 100, 200) == NetCap(0, 0)
+    assert net_cap(PriorityClass.VOLUNTEER, 100, 200) == NetCap(100, 200)
 
 
 def test_process_cpu_time_of_a_group(tmp_path):

@@ -5,16 +5,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+from gleaner_common.vocabulary import PriorityClass
 from nodeagent.host.workchannel import channel_path
 from nodeagent.inventory import guest_work
 from nodeagent.reporter import Reporter
-from nodeagent.validation import Role
 
 
 class Inventory:
     """Two running volunteers, as the agent's inventory lists them."""
 
-    def __init__(self, console_dir: Path | None = None, roles=(Role.VOLUNTEER, Role.VOLUNTEER)) -> None:
+    def __init__(self, console_dir: Path | None = None, roles=(PriorityClass.VOLUNTEER, PriorityClass.VOLUNTEER)) -> None:
         self.console_dir = console_dir or Path("/nonexistent")
         self.roles = roles
 
@@ -51,10 +51,11 @@ def test_a_backfill_guests_word_on_its_work_channel_is_reported_and_an_on_demand
     config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path)
     for name in ("sampled", "new"):
         channel_path(tmp_path, name).write_bytes(b"busy 1\nidle 1\nbusy 2\n")
-    report = Reporter(config, Inventory(tmp_path, (Role.VOLUNTEER, Role.FOREGROUND)), Sampler()).build()
+    report = Reporter(config, Inventory(tmp_path, (PriorityClass.VOLUNTEER, PriorityClass.FOREGROUND)), Sampler()).build()
     vms = {vm.name: vm for vm in report.vms}
     assert vms["sampled"].work_state == "busy" and 0 <= vms["sampled"].work_for_s < 60
     assert (vms["new"].role, vms["new"].work_state, vms["new"].work_for_s) == ("on_demand", "", 0.0)
+    assert vms["sampled"].role == "backfill"   # the wire speaks of roles; the metadata of classes
     channel_path(tmp_path, "sampled").unlink()
     report = Reporter(config, Inventory(tmp_path), Sampler()).build()
     assert [(vm.work_state, vm.work_for_s) for vm in report.vms] == [("", 0.0), ("busy", report.vms[1].work_for_s)]

@@ -9,7 +9,8 @@ from hypothesis import given, strategies as st
 
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
-from nodeagent.validation import HostLimits, Role, validate_cmdline, validate_launch, validate_lease_id, validate_name
+from gleaner_common.vocabulary import PriorityClass
+from nodeagent.validation import HostLimits, validate_cmdline, validate_launch, validate_lease_id, validate_name
 
 LIMITS = HostLimits(cpus=4, memory_mib=8192)
 XML_AND_PATH_CHARS = set("<>&'\"/\\\n\r\t;$`|*?")
@@ -52,7 +53,7 @@ def test_launch_validation_reports_the_first_bad_field():
     good = dict(name="vm1", role="volunteer", vcpus=2, memory_mib=512, image="tiny",
                 kernel_cmdline="  gleaner.workload=hog   quiet ", lease_id="lease-1")
     spec = validate_launch(**good, limits=LIMITS)
-    assert spec.role is Role.VOLUNTEER and spec.kernel_cmdline == "gleaner.workload=hog quiet"
+    assert spec.role is PriorityClass.VOLUNTEER and spec.kernel_cmdline == "gleaner.workload=hog quiet"
     for field, value in [("vcpus", 5), ("memory_mib", 8193), ("role", None), ("role", "batch"),
                          ("image", "a//b"), ("lease_id", "x" * 200)]:
         with pytest.raises(InvalidField) as err:
@@ -69,3 +70,11 @@ def test_good_lease_ids(lease):
 def test_error_messages_name_the_limit():
     with pytest.raises(InvalidField, match=re.escape("outside 1..4 (this host's CPUs)")):
         validate_launch("vm", "foreground", 9, 64, "tiny", "", "", LIMITS)
+
+
+def test_the_vocabulary_keeps_the_wire_values_and_pairs_each_role_with_its_class():
+    from gleaner_common.vocabulary import VmRole, class_of, role_of
+    assert [c.value for c in PriorityClass] == ["foreground", "volunteer"]
+    assert [r.value for r in VmRole] == ["on_demand", "backfill"]
+    assert class_of(VmRole.BACKFILL) is PriorityClass.VOLUNTEER and class_of("on_demand") is PriorityClass.FOREGROUND
+    assert all(role_of(class_of(role)) is role for role in VmRole)
