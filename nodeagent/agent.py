@@ -14,7 +14,7 @@ from .config import AgentConfig
 from .domains import Domains
 from .enforcement import Enforcement
 from .events import EventBus
-from .host.cgroups import CgroupFacts
+from .host.settings import CgroupFacts
 from .host.hypervisor import HostFacts, Hypervisor
 from .inventory import Inventory
 from .priorityctl import PriorityController

@@ -37,10 +37,11 @@ from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml
 from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
 from .host.logfiles import CONSOLE, WORK, console_path, remove_domain_files
+from .host.settings import LaunchSpec
 from .host.workchannel import channel_path
 from .inventory import Inventory, ManagedDomain, managed_domain
 from .metrics import DomainInfo
-from .validation import LaunchSpec, validate_grace
+from .validation import validate_grace
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05

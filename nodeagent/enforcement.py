@@ -24,7 +24,8 @@ from .host.domainxml import DISK_TARGET
 from .host.hypervisor import Hypervisor, HypervisorError
 from .inventory import Inventory
 from .metrics import DomainInfo
-from .priority import DiskSetting, disk_mechanism, disk_setting, launch_shares, net_cap
+from .host.settings import DiskSetting
+from .priority import disk_mechanism, disk_setting, launch_shares, net_cap
 from .priorityctl import PriorityController
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gleaner_common.vocabulary import PriorityClass
 
-from .host.cgroups import CgroupFacts, CpuSetting
+from .host.settings import CgroupFacts, CpuSetting, DiskSetting, NetCap
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,6 @@ class DiskPolicy:
     volunteer_iops: int = 200
 
 
-@dataclass(frozen=True)
-class DiskSetting:
-    weight: int
-    total_bytes_sec: int  # 0: uncapped
-    total_iops_sec: int   # 0: uncapped
-
-
 def disk_mechanism(scheduler: str) -> str:
     """How volunteers are held back on disk: by weights under BFQ, which honours them;
     by throughput and IOPS caps anywhere else (mq-deadline, kyber and none ignore weights)."""
@@ -74,14 +67,6 @@ def disk_setting(cls: PriorityClass, mechanism: str, policy: DiskPolicy) -> Disk
     if mechanism == "caps":
         return DiskSetting(policy.volunteer_weight, policy.volunteer_bytes_per_second, policy.volunteer_iops)
     return DiskSetting(policy.volunteer_weight, 0, 0)
-
-
-@dataclass(frozen=True)
-class NetCap:
-    """Caps on a tap in bytes per second; 0 means unshaped."""
-
-    to_guest: int = 0
-    from_guest: int = 0
 
 
 def net_cap(cls: PriorityClass, to_guest: int, from_guest: int) -> NetCap:

@@ -9,6 +9,8 @@ from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 from gleaner_common.vocabulary import PriorityClass
 
+from .host.settings import LaunchSpec
+
 
 # Kernel options are words of safe characters: no quotes, no shell or XML metacharacters.
 CMDLINE_RE = re.compile(r"[A-Za-z0-9 ._,=:/+-]*")
@@ -21,20 +23,6 @@ MAX_GRACE_SECONDS = 3600
 class HostLimits:
     cpus: int
     memory_mib: int
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """A validated request to launch a domain."""
-
-    name: str
-    role: PriorityClass
-    vcpus: int
-    memory_mib: int
-    image: str
-    kernel_cmdline: str = ""
-    lease_id: str = ""
-    cpuset: str = ""
 
 
 def validate_name(name: str, field: str = "name") -> str:

@@ -1,3 +1,7 @@
 """The only modules that touch the host: libvirt (hypervisor), domain XML (domainxml),
 images and overlays (images, qemu-img), cgroups, traffic shaping (netshape, tc through
-pyroute2) and block devices (blockdev). Everything else in nodeagent decides; these act."""
+pyroute2) and block devices (blockdev). Everything else in nodeagent decides; these act.
+
+They import nothing from above them (only each other and gleaner_common); the plain records
+they are handed (settings) live here too, so the rules above can name them.
+tests/unit/test_agent_layers.py keeps it so."""

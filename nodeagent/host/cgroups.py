@@ -13,23 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class CgroupFacts:
-    version: int        # 1 or 2
-    cpu_idle: bool      # the kernel offers cpu.idle (SCHED_IDLE for a whole group)
-
-
-@dataclass(frozen=True)
-class CpuSetting:
-    """What a domain's cgroup should say: idle, or not idle with a weight.
-
-    `weight` is in the version's own unit: cpu.shares on v1, cpu.weight on v2. It is not
-    written (nor compared) while idle is set, since the kernel owns it then.
-    """
-
-    idle: bool
-    weight: int
+from .settings import CgroupFacts, CpuSetting
 
 
 def _cpu_dir(root: Path, version: int) -> Path:

@@ -14,8 +14,7 @@ from pathlib import Path
 from gleaner_common.vocabulary import PriorityClass
 
 from .images import BootImage
-from ..priority import DiskSetting
-from ..validation import LaunchSpec
+from .settings import DiskSetting, LaunchSpec
 
 NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"

@@ -14,7 +14,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import TC_H_ROOT
 
-from ..priority import NetCap
+from .settings import NetCap
 
 OUR_HANDLE = 0x10000  # 1:
 INGRESS_HANDLE = 0xFFFF0000
@@ -45,12 +45,6 @@ def _root_rate(ipr: IPRoute, index: int) -> int:
 
 def _has_ingress(ipr: IPRoute, index: int) -> bool:
     return any(q.get_attr("TCA_KIND") == "ingress" for q in ipr.get_qdiscs(index))
-
-
-def read_cap(dev: str) -> NetCap:
-    with IPRoute() as ipr:
-        index = _index(ipr, dev)
-        return NetCap(to_guest=_root_rate(ipr, index), from_guest=0)
 
 
 def apply_cap(dev: str, cap: NetCap) -> tuple[list[str], str]:

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from gleaner_common.vocabulary import PriorityClass
 from nodeagent.host.domainxml import NAMESPACE, build_domain_xml, metadata_xml, read_metadata, read_shape
 from nodeagent.host.images import BootImage
-from nodeagent.validation import LaunchSpec
+from nodeagent.host.settings import DiskSetting, LaunchSpec
 
 KERNEL_IMAGE = BootImage("tiny", Path("/img/tiny/vmlinuz"), Path("/img/tiny/initrd.img"),
                          Path("/img/tiny/disk.qcow2"), "qcow2")
@@ -108,7 +108,6 @@ def test_network_attachment_and_tap_names():
 
 
 def test_read_shape_reads_the_block_io_weight_and_caps():
-    from nodeagent.priority import DiskSetting
     spec = LaunchSpec(name="w", role=PriorityClass.VOLUNTEER, vcpus=1, memory_mib=128, image="tiny")
     xml = build_domain_xml(spec, KERNEL_IMAGE, "qemu", Path("/ov/w.qcow2"), Path("/console/w.log"), WHEN,
                            cpu_shares=1024, disk=DiskSetting(100, 20 * 2**20, 200))
