@@ -16,6 +16,7 @@ from gleaner_common.config import (HOST_PORT, ConfigError, TlsConfig, check_list
 from gleaner_common.config import with_overrides as _with_overrides
 
 from .guard import GuardConfig
+from .host import cgroups
 from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
@@ -39,7 +40,7 @@ class AgentConfig:
     # An ended domain's console log is kept this long after its last line (a guest's last words
     # are only there; three days outlast a weekend), then the reaper removes it. 0: with the domain.
     console_keep_seconds: float = 3 * 86400.0
-    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_root: Path = cgroups.ROOT
     use_cpu_idle: bool = True
     foreground_weight_v1: int = 1024
     foreground_weight_v2: int = 100

@@ -17,13 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from gleaner_common.logs import log_event
 from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
 from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
+from .host import system
 from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
 from .host.workchannel import SILENT, WorkState, channel_path, read_work_state
 from .metrics import DomainInfo
@@ -119,7 +118,7 @@ class Inventory:
             facts = self.hv.host_facts()
             # libvirt sums NUMA node memory, which misses hot-plugged memory on some hosts;
             # the kernel's MemTotal is what the host really has.
-            memory_mib = max(facts.memory_mib, psutil.virtual_memory().total // 2**20)
+            memory_mib = max(facts.memory_mib, system.memory_total_bytes() // 2**20)
             self._facts = dataclasses.replace(facts, memory_mib=memory_mib)
         return self._facts
 

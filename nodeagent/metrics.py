@@ -1,8 +1,9 @@
 """Metrics: counters sampled every second, turned into rates and residual capacity.
 
-Gathering (psutil for the host, libvirt for the VMs) is kept apart from the arithmetic:
-`snapshot()` is a pure function of two samples, which the tests and the controller's
-simulation can feed directly. The Prometheus collector serves the latest snapshot.
+Gathering (the host's counters from host/system.py, the VMs' from nodeagent/collection.py,
+both read through nodeagent/host/) is kept apart from the arithmetic: `snapshot()` is a pure
+function of two samples, which the tests and the controller's simulation can feed directly.
+The Prometheus collector serves the latest snapshot.
 """
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator
 
-import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gleaner_common.vocabulary import PriorityClass
 
+from .host.system import HostCounters, HostReader
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +36,6 @@ class DomainCounters:
     write_ops: int = 0
     rx_bytes: int = 0
     tx_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class HostCounters:
-    cpu_busy_seconds: float
-    memory_total_bytes: int
-    memory_available_bytes: int
-    disk_read_bytes: int
-    disk_write_bytes: int
-    disk_read_ops: int
-    disk_write_ops: int
-    net_rx_bytes: int
-    net_tx_bytes: int
-    agent_cpu_seconds: float
 
 
 @dataclass(frozen=True)
@@ -155,38 +142,23 @@ def snapshot(prev: Sample, cur: Sample, info: dict[str, DomainInfo], cpus: int) 
                     agent_cpu_percent=agent_percent, counters=cur)
 
 
-def read_host_counters(process: psutil.Process) -> HostCounters:
-    cpu = psutil.cpu_times()
-    busy = cpu.user + cpu.nice + cpu.system + getattr(cpu, "irq", 0) + getattr(cpu, "softirq", 0) \
-        + getattr(cpu, "steal", 0)
-    memory = psutil.virtual_memory()
-    disk = psutil.disk_io_counters(perdisk=False)
-    net = psutil.net_io_counters(pernic=False)
-    own = process.cpu_times()
-    return HostCounters(
-        cpu_busy_seconds=busy, memory_total_bytes=memory.total, memory_available_bytes=memory.available,
-        disk_read_bytes=disk.read_bytes if disk else 0, disk_write_bytes=disk.write_bytes if disk else 0,
-        disk_read_ops=disk.read_count if disk else 0, disk_write_ops=disk.write_count if disk else 0,
-        net_rx_bytes=net.bytes_recv, net_tx_bytes=net.bytes_sent,
-        agent_cpu_seconds=own.user + own.system + own.children_user + own.children_system)
-
-
 class Sampler:
     """Takes a sample when called (every second, by the scheduler) and keeps the latest snapshot."""
 
     def __init__(self, domain_info: Callable[[], dict[str, DomainInfo]], cpus: Callable[[], int],
-                 counters: Callable[[list[str]], dict[str, DomainCounters]]):
+                 counters: Callable[[list[str]], dict[str, DomainCounters]],
+                 host_counters: Callable[[], HostCounters] | None = None):
         self.counters = counters
         self.domain_info = domain_info
         self.cpus = cpus
-        self._process = psutil.Process()
+        self.host_counters = host_counters or HostReader()   # the host's totals, read through host/system.py
         self._prev: Sample | None = None
         self._latest: Snapshot | None = None
         self._lock = threading.Lock()
 
     def sample(self) -> Snapshot | None:
         info = self.domain_info()
-        current = Sample(time=time.monotonic(), host=read_host_counters(self._process),
+        current = Sample(time=time.monotonic(), host=self.host_counters(),
                          domains=self.counters(list(info)))
         with self._lock:
             prev, self._prev = self._prev, current

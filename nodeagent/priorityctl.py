@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class PriorityController:
     def __init__(self, events: EventBus, cgroup_root: Path, weights: CpuWeights, guard: GuardConfig,
-                 proc: Path = Path("/proc")) -> None:
+                 proc: Path = cgroups.PROC) -> None:
         self.events = events
         self.cgroup_root = cgroup_root
         self.proc = proc   # where the vCPU threads' schedstat files are

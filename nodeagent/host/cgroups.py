@@ -15,6 +15,9 @@ from pathlib import Path
 
 from .settings import CgroupFacts, CpuSetting
 
+ROOT = Path("/sys/fs/cgroup")   # where the kernel mounts cgroupfs (the default of cgroup.root)
+PROC = Path("/proc")   # where processes' and threads' stat and schedstat files are
+
 
 def _cpu_dir(root: Path, version: int) -> Path:
     return root if version == 2 else root / "cpu"
@@ -137,7 +140,7 @@ def group_pids(group: Path) -> list[int]:
     return sorted({int(p) for f in [group / "cgroup.procs", *group.glob("*/cgroup.procs")] for p in _read_lines(f)})
 
 
-def process_cpu_ns(pids: list[int], proc: Path = Path("/proc")) -> int:
+def process_cpu_ns(pids: list[int], proc: Path = PROC) -> int:
     """CPU time of processes (utime + stime, which keeps the time of threads that have
     ended): for v1 hosts where libvirt made no cpuacct group for the domain. Clock-tick
     precision, plenty for one-second samples. FileNotFoundError when a process is gone."""
@@ -214,7 +217,7 @@ def _task_ids(group: Path, version: int) -> list[int]:
         return []
 
 
-def vcpu_schedstat_paths(group: Path, version: int, proc: Path = Path("/proc")) -> list[Path]:
+def vcpu_schedstat_paths(group: Path, version: int, proc: Path = PROC) -> list[Path]:
     """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups).
 
     vCPU threads live as long as the domain, so callers keep this list and read it often:

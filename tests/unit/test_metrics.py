@@ -49,3 +49,22 @@ def test_counters_that_go_back_count_as_no_change():
     snap = snapshot(before, after, INFO, cpus=2)
     assert snap.domains[0].cpu_cores == 0 and snap.host["cpu_busy_cores"] == 0
     assert snap.residual.residual_cpu_cores == 2
+
+
+def test_the_sampler_gathers_through_what_it_is_given_and_does_only_the_arithmetic():
+    from nodeagent.metrics import Sampler
+    readings = iter([host(100.0), host(101.0)])
+    domains = iter([{"fg": DomainCounters(cpu_ns=0)}, {"fg": DomainCounters(cpu_ns=int(1e9))}])
+    sampler = Sampler(lambda: {"fg": INFO["fg"]}, lambda: 2, lambda names: next(domains),
+                      host_counters=lambda: next(readings))
+    assert sampler.sample() is None   # rates need two samples
+    snap = sampler.sample()
+    assert snap is sampler.latest() and [d.name for d in snap.domains] == ["fg"]
+    assert snap.host["memory_total_bytes"] == 16 * GIB
+
+
+def test_the_hosts_own_counters_are_read_through_the_host_layer():
+    from nodeagent.host import system
+    counters = system.HostReader()()
+    assert counters.memory_total_bytes == system.memory_total_bytes() > 0
+    assert counters.cpu_busy_seconds > 0 and counters.agent_cpu_seconds > 0
