@@ -55,7 +55,7 @@ no rejection because of backfill both at the moment of the rejection (`measured`
 room the request would have fit in) and against no_backfill (`beyond_no_backfill`: backfill also
 shapes where on-demand VMs go, and so what room is left for the next ones).
 How lost work depends on the jobs' length (shorter jobs lose less) is measured with the
-simulator's --backfill-jobs-max-runtime on smaller runs (README, "What if"): at this scale the
+simulator's --backfill-jobs-max-runtime on smaller runs (docs/simulator.md): at this scale the
 short jobs of the trace, stretched to the same load, would be tens of millions.
 """
 from __future__ import annotations
