@@ -1,9 +1,11 @@
 """The controller's service: it holds the ledger (controller/core/ledger.py) under one lock, feeds
 it what happens (requests, releases, reports, agents' answers, the clock) and carries out what it
-returns, in order: each Write is committed to the store in one transaction, and only then are the
-calls it authorises made to the agents (outside the lock, on a thread pool); their answers go
-back into the ledger. A restarted controller rebuilds the ledger from the store, and each node's
-unfinished business is asked again when the node reports.
+returns (controller.effects): the Writes of one answer are committed to the store in one
+transaction, and only then are the calls they authorise made to the agents (outside the lock, on
+a thread pool); their answers go back into the ledger. A failed commit reloads the books from the
+store and calls nothing, so memory never holds what the store does not. A restarted controller
+rebuilds the ledger from the store, and each node's unfinished business is asked again when the
+node reports.
 
 Crash points for tests: GLEANER_CRASH_AT=NAME[,NAME...] makes the process exit at once (as kill -9
 would) at that point. Names: `after_write:KIND` (just after a Write holding an audit event of
@@ -19,8 +21,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,13 +35,13 @@ from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig, ledger_settings
 from .core.ledger import Ledger, NodeState
-from .core.records import (FILL_EVENTS, VICTIM, Ask, Effect, Launch, Lease, LeaseError, RequestRecord, Reserve,
-                           Stop, Write, work)
 from .core.policy import NodeView
-from .core.records import BackfillConfig, VmRole
-from .core.reserves import ReserveTarget, lead_warning, live_hints
+from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord,
+                           Reserve, Stop, VmRole, Write, work)
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
-from .store import LeaseConflict, Store
+from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
+from .effects import carry_out, fill_wanted
+from .store import LeaseConflict, Store, StoreError
 
 log = logging.getLogger(__name__)
 REFUSAL_AUDIT_SECONDS = 60.0  # one report.refused audit event per node this often, however many come
@@ -92,12 +94,11 @@ class PoolService:
         self.clock = clock
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)   # notified whenever the books change
-        reserve_settings = self._reserve_settings_at_start(config.reserves)
-        self.ledger = Ledger(ledger_settings(config), store.backfill(), store.reserves(), random_id,
-                             store.live_leases(), store.pending_requests(), store.recently_ended(),
-                             reserve_settings=reserve_settings, hints=store.hints(), history=store.history(),
-                             reserved_nodes=store.reserved_nodes())
+        self._stale: StoreError | None = None   # a failed write whose books could not be reloaded yet
+        self._books = self._load_ledger(self._reserve_settings_at_start(config.reserves))
         self._warn_if_lead_short()
+        self._launching: dict[str, Future] = {}   # lease -> its launch call, within one _apply
+        self._reports: dict[str, Any] = {}   # node -> its last report, taken again after a reload
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
@@ -106,35 +107,82 @@ class PoolService:
         log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
                   store=str(store.path), schema_version=store.schema_version)
 
-    # -- carrying out the ledger's effects --------------------------------------------------------
+    def _load_ledger(self, reserve_settings: ReserveSettings, history: DemandHistory | None = None) -> Ledger:
+        """The books as the store has them (at start, and after a failed write)."""
+        store = self.store
+        return Ledger(ledger_settings(self.config), store.backfill(), store.reserves(), random_id,
+                      store.live_leases(), store.pending_requests(), store.recently_ended(),
+                      reserve_settings=reserve_settings, hints=store.hints(),
+                      history=history if history is not None else store.history(),
+                      reserved_nodes=store.reserved_nodes())
+
+    # -- carrying out the ledger's effects (controller.effects) -------------------------------------
 
     def _apply(self, effects: list[Effect]) -> None:
-        """Under the lock: commit each Write, then start the calls it authorised."""
-        fill = False
-        launch_nodes = {effect.lease.node_id for effect in effects if isinstance(effect, Launch)}
-        chained: dict[str, list[Stop]] = {}   # node -> the stops its (first) launch goes before
-        for effect in effects:
-            if isinstance(effect, Stop) and effect.after_launch and effect.lease.node_id in launch_nodes:
-                chained.setdefault(effect.lease.node_id, []).append(effect)
-        waiting = {id(stop) for stops in chained.values() for stop in stops}
-        for effect in effects:
-            if isinstance(effect, Write):
-                try:
-                    self.store.apply(effect, self.clock())
-                except LeaseConflict as exc:   # only an adoption can clash: the store keeps every lease ever
-                    self._apply(self.ledger.adoption_refused(effect.created[0], str(exc), self.clock()))
-                    continue
-                for event in effect.events:
-                    self._log(event)
-                    self._crash_point(f"after_write:{event.kind}")
-                    fill = fill or event.kind in FILL_EVENTS
-            elif isinstance(effect, Launch):
-                self.executor.submit(self._launch_then_stop, effect.lease, chained.pop(effect.lease.node_id, []))
-            elif isinstance(effect, Stop) and id(effect) not in waiting:
-                self.executor.submit(self._stop, effect)
+        """Under the lock: commit the effects' writes in one transaction, then start the calls they
+        authorise. A failed commit leaves the books as the store has them, and calls nothing."""
+        try:
+            fill = carry_out(effects, self)
+        except StoreError as exc:
+            self._reload(exc)
+            raise
+        finally:
+            self._launching.clear()
         self.changed.notify_all()
         if fill:
             self.request_fill()
+
+    def _reload(self, failure: StoreError) -> None:
+        """Undo what the books took in memory for a write the store refused: they are read again
+        from the store, as at a restart, and each node's last report is taken again so that the
+        nodes are known at once (their unfinished business is asked again). If the store still
+        refuses that, the books stay as the store has them, and the nodes come back with their
+        next reports. Raises the store's error if the store cannot be read."""
+        old = self._books
+        log_event(log, "store.write_failed", logging.ERROR, error=str(failure),
+                  effect="nothing was asked of any agent; the books are reloaded from the store")
+        for replay in (True, False):
+            try:
+                self._books = self._load_ledger(old.reserve_settings, history=old.history)
+            except StoreError:
+                self._stale = failure
+                raise
+            self._stale = None
+            self._books.refused.update(old.refused)
+            if not replay:
+                break
+            try:
+                for report in list(self._reports.values()):
+                    carry_out(self._books.report(report, self.clock()), self)
+                break
+            except StoreError:
+                continue
+            finally:
+                self._launching.clear()
+        self.changed.notify_all()
+
+    @property
+    def ledger(self) -> Ledger:
+        """The books; after a failed write whose reload failed too, reloaded first (or StoreError)."""
+        if self._stale is not None:
+            self._reload(self._stale)
+        return self._books
+
+    def commit(self, writes: Sequence[Write]) -> None:
+        self.store.apply_all(writes, self.clock())
+
+    def logged(self, event: Audit) -> None:
+        self._log(event)
+        self._crash_point(f"after_write:{event.kind}")
+
+    def launch(self, launch: Launch) -> None:
+        self._launching[launch.lease.lease_id] = self.executor.submit(self._launch_logged, launch.lease)
+
+    def stop(self, stop: Stop, after: Launch | None) -> None:
+        if after is None:
+            self.executor.submit(self._stop, stop)
+        else:   # answered or not, the launch goes first (Stop.after_launch)
+            self._launching[after.lease.lease_id].add_done_callback(lambda _done: self._stop_soon(stop))
 
     @staticmethod
     def _log(event) -> None:
@@ -155,17 +203,17 @@ class PoolService:
             node = self.ledger.nodes.get(node_id)
             return node.address if node else None
 
-    def _launch_then_stop(self, lease: Lease, stops: list[Stop]) -> None:
-        """The launch, then (answered or not) the stops that wait for it (Stop.after_launch)."""
+    def _launch_logged(self, lease: Lease) -> None:
         try:
             self._launch(lease)
-        except Exception as exc:   # the victims must still be asked to stop; say why the launch broke
+        except Exception as exc:   # the victims chained to it are still asked to stop; say why it broke
             log_event(log, "vm.launch_error", logging.ERROR, lease_id=lease.lease_id, error=repr(exc))
-        for stop in stops:
-            try:
-                self.executor.submit(self._stop, stop)
-            except RuntimeError:   # shutting down: ask here rather than not at all
-                self._stop(stop)
+
+    def _stop_soon(self, stop: Stop) -> None:
+        try:
+            self.executor.submit(self._stop, stop)
+        except RuntimeError:   # shutting down: ask here rather than not at all
+            self._stop(stop)
 
     def _launch(self, lease: Lease) -> None:
         self._crash_point("before_call:launch")
@@ -293,17 +341,22 @@ class PoolService:
             while lease_id in self.ledger.leases and time.monotonic() - started < wait:
                 self.changed.wait(timeout=min(1.0, wait - (time.monotonic() - started)))
             lease = self._lease(lease_id)
-            stopped = self.stops.get(lease_id) or Stopped(lease.state if lease else "unknown", 0.0, "")
-        assert lease is not None
+            if lease is None:   # the books had it a moment ago: only a reload from a failed store loses it
+                raise LeaseNotFound(f"lease {lease_id!r} is no longer in the books or the store")
+            stopped = self.stops.get(lease_id) or Stopped(lease.state, 0.0, "")
         return lease, stopped
 
     # -- reports, time, backfill ------------------------------------------------------------------
 
     def ingest(self, report) -> None:
         with self.lock:
-            effects = self.ledger.report(report, self.clock())
-            if effects:
-                self._apply(effects)
+            self._reports[report.node_id] = report   # what a reload takes again (one per node)
+            try:
+                self._apply(self.ledger.report(report, self.clock()))
+            except LeaseConflict as exc:   # an adoption clashed: the books were reloaded without it
+                for lease in exc.leases:
+                    self._apply(self.ledger.adoption_refused(lease, str(exc), self.clock()))
+                self._apply(self.ledger.report(report, self.clock()))
 
     def report_refused(self, node_id: str, reason: str) -> None:
         """A report out of bounds: logged and audited, at most once per node a minute."""
@@ -323,7 +376,7 @@ class PoolService:
             self._apply(self.ledger.tick(self.clock()))
 
     def request_fill(self) -> None:
-        if self.ledger.backfill.enabled or self.ledger.waiting:   # freed room goes to waiting requests first
+        if fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)):   # freed room to waiting requests first
             self.on_fill_wanted()
 
     def fill(self) -> int:

@@ -16,14 +16,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.records import Audit, Lease, RequestRecord, Reserve, Write
-from .core.records import BackfillConfig
+from .core.records import Audit, BackfillConfig, Lease, RequestRecord, Reserve, Write
 from .core.reserves import DemandHistory
 from .core.reserve_settings import MAX_HINTS, Hint
 
@@ -105,6 +104,10 @@ class StoreError(RuntimeError):
 
 class LeaseConflict(StoreError):
     """A lease would collide with another lease's id or VM name; nothing was written."""
+
+    def __init__(self, message: str, leases: Sequence[Lease] = ()) -> None:
+        super().__init__(message)
+        self.leases = tuple(leases)   # the new leases that clash
 
 
 class StoreBusy(StoreError):
@@ -217,34 +220,49 @@ class Store:
     # -- leases -----------------------------------------------------------------------------------
 
     def apply(self, write: Write, at: float | None = None) -> None:
-        """One of the ledger's Writes, in one transaction: new leases (a plain insert, so a clash of
-        lease id or VM name is a LeaseConflict and nothing is written), updated leases, requests and
-        the audit events that explain them."""
+        """One of the ledger's Writes, in one transaction (apply_all)."""
+        self.apply_all((write,), at)
+
+    def apply_all(self, writes: Sequence[Write], at: float | None = None) -> None:
+        """The ledger's Writes, in order, in one transaction: all of them or none. New leases are a
+        plain insert, so a clash of lease id or VM name is a LeaseConflict naming the clashing
+        leases, and nothing is written; updated leases, requests, the reserves' hints and nodes,
+        and the audit events that explain them."""
         at = time.time() if at is None else at
         with self._failing(), self._lock:
             try:
                 with self._db:
                     self._db.execute("BEGIN")
-                    if write.created:
-                        self._db.executemany(_INSERT_LEASE, [_lease_row(l) for l in write.created])
-                    if write.updated:
-                        self._db.executemany(_UPSERT_LEASE, [_lease_row(l) for l in write.updated])
-                    if write.requests:
-                        self._db.executemany(_UPSERT_REQUEST, [_request_row(r) for r in write.requests])
-                    if write.hints is not None:   # in the transaction of the audit event that explains it
-                        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_hints', ?)",
-                                         (json.dumps([asdict(h) for h in write.hints]),))
-                    if write.reserved is not None:
-                        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
-                                         (json.dumps(list(write.reserved)),))
-                    if write.events:
-                        self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
-                                                              json.dumps(dict(e.detail), default=str))
-                                                             for e in write.events])
+                    for write in writes:
+                        self._write_one(write, at)
             except sqlite3.IntegrityError as exc:
                 if "UNIQUE" in str(exc):
-                    raise LeaseConflict(f"another lease already holds that lease id or VM name ({exc})") from None
+                    created = [lease for write in writes for lease in write.created]
+                    raise LeaseConflict(f"another lease already holds that lease id or VM name ({exc})",
+                                        [l for l in created if self._clashes(l)] or created) from None
                 raise StoreError(f"the store refused a lease: {exc}") from None
+
+    def _write_one(self, write: Write, at: float) -> None:
+        if write.created:
+            self._db.executemany(_INSERT_LEASE, [_lease_row(l) for l in write.created])
+        if write.updated:
+            self._db.executemany(_UPSERT_LEASE, [_lease_row(l) for l in write.updated])
+        if write.requests:
+            self._db.executemany(_UPSERT_REQUEST, [_request_row(r) for r in write.requests])
+        if write.hints is not None:   # in the transaction of the audit event that explains it
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserve_hints', ?)",
+                             (json.dumps([asdict(h) for h in write.hints]),))
+        if write.reserved is not None:
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
+                             (json.dumps(list(write.reserved)),))
+        if write.events:
+            self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
+                                                  json.dumps(dict(e.detail), default=str)) for e in write.events])
+
+    def _clashes(self, lease: Lease) -> bool:
+        """Whether a stored lease has this lease's id or VM name (under the store's lock)."""
+        return self._db.execute("SELECT 1 FROM leases WHERE lease_id = ? OR vm_name = ? LIMIT 1",
+                                (lease.lease_id, lease.vm_name)).fetchone() is not None
 
     def put_lease(self, lease: Lease) -> None:
         self.put_leases([lease])
@@ -278,9 +296,6 @@ class Store:
         return Lease(**dict(rows[0])) if rows else None
 
     # -- requests ---------------------------------------------------------------------------------
-
-    def put_request(self, record: RequestRecord) -> None:
-        self.apply(Write(requests=(record,)))
 
     def request(self, request_id: str) -> RequestRecord | None:
         rows = self._rows("SELECT * FROM requests WHERE request_id = ?", (request_id,))

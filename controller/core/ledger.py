@@ -50,9 +50,9 @@ from .reserve_settings import Hint, PredictiveMode, ReserveSettings
 from .selection import BestFirst, Selection, node_potential_productivity, potential_productivity, select_volunteers
 from .selection_rows import RowValues, SelectionRows
 from .records import (BLANK_LEASE, DRAINED, HOLDS_ALL, HOLDS_MEMORY, IN_TRANSIT, NO_RESERVE, NOT_YET_LAUNCHED,
-                      REACTS, STOPS, TERMINAL, VICTIM, ZERO, Ask, Audit, BackfillConfig, Effect, Launch, Lease,
-                      LeaseError, LedgerSettings, Policy, ReportedVmLike, ReportLike, RequestRecord, Reserve, Size,
-                      Stop, VmRole, Write, launch_time, replace, stable_seed, stop_event, work)
+                      REACTS, STOP_UNCONFIRMED, STOPS, TERMINAL, VICTIM, ZERO, Ask, Audit, BackfillConfig, Effect,
+                      Launch, Lease, LeaseError, LedgerSettings, Policy, ReportedVmLike, ReportLike, RequestRecord,
+                      Reserve, Size, Stop, VmRole, Write, launch_time, replace, stable_seed, stop_event, work)
 
 # idle_first: a backfill VM using less CPU than this (cores, over the agent's last sample),
 # whatever its size, is idle: a worker between jobs (a CPU-bound job keeps a whole core busy; an
@@ -225,7 +225,13 @@ class Ledger:
         self.retired: OrderedDict[str, tuple[Lease, float]] = OrderedDict()   # vm name -> (its ended lease, when)
         self.retired_ids: OrderedDict[str, str] = OrderedDict()             # lease id -> its node
         self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
-        self.unconfirmed: set[str] = set()     # victims whose stop was never confirmed
+        # Victims whose stop expired unconfirmed: their VM may still run, so the lease waiting for
+        # their memory never starts (its own deadline ends it). Rebuilt from the store on a restart
+        # (the victims' ended rows, below); dropped with the request they blocked.
+        self.unconfirmed: set[str] = set()
+        # VM names whose adoption the store refused (their lease id or name clashes with a lease it
+        # keeps): never adopted again, still counted on their node. Bounded, oldest out.
+        self.refused: OrderedDict[str, str] = OrderedDict()
         self.retry_at: dict[str, float] = {}   # lease -> when to try its failed stop again
         # node -> (until, failures in a row): a node whose launches fail gets no backfill for a
         # while, doubling, so a broken image or agent is not asked again at once, forever.
@@ -264,6 +270,7 @@ class Ledger:
         self.productivity: Mapping[str, float] = {}
         self.predicted: Mapping[str, float] = {}
         self.churn = 0
+        ended = list(ended)
         for lease in ended:
             self._retire(lease, lease.ended_at or 0.0)
         for lease in leases:
@@ -277,6 +284,9 @@ class Ledger:
                     self.waiting[record.request_id] = (Ask(record.vcpus, record.memory_mib, record.image,
                                                            record.owner, record.request_id), record.created_at, until)
         self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting"}}
+        waited_for = {r.request_id for r in self.requests.values() if r.outcome == "pending" and r.lease_id}
+        self.unconfirmed = {l.lease_id for l in ended if l.state == "failed" and l.request_id in waited_for
+                            and l.role == "backfill" and l.end_reason.startswith(STOP_UNCONFIRMED)}
 
     # -- the books --------------------------------------------------------------------------------
 
@@ -781,7 +791,8 @@ class Ledger:
         """Book a placement: the new lease and its victims, in one Write before any call."""
         policy = self.backfill.termination_policy
         want = Size(ask.vcpus, ask.memory_mib)
-        assert not isinstance(decision, Reject)
+        if isinstance(decision, Reject):
+            raise ValueError(f"request {ask.request_id}: a rejection cannot be booked ({decision.reason})")
         node = decision.node_id
         victims = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
         path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
@@ -943,10 +954,19 @@ class Ledger:
             victims = record.victims if record else ()
             if any(v in self.unconfirmed or (v in self.leases and self.leases[v].state in STOPS) for v in victims):
                 continue   # a victim still runs, or may: the lease's deadline decides
+            view = self.view(node_id)
+            if view.allocated.memory_mib > view.capacity.memory_mib:
+                continue   # the node runs more than the books explain (a VM no lease holds): never overcommit
             starting = self._book(replace(lease, state="starting", deadline=now + self.settings.launch_timeout), now)
             effects += [Write(updated=(starting,), events=(Audit("request.victims_gone", node_id, lease.lease_id, dict(
                 request_id=lease.request_id, waited_s=round(now - lease.created_at, 3))),)), Launch(starting)]
         return effects
+
+    def _forget_victims(self, lease: Lease) -> None:
+        """A waiting lease ends: its victims' unconfirmed stops hold nothing up any more."""
+        record = self.requests.get(lease.request_id)
+        if record is not None and self.unconfirmed:
+            self.unconfirmed.difference_update(record.victims)
 
     # -- release ---------------------------------------------------------------------------------
 
@@ -958,6 +978,7 @@ class Ledger:
         if lease.state in STOPS:
             raise LeaseError("lease_id", f"{lease_id} is already being stopped ({lease.state})")
         if lease.state == "waiting":
+            self._forget_victims(lease)
             write = self._end(lease, "ended", "released before it started", now, kind="vm.released")
             return lease, [replace(write, requests=self._resolve(lease.request_id, "failed", "released"))]
         if lease.state == "lost":
@@ -1092,8 +1113,11 @@ class Ledger:
                     effects += self._stopped(lease, now, dict(stopped="gone", seconds=0.0,
                                                               detail="its node no longer reports it"))
         if unexplained != node.unexplained:
+            freed = unexplained.memory_mib < node.unexplained.memory_mib
             node.unexplained = unexplained
             self._touch(node.node_id)
+            if freed:   # a VM no lease explained is gone: a lease waiting for memory may start now
+                effects += self._start_waiting(node.node_id, now)
         node.check_until = now + self.settings.lost_after if young else 0.0
         return effects
 
@@ -1130,6 +1154,8 @@ class Ledger:
     def _adopt_or_refuse(self, node: NodeState, vm: ReportedVmLike, now: float) -> tuple[Write, bool]:
         """A VM no lease of this node names: adopt it onto this node, unless it names a lease of
         another node or one that ended (a node never moves or takes another's lease)."""
+        if vm.name in self.refused:
+            return self._unexplained(node, vm, "vm.conflict", f"not adopted: {self.refused[vm.name]}"), False
         other = self.leases.get(vm.lease_id) if vm.lease_id else None
         named = other.node_id if other is not None else self.retired_ids.get(vm.lease_id) if vm.lease_id else None
         clash = next((l for l in self.leases.values() if l.vm_name == vm.name), None) if named is None else None
@@ -1145,11 +1171,19 @@ class Ledger:
             vm=vm.name, role=role.value, reason="a Gleaner VM the controller had no lease for")),)), True
 
     def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
-        """The store refused an adopted lease (its id or VM name clashes with one it keeps)."""
+        """The store refused an adopted lease (its id or VM name clashes with one it keeps): its VM
+        is never adopted again and counts on its node as one no lease explains. The lease may be
+        booked (the books took it before the store refused) or not (the books were rebuilt)."""
+        self.refused[lease.vm_name] = reason
+        if len(self.refused) > 4096:
+            self.refused.popitem(last=False)
         booked = self.leases.pop(lease.lease_id, None)
-        if booked is not None and booked.state == "waiting":
+        if booked is None:
+            return [Write(events=(Audit("vm.conflict", lease.node_id, lease.lease_id, dict(
+                vm=lease.vm_name, reason=f"not adopted: {reason}")),))]
+        if booked.state == "waiting":
             self._waiting_on[booked.node_id] -= 1
-        if booked is not None and booked.state in REACTS:
+        if booked.state in REACTS:
             self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
         self._busy_since.pop(lease.lease_id, None)
@@ -1231,22 +1265,21 @@ class Ledger:
         """A state past its deadline ends: launches that never answered are stopped, stops that were
         never confirmed fail (the node's reports keep counting the VM if it still runs)."""
         if lease.state == "waiting":
+            self._forget_victims(lease)
             write = self._end(lease, "failed", "its victims did not stop in time", now, kind="request.expired")
             return [replace(write, requests=self._resolve(lease.request_id, "failed", "victims did not stop in time"))]
         if lease.state == "starting":
-            effects = self._stop(lease, 0, now, "the launch was not confirmed in time", ending="failed", force=True)
-            write = effects[0]
-            assert isinstance(write, Write)
-            effects[0] = replace(write, requests=self._resolve(lease.request_id, "failed",
-                                                              "the launch was not confirmed in time"))
-            return effects
+            write, stop = self._stop(lease, 0, now, "the launch was not confirmed in time", ending="failed",
+                                     force=True)
+            return [replace(write, requests=self._resolve(lease.request_id, "failed",
+                                                          "the launch was not confirmed in time")), stop]
         if lease.state == "lost":
             return [self._end(lease, "ended", f"lost for {self.settings.lost_expiry:g} s and never seen again", now,
                               kind="vm.gone")]
         if lease.state in STOPS:   # the VM may still run: a waiting lease never starts beside it
             if lease.state in VICTIM:
                 self.unconfirmed.add(lease.lease_id)
-            return [self._end(lease, "failed", f"the stop was not confirmed in time ({lease.end_reason})", now,
+            return [self._end(lease, "failed", f"{STOP_UNCONFIRMED} ({lease.end_reason})", now,
                               kind="vm.stop_expired")]
         return []
 

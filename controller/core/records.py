@@ -159,6 +159,7 @@ REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
+STOP_UNCONFIRMED = "the stop was not confirmed in time"   # how a stop that expired ends its lease
 DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
 # Audit events after which the backfill launcher runs at once (room was freed or a node came),
 # rather than at its next retry: the live controller and the simulator both read this.

@@ -59,11 +59,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core.ledger import Ledger, shows_idle
-from ..core.records import (DRAINED, FILL_EVENTS, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Launch, Lease, LeaseError,
-                            LedgerSettings, RequestRecord, Reserve, Stop, Write)
 from ..core.policy import RECYCLE_IDLE_SHARE, recycles_when_idle
-from ..core.records import BackfillConfig, Policy, Size
+from ..core.records import (DRAINED, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Audit, BackfillConfig, Launch, Lease,
+                            LeaseError, LedgerSettings, Policy, RequestRecord, Reserve, Size, Stop, Write)
 from ..core.reserve_settings import Hint, ReserveSettings
+from ..effects import carry_out, fill_wanted
 from .traces import DemandSeries, NodeGroup, OnDemandRequest
 
 HOUR = 3600.0
@@ -550,6 +550,7 @@ class Simulation:
         self.events_run = 0
         self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
+        self._answer_at: dict[str, float] = {}   # lease -> when its launch asked in this apply is answered
         self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
@@ -676,54 +677,59 @@ class Simulation:
     # -- carrying out the ledger's effects ----------------------------------------------------------
 
     def apply(self, effects: list) -> None:
+        """The ledger's effects, carried out as the service does (controller.effects)."""
         if not effects:
             return   # most reports change nothing
-        fill = False
-        now = self.now
+        fill = carry_out(effects, self)
+        if self._answer_at:
+            self._answer_at.clear()
+        if fill and fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)) and self.fill_at is None:
+            self.fill_at = self.now
+            self.at(self.now, self._fill)
+
+    # The carrier (controller.effects.Carrier): the rows in memory, and the simulated agents.
+
+    def commit(self, writes: Sequence[Write]) -> None:
         store = self.store
-        launches: dict[str, float] = {}   # node -> when its first launch here is answered
-        for effect in effects:
-            if type(effect) is Write:   # Store.apply, inline: nothing below reads the store
-                for lease in effect.created + effect.updated:
-                    store.leases[lease.lease_id] = lease
-                    self._hold(lease)
-                    if lease.deadline is not None:
-                        self.deadlines.add(lease.deadline, next(self.seq), lease.lease_id, self.running)
-                for record in effect.requests:
-                    store.requests[record.request_id] = record
-                    if record.request_id in self.unanswered:
-                        self._answered(record)
-                for event in effect.events:
-                    kind = event.kind
-                    store.events[kind] += 1
-                    if kind in KEPT_DETAILS:
-                        store.details.setdefault(kind, []).append(event.detail)
-                    if kind in FILL_EVENTS:
-                        fill = True
-                    if kind == "vm.preempted" or kind == "vm.drained":   # a reserve's drain loses work too
-                        lost = event.detail.get("work_lost_vcpu_seconds", 0.0)
-                        if kind == "vm.preempted":
-                            self.preemptions += 1
-                        else:
-                            self.drained += 1
-                        self.lost_vcpu_seconds += lost
-                        self.timeline.lost_work(now, lost)
-                    elif kind == "request.queued":   # its window closes then: a tick rejects it
-                        self.queued += 1
-                        self.at(event.detail["deadline"], self._safety_tick, False)
-            elif type(effect) is Launch:
-                answered = now + self._launch_seconds(effect.lease.lease_id)
-                launches.setdefault(effect.lease.node_id, answered)
-                self.at(answered, self._launched, effect.lease)
-            elif type(effect) is Stop:
-                answered = launches.get(effect.lease.node_id) if effect.after_launch else None
-                if answered is None:
-                    self._stopping(effect)
-                else:   # as the service does: asked once the node's launch is answered (after _launched)
-                    self.at(answered, self._stopping, effect)
-        if fill and (self.ledger.backfill.enabled or self.ledger.waiting) and self.fill_at is None:
-            self.fill_at = now
-            self.at(now, self._fill)
+        for write in writes:   # Store.apply, inline: nothing below reads the store
+            for lease in write.created + write.updated:
+                store.leases[lease.lease_id] = lease
+                self._hold(lease)
+                if lease.deadline is not None:
+                    self.deadlines.add(lease.deadline, next(self.seq), lease.lease_id, self.running)
+            for record in write.requests:
+                store.requests[record.request_id] = record
+                if record.request_id in self.unanswered:
+                    self._answered(record)
+
+    def logged(self, event: Audit) -> None:
+        kind = event.kind
+        store = self.store
+        store.events[kind] += 1
+        if kind in KEPT_DETAILS:
+            store.details.setdefault(kind, []).append(event.detail)
+        if kind == "vm.preempted" or kind == "vm.drained":   # a reserve's drain loses work too
+            lost = event.detail.get("work_lost_vcpu_seconds", 0.0)
+            if kind == "vm.preempted":
+                self.preemptions += 1
+            else:
+                self.drained += 1
+            self.lost_vcpu_seconds += lost
+            self.timeline.lost_work(self.now, lost)
+        elif kind == "request.queued":   # its window closes then: a tick rejects it
+            self.queued += 1
+            self.at(event.detail["deadline"], self._safety_tick, False)
+
+    def launch(self, launch: Launch) -> None:
+        answered = self.now + self._launch_seconds(launch.lease.lease_id)
+        self._answer_at.setdefault(launch.lease.lease_id, answered)
+        self.at(answered, self._launched, launch.lease)
+
+    def stop(self, stop: Stop, after: Launch | None) -> None:
+        if after is None:
+            self._stopping(stop)
+        else:   # asked once the node's launch is answered (after _launched)
+            self.at(self._answer_at[after.lease.lease_id], self._stopping, stop)
 
     def _launch_seconds(self, lease_id: str) -> float:
         s = self.settings
