@@ -36,6 +36,10 @@ _pauses = {point.strip(): float(seconds) for point, _, seconds in
            (item.partition(":") for item in os.environ.get(PAUSE_ENV, "").split(",") if item.strip())}
 
 
+class UnknownCrashPoint(ValueError):
+    """The code names a crash point that POINTS does not list (a typo or a point not added there)."""
+
+
 def announce() -> None:
     """Say at start-up which crash points are armed (none, outside tests)."""
     if _armed or _pauses:
@@ -47,7 +51,8 @@ def announce() -> None:
 def crash_point(name: str) -> None:
     """Die here, at once, if GLEANER_AGENT_CRASH_AT names this point (or wait, if
     GLEANER_AGENT_PAUSE_AT does)."""
-    assert name in POINTS, name
+    if name not in POINTS:
+        raise UnknownCrashPoint(f"no crash point named {name!r}; the points are {', '.join(sorted(POINTS))}")
     if name in _pauses:
         log_event(log, "crash_point.paused", logging.WARNING, point=name, seconds=_pauses[name])
         time.sleep(_pauses[name])

@@ -39,7 +39,7 @@ from .host.images import BootImage, OverlayError, create_overlay, delete_overlay
 from .host.logfiles import CONSOLE, WORK, console_path, remove_domain_files
 from .host.settings import LaunchSpec
 from .host.workchannel import channel_path
-from .inventory import Inventory, ManagedDomain, managed_domain
+from .inventory import DomainNotFound, Inventory, ManagedDomain, managed_domain
 from .metrics import DomainInfo
 from .validation import validate_grace
 
@@ -155,7 +155,9 @@ class Domains:
         if record is None:
             raise LaunchFailed(f"{spec.name} vanished right after it started")
         meta = self.inventory.ours(record)
-        assert meta is not None
+        if meta is None:   # redefined by someone else between its start and now
+            raise LaunchFailed(f"{spec.name} started but no longer carries this agent's metadata: "
+                               f"{self.inventory.not_ours(record)}")
         interfaces = read_shape(record.xml).interfaces
         steps.done("read_back")
         self.enforcement.launched(spec.name, DomainInfo(meta.role, meta.priority_class, spec.memory_mib, interfaces))
@@ -211,6 +213,12 @@ class Domains:
                                    agent_id=self.config.agent_id,
                                    work_channel=channel_path(self.config.console_dir, spec.name)
                                    if spec.role is PriorityClass.VOLUNTEER else None)
+            meta = read_metadata(xml)   # what mark_started writes back once the domain runs
+            if meta is None:   # build_domain_xml always writes it: a bug, caught before anything is defined
+                self._rollback(spec.name, False, overlay)
+                log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error="XML without metadata")
+                raise LaunchFailed(f"the XML built for {spec.name!r} carries no Gleaner metadata; "
+                                   "nothing was defined")
             self.hv.define(xml)
             defined = True
             steps.done("define")
@@ -218,8 +226,6 @@ class Domains:
             self.hv.start(spec.name)
             steps.done("start")
             crash_point("launch.after_start")
-            meta = read_metadata(xml)
-            assert meta is not None
             self.mark_started(spec.name, meta)
             steps.done("mark_started")
         except (HypervisorError, OverlayError) as exc:
@@ -257,7 +263,8 @@ class Domains:
                 self.events.publish(Event("class.changed", name, f"{meta.priority_class.value} -> {cls.value}",
                                           {"from": meta.priority_class.value, "to": cls.value}))
             fresh = self.hv.get_domain(name)
-            assert fresh is not None
+            if fresh is None:   # undefined behind the agent's back (its lock is held here)
+                raise DomainNotFound(f"domain {name!r} vanished right after its class was set")
             return managed_domain(fresh, updated, self.enforcement.priority.is_boosted(name))
 
     # -- terminate --------------------------------------------------------------------------------

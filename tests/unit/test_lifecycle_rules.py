@@ -99,3 +99,28 @@ def test_a_reconcile_pass_publishes_one_drift_event_per_domain_with_all_its_chan
     with enforcement.launching("vm-drifted"):
         assert enforcement.reconcile() == {}
     assert list(enforcement.reconcile()) == ["vm-drifted"]
+
+
+def test_an_unknown_crash_point_is_an_error_that_names_it():
+    from nodeagent.crashpoints import UnknownCrashPoint, crash_point
+    with pytest.raises(UnknownCrashPoint, match="no crash point named 'launch.after_lunch'"):
+        crash_point("launch.after_lunch")
+
+
+def test_a_domain_undefined_behind_the_agents_back_while_its_class_changes_is_named(tmp_path):
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+    from nodeagent.config import AgentConfig
+    from nodeagent.domains import Domains
+    from nodeagent.events import EventBus
+    from nodeagent.host.domainxml import GleanerMetadata
+    from nodeagent.inventory import DomainNotFound
+    meta = GleanerMetadata(role=PriorityClass.VOLUNTEER, lease_id="", launched_at=datetime.now(timezone.utc),
+                           image="tiny", kernel_cmdline="", overlay="", priority_class=PriorityClass.VOLUNTEER)
+    record = SimpleNamespace(name="vm", active=False, xml="<domain/>")
+    hv = SimpleNamespace(set_metadata=lambda *args: None, get_domain=lambda name: None)
+    inventory = SimpleNamespace(lookup=lambda name: (record, meta), note_change=lambda name: None)
+    domains = Domains(AgentConfig(state_dir=tmp_path), hv, inventory, SimpleNamespace(changing_class=nullcontext),
+                      EventBus())
+    with pytest.raises(DomainNotFound, match="'vm' vanished right after its class was set"):
+        domains.set_class("vm", PriorityClass.FOREGROUND)
