@@ -3,33 +3,23 @@
 Every input is a call with the time passed in (an agent's report, an on-demand request, a
 release, an agent's answer to a launch or stop, a tick); every output is a list of effects as
 data. A Write (rows to insert or update and audit events, one transaction) always comes before
-the calls it authorises (Launch, Stop). The controller's service applies the effects to SQLite
-and the agents; the simulator applies them to simulated agents. Nothing here reads a clock,
+the calls it authorises (Launch, Stop). The service and the simulator carry the effects out
+by the same rules (controller.effects). Nothing here reads a clock,
 opens a socket or a file.
 
-Lease states, what each holds on its node, and how it ends (every waiting state has a deadline):
-
-    state        meaning                                          holds          deadline -> then
-    waiting      on-demand, waits for its victims' memory         vCPUs, memory  victims' + margin -> failed
-    starting     the agent was asked to launch it                 vCPUs, memory  launch timeout -> stopped, failed
-    running      the agent runs it                                vCPUs, memory  -
-    cancelling   released while starting: stopped once launched   vCPUs, memory  launch + stop -> failed
-    stopping     released, recycled or abandoned: stop asked      vCPUs, memory  grace + stop -> failed
-    on_notice    a victim beside the VM that took its vCPUs       memory         notice + stop -> failed
-    preempting   a victim whose room a waiting lease holds        nothing        grace + stop -> failed
-    lost         its node is down or stopped reporting it         vCPUs, memory  a day -> ended (or running, ended)
-    ended/failed terminal                                         nothing
+The lease states, what each holds and its deadline are in controller.core.records.
 
 A victim on notice keeps its memory but not its vCPUs: it runs at the volunteer class (cpu.idle),
-so a foreground vCPU gets a CPU the moment it wants one. A lost VM keeps its room: it may come back. So when the node's memory, less a headroom,
+so a foreground vCPU gets a CPU the moment it wants one. A lost VM keeps its room: it may come
+back. So when the node's memory, less a headroom,
 holds the new VM beside its victims, the new VM starts at once and the victims get a notice
 period to shut down cleanly ("instant" path); otherwise it waits for their memory ("after
 victims" path). A stop counts as done when the agent confirms it or the node's report no
 longer shows the VM; a failed stop is retried until its deadline, never taken as done. A VM a
 node reports that no live lease explains (one that ended, or clashes with another lease) still
-counts against its node, so the books never promise what the node does not have.
-
-Request outcomes: pending -> placed | rejected | failed, or cancelled while queued for room.
+counts against its node, so the books never promise what the node does not have: a lease
+waiting for its victims' memory starts only once they are confirmed stopped (a victim whose stop
+expired unconfirmed may still run), and never while its node runs more than the books explain.
 """
 from __future__ import annotations
 
