@@ -61,7 +61,7 @@ PEOPLE = frozenset({Role.ADMIN, Role.VIEWER})
 AGENT_API = "/gleaner.agent.v1.NodeAgent/"
 CONTROLLER_API = "/gleaner.controller.v1.Controller/"
 
-# Who may call what, for both servers (the README shows the same table). Anything not here is denied.
+# Who may call what, for both servers (docs/security.md shows the same table). Anything not here is denied.
 TABLE: dict[str, Rule] = {
     # the node agent: only the controller changes domains; people and the controller read
     f"{AGENT_API}LaunchDomain": Rule(CONTROLLER_ONLY),

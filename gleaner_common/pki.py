@@ -231,7 +231,7 @@ def renew(directory: Path, cert_path: Path, days: int | None = None) -> TlsFiles
     if not (directory / "ca.key").exists():
         raise PkiError(f"no CA key in {directory}: renew runs on the CA's machine. On a node, make a new key and "
                        "request there with 'gleanctl pki request', sign it on the CA's machine with 'gleanctl pki "
-                       "sign', and put both in place (README, Trust: renewing on a node)")
+                       "sign', and put both in place (docs/security.md: renewing on a node)")
     info = describe(cert_path)
     role, name = Role(info["role"]), info["name"]
     hosts = tuple(h for h in info["dns"] + info["ip"] if h != server_name_for(role, name)) \

@@ -16,7 +16,7 @@
 # common/repo (these scripts and deploy/), common/images/tiny, and node/ with this host's
 # ROLE.toml, pki/ (its certificate and key, the CA certificate, the deny list) and hosts
 # (lines for /etc/hosts). A real host gets its configuration and certificate by hand (README,
-# "Trust"); this script then only installs and starts.
+# "Operations"); this script then only installs and starts.
 # Idempotent: a second run reinstalls the project's own wheel and restarts the service.
 set -euo pipefail
 
@@ -169,7 +169,7 @@ fi
 systemctl daemon-reload
 if [ ! -f "$ETC/$ROLE.toml" ]; then
     systemctl enable "$SERVICE.service"
-    say "no $ETC/$ROLE.toml yet: write it (README: the node agent / the controller), then 'systemctl start $SERVICE'"
+    say "no $ETC/$ROLE.toml yet: write it (README: Configuration reference), then 'systemctl start $SERVICE'"
     exit 0
 fi
 systemctl enable "$SERVICE.service"

@@ -14,7 +14,7 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
 - With the guest work channel (SimSettings.guest_work_channel), a VM's guest says "idle" when it
   boots or its last job ends, and "busy" when a job starts and no other runs (one line is the
   whole VM's state: in a VM of several vCPUs a new job beside a running one says nothing), as a
-  guest on the virtio-serial port does (README, the work channel).
+  guest on the virtio-serial port does (docs/agent.md, the work channel).
 
 Job-seconds count a job's run time once, whatever its procs (the VM-level figures beside them
 count vCPU-seconds). Pure: time comes from the simulation's events.
