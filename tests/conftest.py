@@ -48,8 +48,9 @@ def stub(agent):
 def _no_leftover_domains(request):
     """Every test leaves no domain behind, even when it fails."""
     yield
-    # A module-scoped pool (the controller tests) builds on its VMs from test to test; it cleans up itself.
-    if "test_env" in request.fixturenames and "pool" not in request.fixturenames:
+    # A module-scoped pool (the controller tests: `pool`, `big_pool`...) builds on its VMs from test
+    # to test; it cleans up itself.
+    if "test_env" in request.fixturenames and not any(name.endswith("pool") for name in request.fixturenames):
         remove_test_domains()
 
 
