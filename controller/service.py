@@ -35,7 +35,7 @@ from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .config import ControllerConfig, ledger_settings
 from .core.ledger import Ledger, NodeState
-from .core.policy import NodeView
+from .core.snapshot import NodeView
 from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord,
                            Reserve, Stop, VmRole, Write, work)
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from .policy import NodeView, Pool
+from .snapshot import NodeView, Pool
 from .records import VmRole
 from .reserve_settings import (DAY, EPSILON, HOUR, MAX_HINTS, MODE_DAYS, MONTH_DAYS,
                                NO_SLOT, Hint, PredictiveMode, ReserveError, ReserveSettings, _whole)

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .policy import rows_where
+from .snapshot import rows_where
 from .records import plain_init
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .policy import NodeView, rows_where
+from .snapshot import NodeView, rows_where
 from .selection import moving_average
 
 

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core.ledger import Ledger, shows_idle
-from ..core.policy import RECYCLE_IDLE_SHARE, recycles_when_idle
+from ..core.backfill_plan import RECYCLE_IDLE_SHARE, recycles_when_idle
 from ..core.records import (DRAINED, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Audit, BackfillConfig, Launch, Lease,
                             LeaseError, LedgerSettings, Policy, RequestRecord, Reserve, Size, Stop, Write)
 from ..core.reserve_settings import Hint, ReserveSettings

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from contextlib import contextmanager
 
 import pytest

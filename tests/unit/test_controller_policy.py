@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from controller.core.policy import (IDLE, NodeView, Place, Pool, Preempt, Reject, VmView, _victim_cost, allocated,
-                                    backfill_room, choose_victims, is_victim, place_on_demand, plan_backfill)
+from controller.core.snapshot import IDLE, NodeView, Pool, VmView, allocated, is_victim
+from controller.core.policy import Place, Preempt, Reject, _victim_cost, choose_victims, place_on_demand
+from controller.core.backfill_plan import backfill_room, plan_backfill
 from controller.core.records import BackfillConfig, Policy, Size, VmRole
 from controller.core.selection import moving_average, potential_productivity, select_volunteers
 

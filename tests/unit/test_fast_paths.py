@@ -16,8 +16,9 @@ from hypothesis import given, settings, strategies as st
 
 from tests.agentproc import modules_loaded_by
 from controller.core.records import Ask, LedgerSettings
-from controller.core.policy import (IDLE, NodeArrays, NodeView, Place, Pool, Preempt, Reject, VmView,
-                                    _victim_cost, choose_victims, is_victim, place_on_demand, plan_backfill)
+from controller.core.snapshot import IDLE, NodeArrays, NodeView, Pool, VmView, is_victim
+from controller.core.policy import Place, Preempt, Reject, _victim_cost, choose_victims, place_on_demand
+from controller.core.backfill_plan import plan_backfill
 from controller.core.records import BackfillConfig, Policy, Size, VmRole
 from controller.core.policy import _ascending
 from controller.core.selection import (BestFirst, _all_best_first, moving_average, node_potential_productivity,
@@ -386,7 +387,7 @@ def test_fills_plan_for_the_few_changed_nodes_what_they_would_plan_for_every_sel
     """A fill plans only for the selected nodes with room that changed since a plan gave them
     nothing (_backfill_idle), and sorts them by P when they are few: the plan is the plan over
     every selected node with room, in the selection's order."""
-    from controller.core import ledger as ledger_module
+    from controller.core import filling as ledger_module   # where the fill calls plan_backfill
     real = ledger_module.plan_backfill
     for sim in (busy_simulation(), busy_pool_simulation(40)):
         ledger = sim.ledger

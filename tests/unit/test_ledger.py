@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, assume, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from controller.core.ledger import GUEST_CLOCK_TOLERANCE_S, Ledger
 from controller.core.records import (HOLDS_ALL, IN_TRANSIT, STOPS, Ask, Launch, LeaseError, LedgerSettings, Stop,
                                      Write, launch_time)
-from controller.core.policy import VictimLadder, is_victim
+from controller.core.snapshot import VictimLadder, is_victim
 from controller.core.records import BackfillConfig, Policy, Size
 from controller.sim.engine import Store as SimStore
 
@@ -74,9 +74,13 @@ def counter():
     return lambda prefix: f"{prefix}-{next(numbers)}"
 
 
+STATS: Counter = Counter()   # what the examples reached (test_ledger_sequences checks the shares)
+
+
 class LedgerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        self.reached: set[str] = set()
         self.now = 1000.0
         self.store = Store()
         self.new_id = counter()
@@ -88,8 +92,15 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- applying effects ---------------------------------------------------------------------
 
+    def reach(self, what: str) -> None:
+        if what not in self.reached:
+            self.reached.add(what)
+            STATS[f"examples_with_{what}"] += 1
+
     def apply(self, effects) -> None:
         for effect in effects:
+            if isinstance(effect, Write) and any(e.kind == "vm.preempting" for e in effect.events):
+                self.reach("preemption")
             if isinstance(effect, Write) and self.store.refuses(effect):
                 assert len(effect.created) == 1 and effect.created[0].owner == "adopted", effect
                 self.apply(self.ledger.adoption_refused(effect.created[0], "clash", self.now))
@@ -107,6 +118,23 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- rules ----------------------------------------------------------------------------------
 
+    @initialize(full=st.sampled_from([True, True, True, False]))
+    def a_pool_at_work(self, full):
+        """Every sequence starts from a pool whose nodes report, selected as volunteers; with
+        `full`, backfill fills them and runs (most sequences then reach a preemption)."""
+        STATS["examples"] += 1
+        for node in sorted(NODES):
+            self.apply(self.ledger.report(self.report_of(node), self.now))
+        self.apply(self.ledger.select(self.now, True))
+        if full:
+            self.apply(self.ledger.fill(self.now))
+            for call in self.calls:
+                lease = call.lease
+                self.world[lease.node_id][lease.vm_name] = Vm(lease.vm_name, lease.lease_id, lease.role,
+                                                              lease.vcpus, lease.memory_mib, self.now)
+                self.apply(self.ledger.launch_done(lease.lease_id, True, "", self.now))
+            self.calls = []
+
     @rule(node=st.sampled_from(sorted(NODES)))
     def report(self, node):
         self.apply(self.ledger.report(self.report_of(node), self.now))
@@ -117,9 +145,21 @@ class LedgerMachine(RuleBasedStateMachine):
         ask = Ask(vcpus, memory, "tiny", "owner", f"r{self.asked}")
         self.apply(self.ledger.request(ask, self.now))
 
+    @rule(vcpus=st.integers(1, 3), memory=st.sampled_from([64, 256, 512, 900]))
+    def request_while_the_nodes_report(self, vcpus, memory):
+        """The common moment: every node has just reported, and a request comes."""
+        for node in sorted(NODES):
+            self.apply(self.ledger.report(self.report_of(node), self.now))
+        self.request(vcpus, memory)
+
     @rule()
     def fill(self):
         self.apply(self.ledger.fill(self.now))
+
+    @rule(evaluation=st.booleans())
+    def select_volunteers(self, evaluation):
+        """A volunteer-selection pass: backfill goes only to selected nodes."""
+        self.apply(self.ledger.select(self.now, evaluation))
 
     @rule(data=st.data(), force=st.booleans())
     def release(self, data, force):
@@ -179,6 +219,10 @@ class LedgerMachine(RuleBasedStateMachine):
         self.calls = []
         live = [l for l in self.store.leases.values() if l.state not in ("ended", "failed")]
         ended = [l for l in self.store.leases.values() if l.state in ("ended", "failed")]
+        STATS["crashes"] += 1
+        if live:
+            STATS["crashes_with_live_leases"] += 1
+            self.reach("crash_with_live_leases")
         self.ledger = Ledger(SETTINGS, self.ledger.backfill, {}, self.new_id, live, self.store.requests.values(), ended)
 
     @rule(data=st.data(), busy=st.booleans())
@@ -240,6 +284,15 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert vm.busy_since == (self.ledger._busy_since.get(vm.vm_id) if by_busy else None), vm
 
     @invariant()
+    def no_node_runs_more_memory_than_it_has(self):
+        """By the test's own model of what the agents run (not the books): the VMs on a node never
+        hold more memory than the node has. (vCPUs may: a victim on notice runs at cpu.idle beside
+        the VM that took its vCPUs.)"""
+        for node_id, vms in self.world.items():
+            running = sum(vm.memory_mib for vm in vms.values())
+            assert running <= NODES[node_id][1], (node_id, running, sorted(vms))
+
+    @invariant()
     def no_node_is_booked_beyond_its_capacity(self):
         """What the leases hold never exceeds the node (a VM of ours that outlived its lease may, until
         it is stopped: the decisions count it, and the settled check below wants it gone)."""
@@ -281,9 +334,17 @@ class LedgerMachine(RuleBasedStateMachine):
             assert lease.state in ("running",), lease
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
-                                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-test_ledger_sequences = LedgerMachine.TestCase
+def test_ledger_sequences():
+    """The machine's random sequences; a third of them at least reach a preemption, and crashes
+    that rebuild the books with live leases are common (the counts are printed)."""
+    STATS.clear()
+    run_state_machine_as_test(LedgerMachine, settings=settings(
+        max_examples=150, stateful_step_count=40, deadline=None, database=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    print(dict(STATS))
+    assert STATS["examples_with_preemption"] >= STATS["examples"] / 3, dict(STATS)
+    assert STATS["crashes_with_live_leases"] >= STATS["crashes"] / 2, dict(STATS)
+    assert STATS["examples_with_crash_with_live_leases"] >= STATS["examples"] / 5, dict(STATS)
 
 
 def booted_backfill(node_id: str = "n1") -> tuple[Ledger, list[Vm]]:

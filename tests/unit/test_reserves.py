@@ -14,7 +14,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.core.policy import NodeView, Pool, VmView
+from controller.core.snapshot import NodeView, Pool, VmView
 from controller.core.records import Size, VmRole
 from controller.core.reserves import (BackfillVm, DemandHistory, NodeLoad, choose_reserved_nodes, hinted_nodes,
                                       late_hint_note, lead_warning, live_hints, may_wait, node_loads,

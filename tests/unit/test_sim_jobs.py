@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from controller.core.records import Lease, LedgerSettings
-from controller.core.policy import recycles_when_idle
+from controller.core.backfill_plan import recycles_when_idle
 from controller.core.records import BackfillConfig, Policy
 from controller.sim import cli, traces
 from controller.sim.engine import DAY, SimSettings, SimVm, Simulation, last_tenth_at

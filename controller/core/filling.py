@@ -1,0 +1,178 @@
+"""The backfill launcher and Balancer's reserves: freed room to waiting requests first, the
+reserves' nodes kept free, backfill launched where the plan says, VMs past their longest life
+recycled.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .backfill_plan import plan_backfill
+from .books import AUDIT_NODES
+from .records import (DRAINED, Audit, BackfillConfig, Effect, Launch, Reserve, VmRole,
+                      Write)
+from .reserve_settings import Hint, PredictiveMode, ReserveSettings
+from .reserves import (DemandHistory, ReserveTarget, late_hint_note, live_hints, plan_for_pool, reserve_target,
+                       validate_hint)
+from .snapshot import rows_where
+
+
+class Filling:
+    """Stage: the backfill launcher and Balancer's reserves. Owns the reserves, hints, history and
+    the plan's memory of idle nodes; books launches and drains through the kernel."""
+
+    def _init_filling(self, reserves: Mapping[str, Reserve], reserve_settings: ReserveSettings,
+                      hints: Iterable[Hint], history: DemandHistory | None, reserved_nodes: Iterable[str]) -> None:
+        self.reserves: dict[str, Reserve] = dict(reserves)
+        self.reserve_settings = reserve_settings.validate()
+        self.hints: list[Hint] = list(hints)
+        slots = (reserve_settings.slot_seconds, reserve_settings.utc_offset_seconds)
+        # A history kept with other slots cannot be read by these: it starts afresh.
+        self.history = history if history is not None and \
+            (history.slot_seconds, history.utc_offset_seconds) == slots else DemandHistory(*slots)
+        # kept free of backfill by the reserves (as written at the last change: a soft reserve stays)
+        self.reserved_nodes: frozenset[str] = frozenset(reserved_nodes)
+        # Nodes with backfill room the last plans gave no VM, unchanged since (their view and P):
+        # the plan would give them none again. For the backfill config and tracking in _idle_for.
+        self._backfill_idle: set[str] = set()
+        self._idle_for: tuple[BackfillConfig, bool] | None = None
+        self._idle_ids: list[str] | None = None   # the selection's rows and P when it last looked
+        self._idle_p = np.zeros(0)
+
+    def _productivity_changed(self, ids: list[str], p: np.ndarray, moved: tuple | None) -> None:
+        """A selection pass gave these P: a node whose P changed may get backfill now."""
+        if p is self._idle_p:
+            pass   # no node's P changed
+        elif moved is not None and moved[0] is self._idle_p and ids is self._idle_ids:
+            self._backfill_idle.difference_update([ids[i] for i in moved[1]])   # the rows that differ, known
+        elif ids is self._idle_ids and len(p) == len(self._idle_p):   # a node whose P changed may get backfill
+            self._backfill_idle.difference_update([ids[i] for i in rows_where(p != self._idle_p).tolist()])
+        else:
+            self._backfill_idle.clear()
+        self._idle_ids, self._idle_p = ids, p
+
+    def _view_rebuilt(self, node_id: str) -> None:
+        """Its view changed: the plan reads the node again."""
+        self._backfill_idle.discard(node_id)
+
+    def fill(self, now: float) -> list[Effect]:
+        """Give freed room to waiting requests, keep the reserves' nodes free, launch backfill where
+        the plan says, and recycle VMs past their longest life."""
+        config = self.backfill
+        effects: list[Effect] = self.retry_waiting(now)   # room freed goes to waiting requests first
+        self._refresh_views()
+        self.history.record(now, max(self._od_total, 0.0))
+        if not config.enabled:
+            return effects
+        effects += self.select(now, evaluation=False)
+        effects += self._keep_reserve(now)
+        pool = self.snapshot(now)   # afresh: the reserve may have changed the nodes and their VMs
+        # The plan reads only the selected nodes with room for one VM (the others would get none)
+        # that can boot one; the VMs of every node still count and are recycled.
+        unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
+        # Nor does it read the nodes it gave nothing last time whose view and P have not changed
+        # since (they would get nothing again): kept without a budget, with prediction (without it
+        # a node with room always gets a VM).
+        idle = self._backfill_idle
+        track = not config.max_instances and self.settings.use_prediction
+        if self._idle_for != (config, track):
+            self._idle_for = (config, track)
+            idle.clear()
+        candidates = roomy - idle if idle else roomy
+        if self._selected_by_p and 4 * len(candidates) < len(self.selected):
+            # The selected nodes with room, in the selection's order (P, best first, then id)
+            # without a pass over every selected node: the few with room, sorted.
+            p = self.productivity
+            targets = sorted((n for n in candidates if n in p and p[n] > 0 and n not in unable
+                              and now >= self.launch_backoff.get(n, (0.0, 0))[0]), key=lambda n: (-p[n], n))
+        else:
+            targets = [n for n in self.selected if n in candidates and n not in unable
+                       and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
+        cpu_room = self.productivity if self.settings.use_prediction else None
+        plan = plan_backfill(pool, config, targets, cpu_room)
+        if track:
+            idle.update(targets)
+            idle.difference_update(plan.launches)
+        for vm_id in plan.recycles:
+            effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
+                                  f"recycled after {config.duration_seconds} s")
+        size = config.size
+        for node_id in plan.launches:
+            lease = self._new_lease(VmRole.BACKFILL, node_id, size, config.image, "backfill", "starting",
+                                    now, now + self.settings.launch_timeout)
+            self._book(lease, now)
+            effects += [Write(created=(lease,)), Launch(lease)]
+        return effects
+
+    def _keep_reserve(self, now: float) -> list[Effect]:
+        """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark
+        them, and give their running backfill notice (none when the reserve is soft: drain false,
+        and no live hint; its nodes then stay reserved until the target shrinks)."""
+        self.hints = list(live_hints(self.hints, now))
+        s = self.reserve_settings
+        if not (s.static_nodes or s.predictive is not PredictiveMode.OFF or self.hints or self.reserved_nodes):
+            return []   # nothing reserved, nothing to release: the common case costs no snapshot
+        state_of = lambda vm_id: self.leases[vm_id].state if vm_id in self.leases else "ended"   # noqa: E731
+        target, chosen = plan_for_pool(self.reserve_settings, self.snapshot(now), self.hints, self.history, state_of,
+                                       kept=self.reserved_nodes)
+        effects: list[Effect] = []
+        nodes = frozenset(chosen.nodes)
+        if nodes != self.reserved_nodes:
+            added, removed = sorted(nodes - self.reserved_nodes), sorted(self.reserved_nodes - nodes)
+            self.reserved_nodes = nodes
+            for node_id in added + removed:
+                self._touch(node_id)
+            effects.append(Write(events=(Audit("reserve.changed", detail=dict(   # node lists bounded: a pool is large
+                target=target.as_dict(), added=added[:AUDIT_NODES], removed=removed[:AUDIT_NODES],
+                added_count=len(added), removed_count=len(removed), short=chosen.short)),),
+                reserved=tuple(sorted(nodes))))
+        reason = DRAINED + target.explain()
+        for vm_id in chosen.notices:
+            lease = self.leases.get(vm_id)
+            if lease is not None and lease.state == "running":
+                effects += self._stop(lease, self.backfill.grace_seconds, now, reason)
+        return effects
+
+    def reserve_target(self, now: float) -> ReserveTarget:
+        """The reserve at `now` (what `gleanctl reserve` shows), without changing anything."""
+        up = sum(1 for n in self.nodes.values() if n.state == "up")
+        return reserve_target(self.reserve_settings, now, up, live_hints(self.hints, now), self.history)
+
+    def add_hint(self, hint: Hint, now: float) -> Write:
+        """An admin's hint, checked against the pool and the live hints (ReserveError naming the
+        field otherwise); the next fill drains toward it."""
+        self.hints = list(live_hints(self.hints, now))
+        up = sum(1 for n in self.nodes.values() if n.state == "up")
+        lead = self.reserve_settings.lead_seconds
+        validate_hint(hint, now, up, self.hints, lead)
+        self.hints.append(hint)
+        detail: dict[str, Any] = dict(nodes=hint.nodes, start_at=hint.start_at, until=hint.until, label=hint.label)
+        note = late_hint_note(hint, now, lead)
+        if note:
+            detail["note"] = note
+        return Write(events=(Audit("reserve.hint", detail=detail),), hints=tuple(self.hints))
+
+    def cancel_hints(self, label: str, now: float) -> Write:
+        """Drop the live hints with this label (every one when the label is empty)."""
+        live = live_hints(self.hints, now)
+        kept = [h for h in live if label and h.label != label]
+        dropped = len(live) - len(kept)
+        self.hints = kept
+        return Write(events=(Audit("reserve.hint_cancelled", detail=dict(label=label, dropped=dropped)),),
+                     hints=tuple(kept)) if dropped else Write()
+
+    def set_reserve_settings(self, settings: ReserveSettings) -> None:
+        self.reserve_settings = settings.validate()
+        if (settings.slot_seconds, settings.utc_offset_seconds) != \
+                (self.history.slot_seconds, self.history.utc_offset_seconds):
+            self.history = DemandHistory(settings.slot_seconds, settings.utc_offset_seconds)
+
+    def reserve_for(self, node_id: str) -> Reserve:
+        return self.reserves.get(node_id) or self.reserves.get("*") or Reserve(node_id)
+
+    def set_reserves(self, reserves: Mapping[str, Reserve]) -> None:
+        self.reserves = dict(reserves)
+        for node_id in self.nodes:
+            self._views_stale(node_id)

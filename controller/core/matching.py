@@ -1,0 +1,221 @@
+"""An agent's report against the books: node liveness and load, its VMs matched to their leases
+(confirmed, recovered, adopted, stopped when their lease ended), and unfinished business asked
+again when a node (re)joins.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from .books import NodeState
+from .records import (NOT_YET_LAUNCHED, VICTIM, ZERO, Audit, Effect, Launch, Lease,
+                      ReportedVmLike, ReportLike, Size, Stop, VmRole, Write, launch_time, replace)
+
+
+class ReportMatching:
+    """Stage: reports against the books. Owns the refused adoptions and the clean-up retries;
+    adds nodes, books recoveries and adoptions through the kernel."""
+
+    def _init_matching(self) -> None:
+        # VM names whose adoption the store refused (their lease id or name clashes with a lease it
+        # keeps): never adopted again, still counted on their node. Bounded, oldest out.
+        self.refused: OrderedDict[str, str] = OrderedDict()
+        self._redrive_nodes: set[str] = set()   # nodes with unfinished business when the books were loaded
+        self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
+
+    def report(self, report: ReportLike, now: float) -> list[Effect]:
+        """One agent report: node liveness and load, and its VMs against the books."""
+        effects: list[Effect] = []
+        node = self.nodes.get(report.node_id)
+        if node is None:
+            node = self._add_node(report.node_id, report.agent_address, Size(report.cpus, report.memory_mib),
+                                  self.settings.prediction_window)
+            node.redrive = node.node_id in self._redrive_nodes
+            self._images_changed()
+            effects.append(self._node_event("node.joined", node, address=report.agent_address, cpus=report.cpus,
+                                            memory_mib=report.memory_mib))
+        elif node.state != "up":
+            effects.append(self._node_event("node.rejoined" if node.state == "down" else "node.up", node,
+                                            silent_s=round(now - node.last_report, 1)))
+            node.redrive = node.state == "down"   # what was asked of it while it was down is asked again
+            node.state = "up"
+        capacity = node.capacity
+        if node.address != report.agent_address or capacity.vcpus != report.cpus or \
+                capacity.memory_mib != report.memory_mib:
+            node.address, node.capacity = report.agent_address, Size(report.cpus, report.memory_mib)
+            self._touch(node.node_id)
+        node.last_report = now
+        node.agent_version = report.agent_version
+        node.foreground_cpu = report.foreground_cpu_cores
+        node.fg_samples.append(report.foreground_cpu_cores)
+        self._node_reported(node.node_id)
+        if node.min_memory_mib != report.min_memory_mib or len(node.images) != len(report.images) \
+                or not node.images.issuperset(report.images):
+            node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
+            self._images_changed()
+        vms = report.vms   # this runs for every report of every node
+        signature = tuple([vm.name for vm in vms])
+        backfill_cpu = 0.0
+        for vm in vms:
+            if vm.role == "backfill":
+                backfill_cpu += vm.cpu_cores
+        node.backfill_cpu = backfill_cpu
+        if self._tracks_cpu:
+            effects += self._recycle_idle(self._note_cpu(report, now), now)
+        elif self._backfill.enabled:
+            effects += self._recycle_idle(self._idle_near_end(report, now), now)
+        version = self.lease_version.get(node.node_id, 0)
+        unexplained = node.unexplained
+        if signature != node.signature or version != node.seen_version or now < node.check_until \
+                or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
+            effects += self._match_vms(node, vms, now, signature)
+            node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
+        if node.redrive:
+            node.redrive = False
+            effects += self._redrive(node.node_id, now)
+        return [e for e in effects if not isinstance(e, Write) or e] if effects else effects
+
+    def _node_event(self, kind: str, node: NodeState, **detail) -> Write:
+        self._node_came_or_went()
+        self._touch(node.node_id)
+        return Write(events=(Audit(kind, node.node_id, detail=detail),))
+
+    def _match_vms(self, node: NodeState, reported: Sequence[ReportedVmLike], now: float,
+                   reported_names: Sequence[str] | None = None) -> list[Effect]:
+        """Reported VMs against this node's leases: confirm, recover, adopt, or notice what is gone.
+        `reported_names`: the reported VMs' names, in order, if the caller has them."""
+        effects: list[Effect] = []
+        named = self._named_on.get(node.node_id, {})
+        if not self._reacting_on.get(node.node_id) and (node.unexplained is ZERO or node.unexplained == ZERO):
+            names = set(reported_names) if reported_names is not None else {vm.name for vm in reported}
+            if len(names) == len(reported) and names <= named.keys() and \
+                    all(named[n].state in NOT_YET_LAUNCHED for n in named.keys() - names):
+                # The common report: each VM is one of this node's leases, none in a state a report
+                # showing it acts on, and the leases whose VM it does not show are not launched yet:
+                # the loops below would do nothing.
+                node.check_until = 0.0
+                return effects
+        mine = dict(named)   # as they were before this report (matching re-books some)
+        seen, unexplained = set(), ZERO
+        for vm in reported:
+            seen.add(vm.name)
+            lease = mine.get(vm.name)
+            if lease is not None:
+                if lease.state == "lost":
+                    recovered = self._book(replace(lease, state="running", deadline=None), now)
+                    effects.append(Write(updated=(recovered,), events=(Audit(
+                        "vm.recovered", node.node_id, lease.lease_id, dict(vm=vm.name)),)))
+                elif lease.state == "cancelling":
+                    effects += self._stop(lease, self.backfill.grace_seconds, now, "released while starting",
+                                          launched=vm.launched_at or now)
+                continue
+            size = Size(vm.vcpus, vm.memory_mib)
+            if vm.name in self.retired:
+                unexplained += size   # it ended in our books but still runs: it still takes room
+                effects += self._clean_up(node, vm, now)
+                continue
+            write, adopted = self._adopt_or_refuse(node, vm, now)
+            effects.append(write)
+            if not adopted:
+                unexplained += size
+        young = False
+        for lease in mine.values():
+            if lease.vm_name in seen:
+                continue
+            age = now - launch_time(lease)
+            if lease.state == "running" and age < self.settings.lost_after:
+                young = True
+            elif lease.state == "running":
+                lost = self._book(replace(lease, state="lost", deadline=now + self.settings.lost_expiry), now)
+                effects.append(Write(updated=(lost,), events=(Audit("vm.lost", node.node_id, lease.lease_id, dict(
+                    vm=lease.vm_name, reason="its agent no longer reports it")),)))
+            elif lease.state == "lost":
+                effects.append(self._end(lease, "ended", "lost: the node came back without it", now, kind="vm.gone"))
+            elif lease.state == "stopping" or lease.state in VICTIM:
+                if self._answer_due(lease, now):
+                    young = True   # look again next report, even if it is unchanged
+                else:
+                    effects += self._stopped(lease, now, dict(stopped="gone", seconds=0.0,
+                                                              detail="its node no longer reports it"))
+        if unexplained != node.unexplained:
+            freed = unexplained.memory_mib < node.unexplained.memory_mib
+            node.unexplained = unexplained
+            self._touch(node.node_id)
+            if freed:   # a VM no lease explained is gone: a lease waiting for memory may start now
+                effects += self._start_waiting(node.node_id, now)
+        node.check_until = now + self.settings.lost_after if young else 0.0
+        return effects
+
+    def _clean_up(self, node: NodeState, vm: ReportedVmLike, now: float) -> list[Effect]:
+        """A VM of ours whose lease ended still runs: no VM runs outside the books, so it is stopped
+        (forced; its lease's end already said what it lost), asked again every retry_seconds."""
+        ended, when = self.retired[vm.name]
+        if ended.node_id != node.node_id or now - when < self.settings.retire_seconds / 6 or \
+                now < self._cleanup_at.get(vm.name, 0.0):
+            return []   # another node's VM is not ours to stop here; a VM just stopped may still show
+        self._cleanup_at[vm.name] = now + self.settings.retry_seconds
+        return [self._unexplained(node, vm, "vm.unexpected", f"its lease {ended.lease_id} ended ({ended.state}: "
+                                  f"{ended.end_reason}) but the agent still runs it; the controller stops it"),
+                self._ask_stop(ended, 0, force=True)]
+
+    def _unexplained(self, node: NodeState, vm: ReportedVmLike, kind: str, reason: str) -> Write:
+        if not self._say_once(f"{kind}:{node.node_id}:{vm.name}"):
+            return Write()
+        return Write(events=(Audit(kind, node.node_id, vm.lease_id, dict(vm=vm.name, reason=reason)),))
+
+    def _adopt_or_refuse(self, node: NodeState, vm: ReportedVmLike, now: float) -> tuple[Write, bool]:
+        """A VM no lease of this node names: adopt it onto this node, unless it names a lease of
+        another node or one that ended (a node never moves or takes another's lease)."""
+        if vm.name in self.refused:
+            return self._unexplained(node, vm, "vm.conflict", f"not adopted: {self.refused[vm.name]}"), False
+        other = self.leases.get(vm.lease_id) if vm.lease_id else None
+        named = other.node_id if other is not None else self.retired_ids.get(vm.lease_id) if vm.lease_id else None
+        clash = next((l for l in self.leases.values() if l.vm_name == vm.name), None) if named is None else None
+        if named is not None or clash is not None:
+            what = f"it names lease {vm.lease_id} of node {named}" if named is not None else \
+                f"lease {clash.lease_id} of node {clash.node_id} has a VM of that name"
+            return self._unexplained(node, vm, "vm.conflict", f"{what}; not adopted, that lease is left as it is"), False
+        role = VmRole.BACKFILL if vm.role == "backfill" else VmRole.ON_DEMAND
+        lease = Lease(vm.lease_id or self.new_id("ad"), role.value, node.node_id, vm.name, vm.vcpus, vm.memory_mib,
+                      vm.image or "unknown", "adopted", "running", now, launched_at=vm.launched_at or now)
+        self._book(lease, now)
+        return Write(created=(lease,), events=(Audit("vm.adopted", node.node_id, lease.lease_id, dict(
+            vm=vm.name, role=role.value, reason="a Gleaner VM the controller had no lease for")),)), True
+
+    def adoption_refused(self, lease: Lease, reason: str, now: float) -> list[Effect]:
+        """The store refused an adopted lease (its id or VM name clashes with one it keeps): its VM
+        is never adopted again and counts on its node as one no lease explains. The lease may be
+        booked (the books took it before the store refused) or not (the books were rebuilt)."""
+        self.refused[lease.vm_name] = reason
+        if len(self.refused) > 4096:
+            self.refused.popitem(last=False)
+        if lease.lease_id in self.leases:
+            self._unbook(lease)
+            node = self.nodes.get(lease.node_id)
+            if node is not None:
+                node.unexplained += lease.size
+        return [Write(events=(Audit("vm.conflict", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, reason=f"not adopted: {reason}")),))]
+
+    def _redrive(self, node_id: str, now: float) -> list[Effect]:
+        """Unfinished business on a node that (re)joined: ask again what was asked before. A victim
+        on notice is asked to stop once the node's launch is answered, as when it was booked
+        (Stop.after_launch): pressed together, libvirt holds the launch up behind the shutdown."""
+        launches: list[Effect] = []
+        stops: list[Effect] = []
+        for lease in list(self.by_node.get(node_id, {}).values()):
+            if lease.state == "starting":
+                launches.append(Launch(lease))   # the agent launches by name: a second ask is harmless
+            elif lease.state == "cancelling":
+                stops.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
+            elif lease.state == "stopping" or lease.state in VICTIM:
+                grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
+                stops.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0),
+                                            after_launch=lease.state == "on_notice"))
+        # on-demand first: the service and the simulator chain after_launch stops to a node's first launch
+        launches.sort(key=lambda launch: launch.lease.role != "on_demand")
+        effects = launches + stops
+        if effects:
+            effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
+                launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects))),)))
+        return effects + self._start_waiting(node_id, now)

@@ -1,0 +1,208 @@
+"""On-demand requests: placement (controller.core.policy), the booking of the new lease and its
+victims in one Write, and the wait for room (Balancer's wait window).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .policy import Decision, Preempt, Reject, place_on_demand
+from .records import (IN_TRANSIT, Ask, Audit, Effect, Launch, Lease, RequestRecord,
+                      Size, VmRole, Write, replace, stable_seed, work)
+from .reserves import (may_wait, wait_decision)
+from .snapshot import IDLE, Pool, room_after_transit
+
+
+class Requests:
+    """Stage: on-demand requests. Owns the queue of requests waiting for room; books the new lease
+    and its victims through the kernel."""
+
+    def _init_requests(self) -> None:
+        # Requests that found no room, oldest first: request_id -> (the ask, when it was queued,
+        # when its wait ends).
+        self.waiting: OrderedDict[str, tuple[Ask, float, float]] = OrderedDict()
+        self._waiting_seen = -1   # the books' version as the last retry of the waiting requests saw them
+
+    def request(self, ask: Ask, now: float, timer: Callable[[], float] = lambda: 0.0) -> list[Effect]:
+        """Decide an on-demand request and book it: the new lease and its victims, before any call.
+        One that finds no room even by preemption waits for room (see _wait_until), else is rejected."""
+        started = timer()
+        pool = self.snapshot(now)
+        unbootable = self.unbootable(pool, ask.memory_mib, ask.image)
+        decision = unbootable or self._place(ask, pool)
+        if not isinstance(decision, Reject):
+            return self._book_request(ask, decision, now, now, (timer() - started) * 1000)
+        until = self._wait_until(ask, now) if unbootable is None and self._may_fit(pool, ask) else None
+        if until is not None:
+            return self._queue(ask, decision.reason, now, until, (timer() - started) * 1000)
+        return self._reject(ask, decision.reason, now, (timer() - started) * 1000)
+
+    def _wait_until(self, ask: Ask, now: float) -> float | None:
+        """When the wait for room of a request that has none now ends, or None: rejected at once.
+        It waits for the wait window W (if any), and, whatever W, for backfill VMs that hold room it
+        would fit in but cannot be preempted yet (starting or stopping), until their deadlines: an
+        on-demand request is never turned away because backfill was mid-launch or mid-stop."""
+        if len(self.waiting) >= self.reserve_settings.max_waiting:
+            return None
+        window = now + self.reserve_settings.wait_seconds if may_wait(len(self.waiting), self.reserve_settings) \
+            is None else None
+        transit = self._transit_deadline(ask, now)
+        ends = [t for t in (window, transit) if t is not None]
+        return max(ends) if ends else None
+
+    def _transit_deadline(self, ask: Ask, now: float) -> float | None:
+        """The latest deadline of the backfill VMs IN_TRANSIT on the nodes where the request would
+        fit once those VMs are done (None: no such node)."""
+        want = Size(ask.vcpus, ask.memory_mib)
+        unable = self._unable(ask.memory_mib, ask.image)
+        latest = None
+        views = self._node_views   # fresh: the snapshot just refreshed them
+        for node_id in self._in_transit:
+            view = views.get(node_id)   # None: a node not heard from since a restart
+            if view is None or node_id in unable or \
+                    not room_after_transit(view, self._vm_views[node_id], want):
+                continue
+            for lease in self.by_node[node_id].values():
+                if lease.role == "backfill" and lease.state in IN_TRANSIT:
+                    deadline = lease.deadline if lease.deadline is not None else now + self.settings.launch_timeout
+                    latest = deadline if latest is None else max(latest, deadline)
+        return latest
+
+    def _place(self, ask: Ask, pool: Pool) -> Decision:
+        want = Size(ask.vcpus, ask.memory_mib)
+        return place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, self.backfill.termination_policy,
+                               seed=stable_seed(ask.request_id))
+
+    @staticmethod
+    def _may_fit(pool: Pool, ask: Ask) -> bool:
+        """Whether some node could ever hold the request (a bad size or one larger than every node
+        is rejected at once: waiting would not help). With no node known yet (a controller just
+        started), nodes may still come."""
+        if not (ask.vcpus > 0 and ask.memory_mib > 0):
+            return False
+        if not pool.nodes:
+            return True
+        c = pool.columns   # every node at once (a pass over the views was 1.5 % of a simulated month)
+        return bool(np.any((c.capacity_vcpus >= ask.vcpus) & (c.capacity_memory >= ask.memory_mib)))
+
+    def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float) -> list[Effect]:
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
+                               "", (), reason, now, decided_ms)
+        self._remember(record)
+        return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
+            request_id=ask.request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+            decided_ms=round(record.decided_ms, 3))),))]
+
+    def _queue(self, ask: Ask, cause: str, now: float, until: float, decided_ms: float) -> list[Effect]:
+        """The request waits for room until `until`: written pending (path queued, with its
+        deadline) before it is kept waiting, so a restart queues it again with the same deadline."""
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending", None,
+                               "", (), cause, now, decided_ms, "queued", until)
+        self._remember(record)
+        self.waiting[ask.request_id] = (ask, now, until)
+        return [Write(requests=(record,), events=(Audit("request.queued", detail=dict(
+            request_id=ask.request_id, reason=cause, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+            deadline=until, waiting=len(self.waiting))),))]
+
+    def cancel_waiting(self, request_id: str, now: float) -> list[Effect]:
+        """Withdraw a request waiting for room: written cancelled, so it is never placed (nor queued
+        again after a restart). Nothing for a request that is not waiting (placed, answered, unknown)."""
+        entry = self.waiting.pop(request_id, None)
+        if entry is None:
+            return []
+        ask, queued_at, _until = entry
+        waited = round(now - queued_at, 3)
+        records = self._resolve(request_id, "cancelled", f"cancelled after waiting {waited:g} s for room")
+        return [Write(requests=records, events=(Audit("request.cancelled", detail=dict(
+            request_id=request_id, vcpus=ask.vcpus, memory_mib=ask.memory_mib, owner=ask.owner,
+            waited_s=waited)),))]
+
+    def retry_waiting(self, now: float) -> list[Effect]:
+        """Requests waiting for room, oldest first: placed where room came, rejected at their deadline.
+        Placement is tried again only when some node's books changed since the last retry (tick
+        calls this every second), or when a request's wait ends."""
+        effects: list[Effect] = []
+        if not self.waiting:
+            return effects
+        changed, self._waiting_seen = self._books_version != self._waiting_seen, self._books_version
+        for request_id, (ask, queued_at, until) in list(self.waiting.items()):
+            if not changed and now < until:
+                continue   # nothing freed room since it last failed, and its wait goes on
+            decision = self._place(ask, self.snapshot(now))
+            placeable = not isinstance(decision, Reject)
+            # lengthened for backfill in transit: until is past the window (the same sum as
+            # _wait_until's window, so equal to the last bit when it was not)
+            verdict = wait_decision(queued_at, now, placeable, until - queued_at,
+                                    decision.reason if isinstance(decision, Reject) else "",
+                                    for_transit=until > queued_at + self.reserve_settings.wait_seconds)
+            if verdict.action == "wait":
+                continue
+            del self.waiting[request_id]
+            if verdict.action == "place":
+                effects += self._book_request(ask, decision, now, queued_at, 0.0)
+                continue
+            records = self._resolve(request_id, "rejected", verdict.reason)
+            effects.append(Write(requests=records, events=(Audit("request.rejected", detail=dict(
+                request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
+                waited_s=round(now - queued_at, 3))),)))
+        return effects
+
+    def _book_request(self, ask: Ask, decision: Decision, now: float, created_at: float,
+                      decided_ms: float) -> list[Effect]:
+        """Book a placement: the new lease and its victims, in one Write before any call."""
+        policy = self.backfill.termination_policy
+        want = Size(ask.vcpus, ask.memory_mib)
+        if isinstance(decision, Reject):
+            raise ValueError(f"request {ask.request_id}: a rejection cannot be booked ({decision.reason})")
+        node = decision.node_id
+        victims = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
+        path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
+        s = self.settings
+        stop_grace = s.notice_seconds if path == "instant" else self.backfill.grace_seconds
+        # An instant victim's stop is asked once the launch is answered (Stop.after_launch).
+        victim_deadline = now + stop_grace + s.stop_timeout + (s.launch_timeout if path == "instant" else 0)
+        state, deadline = ("waiting", victim_deadline + s.launch_timeout) if path == "after_victims" else \
+            ("starting", now + s.launch_timeout)
+        lease = self._new_lease(VmRole.ON_DEMAND, node, want, ask.image, ask.owner, state, now, deadline,
+                                ask.request_id)
+        cause = f"on-demand request {ask.request_id} ({ask.vcpus} vCPUs, {ask.memory_mib} MiB)"
+        stopped = [replace(v, state="on_notice" if path == "instant" else "preempting", deadline=victim_deadline,
+                           request_id=ask.request_id, end_reason=f"preempted: {cause}") for v in victims]
+        seen = [self._busy_detail(v, now) for v in victims]   # from their views as placement read them
+        self._book(lease, now)
+        for v in stopped:
+            self._book(v, now)
+        record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending",
+                               lease.lease_id, node, tuple(v.lease_id for v in victims), "", created_at,
+                               decided_ms, path)
+        self._remember(record)
+        events = [Audit("request.placed", node, lease.lease_id, dict(
+            request_id=ask.request_id, path=path, policy=policy.value, victims=[v.lease_id for v in victims],
+            decided_ms=round(record.decided_ms, 3), waited_s=round(now - created_at, 3)))]
+        events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
+                                                                  path=path, notice_s=stop_grace,
+                                                                  work_lost_vcpu_seconds=round(work(v, now), 1),
+                                                                  **detail))
+                   for v, detail in zip(victims, seen)]
+        effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped), requests=(record,),
+                                       events=tuple(events))]
+        if state == "starting":
+            effects.append(Launch(lease))
+        effects += [self._ask_stop(v, stop_grace, after_launch=path == "instant") for v in stopped]
+        return effects
+
+    def _busy_detail(self, lease: Lease, now: float) -> dict[str, Any]:
+        """Under idle_first, what the guest or the CPU figures said of a victim (its view, before
+        it is booked as stopping): why it was chosen."""
+        if not self._tracks_cpu:
+            return {}
+        vm = self._vms_on[lease.node_id].views[lease.lease_id]
+        since = vm.busy_since
+        seen = "no CPU figure yet" if since is None else "idle" if since == IDLE else "busy"
+        # where the clock came from: the guest's own word, the agent's CPU figures, or neither
+        # (then it counts from the launch)
+        clock = "guest" if lease.lease_id in self._guest_clock else "cpu" if since is not None else "launch"
+        return dict(last_seen=seen, busy_for_s=round(vm.at_risk(now), 1), clock=clock)
