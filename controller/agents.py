@@ -17,7 +17,7 @@ from protos import agent_pb2, agent_pb2_grpc
 
 from .core.records import VmRole
 
-AGENT_ROLES = {VmRole.ON_DEMAND: agent_pb2.ROLE_FOREGROUND, VmRole.BACKFILL: agent_pb2.ROLE_VOLUNTEER}
+AGENT_ROLES = {VmRole.ON_DEMAND: agent_pb2.ROLE_ON_DEMAND, VmRole.BACKFILL: agent_pb2.ROLE_BACKFILL}
 OUTCOMES = {v: k.lower().removeprefix("termination_outcome_")
             for k, v in agent_pb2.TerminationOutcome.items()}
 

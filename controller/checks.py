@@ -12,6 +12,8 @@ from typing import Any
 from gleaner_common import ids
 from gleaner_common.config import HOST_PORT
 from gleaner_common.ids import InvalidField, bounded
+from protos import controller_pb2
+from protos.words import VM_ROLE, from_wire
 
 from .core.records import Reserve
 from .core.records import BackfillConfig, Policy
@@ -190,8 +192,7 @@ def report(message, known: set | None = None) -> None:
             _check_vm_names(vm)
             if known is not None and len(known) < MAX_REPORTED_VMS:
                 known.add(identity)
-        if vm.role not in REPORT_ROLES:
-            raise InvalidField("vms.role", f"{vm.role[:20]!r} is not one of {', '.join(REPORT_ROLES)}")
+        _role_in_words(vm)
         bounded(vm.vcpus, 1, cpus, "vms.vcpus")
         bounded(vm.memory_mib, 1, memory, "vms.memory_mib", "MiB")
         _finite(vm.launched_at, 0.0, latest, "vms.launched_at")
@@ -202,6 +203,22 @@ def report(message, known: set | None = None) -> None:
             raise InvalidField("vms.work_state", f"{vm.work_state[:20]!r} is not one of ''"
                                + "".join(f", {s}" for s in ids.WORK_STATES if s))
         _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "vms.work_for_s")
+
+
+def _role_in_words(vm) -> None:
+    """A reported VM's role, as its string (every release) and its enum (this one on): the enum,
+    when set, is the word; a string that contradicts it is refused. The string is set from the
+    enum when a sender left it empty, so the books read one field (mixed versions: docs)."""
+    if vm.vm_role:
+        try:
+            word = from_wire(controller_pb2.VmRole, VM_ROLE, vm.vm_role)
+        except ValueError:
+            raise InvalidField("vms.vm_role", f"{vm.vm_role} is not a role this controller knows") from None
+        if vm.role and vm.role != word:
+            raise InvalidField("vms.role", f"{vm.role[:20]!r} contradicts vm_role {word!r}")
+        vm.role = word
+    if vm.role not in REPORT_ROLES:
+        raise InvalidField("vms.role", f"{vm.role[:20]!r} is not one of {', '.join(REPORT_ROLES)}")
 
 
 def _check_vm_names(vm) -> None:

@@ -28,6 +28,7 @@ from gleaner_common.identity import Role
 from gleaner_common.pki import PkiError, TlsFiles
 from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
+from protos.words import LEASE_STATE, VM_ROLE, from_wire
 
 from . import checks, pkicmd
 from .checks import parse_backfill_setting
@@ -148,9 +149,16 @@ def cmd_nodes(stub, args):
     return as_dict(reply)["nodes"], text, 0
 
 
+def lease_words(lease) -> tuple[str, str]:
+    """A lease's role and state: the enums when the controller set them, else its strings (a
+    previous release's controller)."""
+    return (from_wire(controller_pb2.VmRole, VM_ROLE, lease.vm_role, lease.role),
+            from_wire(controller_pb2.LeaseState, LEASE_STATE, lease.lease_state, lease.state))
+
+
 def cmd_vms(stub, args):
     reply = stub.ListVms(controller_pb2.ListVmsRequest(include_ended=args.all), timeout=args.timeout)
-    rows = [[l.lease_id, l.role, l.state, l.node_id, l.vcpus, l.memory_mib, l.owner, age(l.age_seconds), l.vm_name]
+    rows = [[l.lease_id, *lease_words(l), l.node_id, l.vcpus, l.memory_mib, l.owner, age(l.age_seconds), l.vm_name]
             for l in reply.leases]
     text = table(rows, ["LEASE", "ROLE", "STATE", "NODE", "VCPUS", "MEMORY_MIB", "OWNER", "AGE", "VM"]) \
         if rows else "no VMs"

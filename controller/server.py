@@ -11,6 +11,7 @@ from gleaner_common.authz import DenyList, Limits
 from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
 from protos import controller_pb2, controller_pb2_grpc
+from protos.words import LEASE_STATE, REQUEST_OUTCOME, VM_ROLE, to_wire
 
 from . import checks
 from .config import ControllerConfig
@@ -36,14 +37,18 @@ def lease_to_proto(lease: Lease) -> controller_pb2.Lease:
         lease_id=lease.lease_id, role=lease.role, node_id=lease.node_id, vm_name=lease.vm_name, vcpus=lease.vcpus,
         memory_mib=lease.memory_mib, image=lease.image, owner=lease.owner, state=lease.state,
         created_at=lease.created_at, launched_at=lease.launched_at or 0.0, ended_at=lease.ended_at or 0.0,
-        end_reason=lease.end_reason, age_seconds=max((lease.ended_at or time.time()) - start, 0.0))
+        end_reason=lease.end_reason, age_seconds=max((lease.ended_at or time.time()) - start, 0.0),
+        vm_role=to_wire(controller_pb2.VmRole, VM_ROLE, lease.role),
+        lease_state=to_wire(controller_pb2.LeaseState, LEASE_STATE, lease.state))
 
 
 def result_to_proto(result: RequestResult) -> controller_pb2.VmRequestResult:
     record = result.record
     reply = controller_pb2.VmRequestResult(request_id=record.request_id, outcome=record.outcome, reason=record.reason,
                                            decision_ms=result.decision_ms, total_seconds=result.total_seconds,
-                                           policy=result.policy)
+                                           policy=result.policy,
+                                           request_outcome=to_wire(controller_pb2.RequestOutcome, REQUEST_OUTCOME,
+                                                                   record.outcome))
     if result.lease is not None:
         reply.lease.CopyFrom(lease_to_proto(result.lease))
     for p in result.preempted:

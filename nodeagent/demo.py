@@ -28,10 +28,10 @@ from protos import agent_pb2, agent_pb2_grpc
 from .config import AgentConfig, TlsConfig, to_toml
 
 DEMO_VMS = (  # name, role, kernel command line
-    ("demo-foreground", agent_pb2.ROLE_FOREGROUND, "gleaner.workload=probe"),
-    ("demo-volunteer", agent_pb2.ROLE_VOLUNTEER, "gleaner.workload=hog"),
+    ("demo-foreground", agent_pb2.ROLE_ON_DEMAND, "gleaner.workload=probe"),
+    ("demo-volunteer", agent_pb2.ROLE_BACKFILL, "gleaner.workload=hog"),
 )
-ROLE_NAMES = {agent_pb2.ROLE_FOREGROUND: "foreground", agent_pb2.ROLE_VOLUNTEER: "volunteer"}
+ROLE_NAMES = {agent_pb2.ROLE_ON_DEMAND: "on_demand", agent_pb2.ROLE_BACKFILL: "backfill"}
 # Every call has a deadline, so a stuck agent ends the demo with an error instead of a hang.
 CALL_TIMEOUT = 30.0
 LAUNCH_TIMEOUT = 120.0                                          # an overlay, then QEMU starting

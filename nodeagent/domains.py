@@ -27,7 +27,7 @@ from typing import Iterator
 
 from gleaner_common.ids import InvalidField
 from gleaner_common.logs import log_event
-from gleaner_common.vocabulary import PriorityClass
+from gleaner_common.vocabulary import PriorityClass, role_of
 
 from .config import AgentConfig
 from .crashpoints import crash_point
@@ -162,7 +162,7 @@ class Domains:
         steps.done("read_back")
         self.enforcement.launched(spec.name, DomainInfo(meta.role, meta.priority_class, spec.memory_mib, interfaces))
         steps.done("class")
-        log_event(log, "domain.launched", domain=spec.name, role=spec.role.value, vcpus=spec.vcpus,
+        log_event(log, "domain.launched", domain=spec.name, role=role_of(spec.role).value, priority_class=spec.role.value, vcpus=spec.vcpus,
                   memory_mib=spec.memory_mib, image=spec.image, lease_id=spec.lease_id,
                   domain_type=self.inventory.domain_type, took_ms=steps.total_ms(), steps_ms=steps.text())
         return managed_domain(record, meta)
@@ -284,7 +284,8 @@ class Domains:
                 outcome, detail = self._stop_gracefully(name, grace, started)
             duration = time.monotonic() - started
             self.remove(name, meta)
-        log_event(log, "domain.terminated", domain=name, role=meta.role.value, outcome=outcome.value,
+        log_event(log, "domain.terminated", domain=name, role=role_of(meta.role).value,
+                  priority_class=meta.priority_class.value, outcome=outcome.value,
                   duration_s=round(duration, 3), grace_s=grace, detail=detail)
         return TerminationResult(name, outcome, duration, detail)
 

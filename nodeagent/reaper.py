@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 
 from gleaner_common.logs import log_event
-from gleaner_common.vocabulary import PriorityClass
+from gleaner_common.vocabulary import PriorityClass, role_of
 
 from .config import AgentConfig
 from .domains import Domains
@@ -97,7 +97,7 @@ class Reaper:
                 if meta.started:
                     log_event(log, "volunteer.reaped", domain=record.name, state=current.state)
                 else:
-                    log_event(log, "domain.unstarted_removed", domain=record.name, role=meta.role.value,
+                    log_event(log, "domain.unstarted_removed", domain=record.name, role=role_of(meta.role).value,
                               state=current.state, note="defined but never started: its launch never finished")
         return removed
 

@@ -17,7 +17,7 @@ import grpc
 from gleaner_common import __version__, identity
 from gleaner_common.logs import log_event
 from gleaner_common.rpc import channel_to
-from gleaner_common.vocabulary import role_of
+from gleaner_common.vocabulary import VmRole, role_of
 from protos import controller_pb2, controller_pb2_grpc
 
 from .config import AgentConfig
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MAX_RETRY_SECONDS = 30.0
 # Every outbound call has a deadline: a report stream ends after this long and is opened anew.
 STREAM_SECONDS = 3600.0
+VM_ROLES = {VmRole.ON_DEMAND: controller_pb2.VM_ROLE_ON_DEMAND, VmRole.BACKFILL: controller_pb2.VM_ROLE_BACKFILL}
 IMAGES_EVERY = 30     # reports between two looks at the image directory
 
 
@@ -59,7 +60,8 @@ class Reporter:
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
         for name, meta, shape in self.inventory.running():
             work = self.inventory.work_state(name, meta)
-            report.vms.add(name=name, lease_id=meta.lease_id, role=role_of(meta.role).value, state="running",
+            role = role_of(meta.role)
+            report.vms.add(name=name, lease_id=meta.lease_id, role=role.value, vm_role=VM_ROLES[role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,
                            work_state=work.state, work_for_s=work.for_s)

@@ -10,7 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from gleaner_common.authz import DenyList, Limits
 from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
-from gleaner_common.vocabulary import PriorityClass
+from gleaner_common.vocabulary import PriorityClass, VmRole, class_of, role_of
 from protos import agent_pb2, agent_pb2_grpc
 
 from .agent import AgentParts
@@ -25,9 +25,18 @@ from .validation import validate_launch, validate_name
 
 log = logging.getLogger(__name__)
 
-# The proto's enum for a priority class is named Role (ROLE_FOREGROUND, ROLE_VOLUNTEER).
-CLASS_TO_PROTO = {PriorityClass.FOREGROUND: agent_pb2.ROLE_FOREGROUND, PriorityClass.VOLUNTEER: agent_pb2.ROLE_VOLUNTEER}
+# The wire's words (agent.proto): a VM's role, and the priority class it runs in. A domain's
+# metadata keeps the class it was launched in, which says its role (vocabulary.role_of).
+CLASS_TO_PROTO = {PriorityClass.FOREGROUND: agent_pb2.PRIORITY_CLASS_FOREGROUND,
+                  PriorityClass.VOLUNTEER: agent_pb2.PRIORITY_CLASS_VOLUNTEER}
 CLASS_FROM_PROTO = {v: k for k, v in CLASS_TO_PROTO.items()}
+ROLE_TO_PROTO = {VmRole.ON_DEMAND: agent_pb2.ROLE_ON_DEMAND, VmRole.BACKFILL: agent_pb2.ROLE_BACKFILL}
+ROLE_FROM_PROTO = {v: k for k, v in ROLE_TO_PROTO.items()}
+
+
+def role_to_proto(launched_class: PriorityClass) -> int:
+    """The wire's role of a VM launched in this class."""
+    return ROLE_TO_PROTO[role_of(launched_class)]
 STATE_TO_PROTO = {
     "running": agent_pb2.DOMAIN_STATE_RUNNING, "blocked": agent_pb2.DOMAIN_STATE_BLOCKED,
     "paused": agent_pb2.DOMAIN_STATE_PAUSED, "shutting_down": agent_pb2.DOMAIN_STATE_SHUTTING_DOWN,
@@ -60,7 +69,7 @@ def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
     launched = Timestamp()
     launched.FromDatetime(domain.launched_at)
     return agent_pb2.Domain(
-        name=domain.name, uuid=domain.uuid, role=CLASS_TO_PROTO[domain.role],
+        name=domain.name, uuid=domain.uuid, role=role_to_proto(domain.role),
         state=STATE_TO_PROTO.get(domain.state, agent_pb2.DOMAIN_STATE_UNSPECIFIED), vcpus=domain.vcpus,
         memory_mib=domain.memory_mib, launched_at=launched, lease_id=domain.lease_id,
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
@@ -82,7 +91,7 @@ def snapshot_to_proto(snap: Snapshot) -> agent_pb2.MetricsSnapshot:
     when = Timestamp()
     when.FromDatetime(snap.time)
     domains = [agent_pb2.DomainMetrics(
-        name=d.name, role=CLASS_TO_PROTO[d.role], priority_class=CLASS_TO_PROTO[d.priority_class],
+        name=d.name, role=role_to_proto(d.role), priority_class=CLASS_TO_PROTO[d.priority_class],
         cpu_cores=d.cpu_cores, memory_bytes=d.memory_bytes, block_read_bytes_per_s=d.block_read_bytes_per_s,
         block_write_bytes_per_s=d.block_write_bytes_per_s, block_read_ops_per_s=d.block_read_ops_per_s,
         block_write_ops_per_s=d.block_write_ops_per_s, net_rx_bytes_per_s=d.net_rx_bytes_per_s,
@@ -123,8 +132,11 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
 
     @rpc
     def LaunchDomain(self, request, context):
-        spec = validate_launch(
-            name=request.name, role=CLASS_FROM_PROTO.get(request.role), vcpus=request.vcpus,
+        role = ROLE_FROM_PROTO.get(request.role)
+        if role is None:
+            raise InvalidField("role", "must be ROLE_ON_DEMAND or ROLE_BACKFILL")
+        spec = validate_launch(   # launched in its role's priority class
+            name=request.name, role=class_of(role), vcpus=request.vcpus,
             memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
             lease_id=request.lease_id, limits=self.inventory.limits(), cpuset=request.cpuset)
         domain, created = self.domains.launch(spec)
@@ -144,7 +156,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         name = validate_name(request.name)
         cls = CLASS_FROM_PROTO.get(request.priority_class)
         if cls is None:
-            raise InvalidField("priority_class", "must be ROLE_FOREGROUND or ROLE_VOLUNTEER")
+            raise InvalidField("priority_class", "must be PRIORITY_CLASS_FOREGROUND or PRIORITY_CLASS_VOLUNTEER")
         return domain_to_proto(self.domains.set_class(name, cls))
 
     @rpc

@@ -13,8 +13,14 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ROLE_UNSPECIFIED: _ClassVar[Role]
-    ROLE_FOREGROUND: _ClassVar[Role]
-    ROLE_VOLUNTEER: _ClassVar[Role]
+    ROLE_ON_DEMAND: _ClassVar[Role]
+    ROLE_BACKFILL: _ClassVar[Role]
+
+class PriorityClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_CLASS_UNSPECIFIED: _ClassVar[PriorityClass]
+    PRIORITY_CLASS_FOREGROUND: _ClassVar[PriorityClass]
+    PRIORITY_CLASS_VOLUNTEER: _ClassVar[PriorityClass]
 
 class DomainState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,8 +41,11 @@ class TerminationOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TERMINATION_OUTCOME_DESTROYED_FORCED: _ClassVar[TerminationOutcome]
     TERMINATION_OUTCOME_ALREADY_STOPPED: _ClassVar[TerminationOutcome]
 ROLE_UNSPECIFIED: Role
-ROLE_FOREGROUND: Role
-ROLE_VOLUNTEER: Role
+ROLE_ON_DEMAND: Role
+ROLE_BACKFILL: Role
+PRIORITY_CLASS_UNSPECIFIED: PriorityClass
+PRIORITY_CLASS_FOREGROUND: PriorityClass
+PRIORITY_CLASS_VOLUNTEER: PriorityClass
 DOMAIN_STATE_UNSPECIFIED: DomainState
 DOMAIN_STATE_RUNNING: DomainState
 DOMAIN_STATE_BLOCKED: DomainState
@@ -117,11 +126,11 @@ class Domain(_message.Message):
     kernel_cmdline: str
     console_log: str
     cpuset: str
-    priority_class: Role
+    priority_class: PriorityClass
     boosted: bool
     work_state: str
     work_for_s: float
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[Role, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
 
 class ListDomainsRequest(_message.Message):
     __slots__ = ()
@@ -188,8 +197,8 @@ class SetDomainClassRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
     name: str
-    priority_class: Role
-    def __init__(self, name: _Optional[str] = ..., priority_class: _Optional[_Union[Role, str]] = ...) -> None: ...
+    priority_class: PriorityClass
+    def __init__(self, name: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ()
@@ -259,7 +268,7 @@ class DomainMetrics(_message.Message):
     NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: Role
-    priority_class: Role
+    priority_class: PriorityClass
     cpu_cores: float
     memory_bytes: int
     block_read_bytes_per_s: float
@@ -268,7 +277,7 @@ class DomainMetrics(_message.Message):
     block_write_ops_per_s: float
     net_rx_bytes_per_s: float
     net_tx_bytes_per_s: float
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., priority_class: _Optional[_Union[Role, str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., block_read_bytes_per_s: _Optional[float] = ..., block_write_bytes_per_s: _Optional[float] = ..., block_read_ops_per_s: _Optional[float] = ..., block_write_ops_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., block_read_bytes_per_s: _Optional[float] = ..., block_write_bytes_per_s: _Optional[float] = ..., block_read_ops_per_s: _Optional[float] = ..., block_write_ops_per_s: _Optional[float] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ...) -> None: ...
 
 class ResidualCapacity(_message.Message):
     __slots__ = ("foreground_cpu_demand_cores", "residual_cpu_cores", "foreground_memory_bytes", "residual_memory_bytes")

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -6,8 +7,57 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class VmRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VM_ROLE_UNSPECIFIED: _ClassVar[VmRole]
+    VM_ROLE_ON_DEMAND: _ClassVar[VmRole]
+    VM_ROLE_BACKFILL: _ClassVar[VmRole]
+
+class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_STATE_UNSPECIFIED: _ClassVar[LeaseState]
+    LEASE_STATE_WAITING: _ClassVar[LeaseState]
+    LEASE_STATE_STARTING: _ClassVar[LeaseState]
+    LEASE_STATE_RUNNING: _ClassVar[LeaseState]
+    LEASE_STATE_CANCELLING: _ClassVar[LeaseState]
+    LEASE_STATE_STOPPING: _ClassVar[LeaseState]
+    LEASE_STATE_ON_NOTICE: _ClassVar[LeaseState]
+    LEASE_STATE_PREEMPTING: _ClassVar[LeaseState]
+    LEASE_STATE_LOST: _ClassVar[LeaseState]
+    LEASE_STATE_ENDED: _ClassVar[LeaseState]
+    LEASE_STATE_FAILED: _ClassVar[LeaseState]
+
+class RequestOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REQUEST_OUTCOME_UNSPECIFIED: _ClassVar[RequestOutcome]
+    REQUEST_OUTCOME_PENDING: _ClassVar[RequestOutcome]
+    REQUEST_OUTCOME_PLACED: _ClassVar[RequestOutcome]
+    REQUEST_OUTCOME_REJECTED: _ClassVar[RequestOutcome]
+    REQUEST_OUTCOME_FAILED: _ClassVar[RequestOutcome]
+    REQUEST_OUTCOME_CANCELLED: _ClassVar[RequestOutcome]
+VM_ROLE_UNSPECIFIED: VmRole
+VM_ROLE_ON_DEMAND: VmRole
+VM_ROLE_BACKFILL: VmRole
+LEASE_STATE_UNSPECIFIED: LeaseState
+LEASE_STATE_WAITING: LeaseState
+LEASE_STATE_STARTING: LeaseState
+LEASE_STATE_RUNNING: LeaseState
+LEASE_STATE_CANCELLING: LeaseState
+LEASE_STATE_STOPPING: LeaseState
+LEASE_STATE_ON_NOTICE: LeaseState
+LEASE_STATE_PREEMPTING: LeaseState
+LEASE_STATE_LOST: LeaseState
+LEASE_STATE_ENDED: LeaseState
+LEASE_STATE_FAILED: LeaseState
+REQUEST_OUTCOME_UNSPECIFIED: RequestOutcome
+REQUEST_OUTCOME_PENDING: RequestOutcome
+REQUEST_OUTCOME_PLACED: RequestOutcome
+REQUEST_OUTCOME_REJECTED: RequestOutcome
+REQUEST_OUTCOME_FAILED: RequestOutcome
+REQUEST_OUTCOME_CANCELLED: RequestOutcome
+
 class ReportedVm(_message.Message):
-    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s")
+    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s", "vm_role")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +70,7 @@ class ReportedVm(_message.Message):
     CPU_SAMPLED_FIELD_NUMBER: _ClassVar[int]
     WORK_STATE_FIELD_NUMBER: _ClassVar[int]
     WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
+    VM_ROLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     lease_id: str
     role: str
@@ -32,7 +83,8 @@ class ReportedVm(_message.Message):
     cpu_sampled: bool
     work_state: str
     work_for_s: float
-    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
+    vm_role: VmRole
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib")
@@ -107,7 +159,7 @@ class Preemption(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., outcome: _Optional[str] = ..., seconds: _Optional[float] = ..., work_lost_vcpu_seconds: _Optional[float] = ...) -> None: ...
 
 class VmRequestResult(_message.Message):
-    __slots__ = ("request_id", "outcome", "reason", "lease", "preempted", "decision_ms", "total_seconds", "policy")
+    __slots__ = ("request_id", "outcome", "reason", "lease", "preempted", "decision_ms", "total_seconds", "policy", "request_outcome")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +168,7 @@ class VmRequestResult(_message.Message):
     DECISION_MS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     outcome: str
     reason: str
@@ -124,7 +177,8 @@ class VmRequestResult(_message.Message):
     decision_ms: float
     total_seconds: float
     policy: str
-    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., preempted: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., decision_ms: _Optional[float] = ..., total_seconds: _Optional[float] = ..., policy: _Optional[str] = ...) -> None: ...
+    request_outcome: RequestOutcome
+    def __init__(self, request_id: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., preempted: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., decision_ms: _Optional[float] = ..., total_seconds: _Optional[float] = ..., policy: _Optional[str] = ..., request_outcome: _Optional[_Union[RequestOutcome, str]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("lease_id", "force")
@@ -145,7 +199,7 @@ class ReleaseResult(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., outcome: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("lease_id", "role", "node_id", "vm_name", "vcpus", "memory_mib", "image", "owner", "state", "created_at", "launched_at", "ended_at", "end_reason", "age_seconds")
+    __slots__ = ("lease_id", "role", "node_id", "vm_name", "vcpus", "memory_mib", "image", "owner", "state", "created_at", "launched_at", "ended_at", "end_reason", "age_seconds", "vm_role", "lease_state")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +214,8 @@ class Lease(_message.Message):
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     END_REASON_FIELD_NUMBER: _ClassVar[int]
     AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    VM_ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_STATE_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     role: str
     node_id: str
@@ -174,7 +230,9 @@ class Lease(_message.Message):
     ended_at: float
     end_reason: str
     age_seconds: float
-    def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ...) -> None: ...
+    vm_role: VmRole
+    lease_state: LeaseState
+    def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., lease_state: _Optional[_Union[LeaseState, str]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "state", "agent_address", "cpus", "memory_mib", "allocated_vcpus", "allocated_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "predicted_foreground_cpu_cores", "potential_productivity", "last_report_age_seconds", "selected")

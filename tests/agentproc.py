@@ -220,7 +220,7 @@ class AgentProcess(ServiceProcess):
         return agent_pb2_grpc.NodeAgentStub(self.channel(tls or self.env.pki.controller))
 
 
-def launch_request(name: str, role: int = agent_pb2.ROLE_VOLUNTEER, vcpus: int = 1, memory_mib: int = 128,
+def launch_request(name: str, role: int = agent_pb2.ROLE_BACKFILL, vcpus: int = 1, memory_mib: int = 128,
                    image: str = "tiny", kernel_cmdline: str = "", lease_id: str = "",
                    cpuset: str = "") -> agent_pb2.LaunchDomainRequest:
     return agent_pb2.LaunchDomainRequest(name=name, role=role, vcpus=vcpus, memory_mib=memory_mib, image=image,

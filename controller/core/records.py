@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gleaner_common import vocabulary
+
 if TYPE_CHECKING:
     from .reserve_settings import Hint
 
@@ -68,6 +70,9 @@ def plain_init(cls: type) -> type:
     return cls
 
 
+VmRole = vocabulary.VmRole   # the role (gleaner_common.vocabulary), beside the records that carry it
+
+
 class Policy(str, Enum):
     MOST_RECENT = "most_recent"   # youngest backfill VMs first: they have the least work to lose
     ANY = "any"                   # random order
@@ -75,9 +80,6 @@ class Policy(str, Enum):
     IDLE_FIRST = "idle_first"     # idle backfill VMs first (guest's word or CPU figures), then the shortest busy
 
 
-class VmRole(str, Enum):
-    ON_DEMAND = "on_demand"
-    BACKFILL = "backfill"
 
 
 @plain_init

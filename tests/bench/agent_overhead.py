@@ -191,18 +191,18 @@ def main(argv: list[str] | None = None) -> int:
         # (name, role, kernel_cmdline, cpuset): starved volunteers first, then the foreground hog
         # that starves them, then idle guests, volunteers and foreground alternating.
         cpu = str(args.starve_cpu)
-        plan = [(unique_name(f"ovh-starved{i}"), agent_pb2.ROLE_VOLUNTEER, HOG, cpu) for i in range(starved)]
-        plan.append((unique_name("ovh-fghog"), agent_pb2.ROLE_FOREGROUND, HOG, cpu))
-        idle_roles = zip_longest([agent_pb2.ROLE_VOLUNTEER] * (volunteers - starved),
-                                 [agent_pb2.ROLE_FOREGROUND] * (args.domains - volunteers - 1))
+        plan = [(unique_name(f"ovh-starved{i}"), agent_pb2.ROLE_BACKFILL, HOG, cpu) for i in range(starved)]
+        plan.append((unique_name("ovh-fghog"), agent_pb2.ROLE_ON_DEMAND, HOG, cpu))
+        idle_roles = zip_longest([agent_pb2.ROLE_BACKFILL] * (volunteers - starved),
+                                 [agent_pb2.ROLE_ON_DEMAND] * (args.domains - volunteers - 1))
         idle = [role for pair in idle_roles for role in pair if role is not None]
         plan += [(unique_name(f"ovh-idle{i}"), role, "", "") for i, role in enumerate(idle)]
         for i, (name, role, cmdline, cpuset) in enumerate(plan):
             reply = stub.LaunchDomain(launch_request(name, role, memory_mib=128, kernel_cmdline=cmdline,
                                                      cpuset=cpuset))
-            if role == agent_pb2.ROLE_VOLUNTEER:
+            if role == agent_pb2.ROLE_BACKFILL:
                 stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name,
-                                                                    priority_class=agent_pb2.ROLE_FOREGROUND))
+                                                                    priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND))
             wait_for_console(reply.domain.console_log, "GLEANER-READY", timeout=240)
             print(f"domain {i + 1}/{args.domains} ready", file=sys.stderr, flush=True)
         running = sum(d.state == agent_pb2.DOMAIN_STATE_RUNNING
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         counter = ReportCounter(controller, agent.name, config.controller_report_seconds).start()
         demoted_at = log_offset(agent)
         for name, role, _, _ in plan:
-            if role == agent_pb2.ROLE_VOLUNTEER:
+            if role == agent_pb2.ROLE_BACKFILL:
                 stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name, priority_class=role))
         # The guard judges a volunteer after one whole period of samples; start once it works.
         print("volunteers demoted; waiting for the guard's first boost", file=sys.stderr, flush=True)

@@ -72,15 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         stub = agent.stub()
         host = stub.DescribeHost(agent_pb2.DescribeHostRequest())
         fg, vol = unique_name("diskprobe"), unique_name("diskhog")
-        reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND, cpuset="0",
+        reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND, cpuset="0",
                                                  kernel_cmdline="gleaner.workload=diskprobe gleaner.diskprobe=5,100"))
         console = Path(reply.domain.console_log)
         wait_for_console(console, "GLEANER-DISKPROBE start", timeout=120)
 
-        hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER, cpuset="1",
+        hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL, cpuset="1",
                                                kernel_cmdline="gleaner.workload=diskhog"))
         hog_console = Path(hog.domain.console_log)
-        set_class(stub, vol, agent_pb2.ROLE_FOREGROUND)
+        set_class(stub, vol, agent_pb2.ROLE_ON_DEMAND)
         wait_for_console(hog_console, HOG_LINE, timeout=120)
         switch = HogSwitch(stub, vol)
 

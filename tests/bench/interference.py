@@ -144,7 +144,7 @@ class HogSwitch:
             if not paused:
                 self.dom.suspend()
             return
-        set_class(self.stub, self.name, agent_pb2.ROLE_VOLUNTEER if phase == "volunteer" else agent_pb2.ROLE_FOREGROUND)
+        set_class(self.stub, self.name, agent_pb2.ROLE_BACKFILL if phase == "volunteer" else agent_pb2.ROLE_ON_DEMAND)
         if paused:
             self.dom.resume()
 
@@ -181,15 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stub = agent.stub()
         fg, vol = unique_name("probe"), unique_name("hog")
-        reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND, cpuset=args.cpu,
+        reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND, cpuset=args.cpu,
                                                  kernel_cmdline="gleaner.workload=probe gleaner.probe=2000,10,100"))
         console = Path(reply.domain.console_log)
         wait_for_console(console, "GLEANER-PROBE start", timeout=120)
 
         # The hog boots while promoted: at idle priority beside the probe it would boot slowly.
-        hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER, cpuset=args.cpu,
+        hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL, cpuset=args.cpu,
                                                kernel_cmdline="gleaner.workload=hog"))
-        set_class(stub, vol, agent_pb2.ROLE_FOREGROUND)
+        set_class(stub, vol, agent_pb2.ROLE_ON_DEMAND)
         wait_for_console(hog.domain.console_log, "GLEANER-HOG", timeout=120)
         switch = HogSwitch(stub, vol)
         windows = alternate(args.rounds, switch.enter, lambda _phase, _round: measure(console, args.phase_seconds))

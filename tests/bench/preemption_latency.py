@@ -132,16 +132,16 @@ def notice_interference(env: LabEnv, rounds: int, seconds: float, cpu: str) -> d
     conn = libvirt.open(LIBVIRT_URI)
     try:
         stub = agent.stub()
-        probe = stub.LaunchDomain(launch_request(unique_name("probe"), agent_pb2.ROLE_FOREGROUND, cpuset=cpu,
+        probe = stub.LaunchDomain(launch_request(unique_name("probe"), agent_pb2.ROLE_ON_DEMAND, cpuset=cpu,
                                                  kernel_cmdline="gleaner.workload=probe gleaner.probe=2000,10,100"))
         console = Path(probe.domain.console_log)
         wait_for_console(console, "GLEANER-PROBE start", timeout=120)
         for r in range(rounds):
             hog = unique_name(f"victim{r}")
-            reply = stub.LaunchDomain(launch_request(hog, agent_pb2.ROLE_FOREGROUND, cpuset=cpu, kernel_cmdline=(
+            reply = stub.LaunchDomain(launch_request(hog, agent_pb2.ROLE_ON_DEMAND, cpuset=cpu, kernel_cmdline=(
                 f"gleaner.workload=hog gleaner.notice_work={NOTICE_WORK_S}")))   # boots promoted: quicker
             wait_for_console(reply.domain.console_log, "GLEANER-HOG", timeout=120)
-            set_class(stub, hog, agent_pb2.ROLE_VOLUNTEER)   # a running backfill VM's class
+            set_class(stub, hog, agent_pb2.ROLE_BACKFILL)   # a running backfill VM's class
             dom = conn.lookupByName(hog)
             dom.suspend()
             print(f"round {r + 1}/{rounds}: measuring alone", file=sys.stderr, flush=True)

@@ -115,7 +115,7 @@ def test_killed_after_define_the_restarted_agent_removes_the_unstarted_domain(cr
     agent.settings["unfinished_launch_seconds"] = 0  # no wait for a repeated launch
     start_armed(agent, "launch.after_define")
     expect_crash(agent, "launch.after_define",
-                 lambda: agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_FOREGROUND)))
+                 lambda: agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_ON_DEMAND)))
     assert libvirt_state(name) == (False, False)  # defined, never started: half-made
     assert overlay_of(agent, name).exists()
     agent.start()
@@ -175,7 +175,7 @@ def test_killed_after_start_the_restarted_agent_keeps_it_running(crash_agent):
 def test_killed_after_the_power_button_a_repeated_terminate_finishes(crash_agent):
     agent, name = crash_agent, unique_name("crash-acpi")
     start_armed(agent, "terminate.after_acpi")
-    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_FOREGROUND))
+    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_ON_DEMAND))
     wait_for_console(reply.domain.console_log, READY)
     expect_crash(agent, "terminate.after_acpi",
                  lambda: agent.stub().TerminateDomain(agent_pb2.TerminateDomainRequest(name=name)))
@@ -196,7 +196,7 @@ def test_killed_after_the_power_button_a_repeated_terminate_finishes(crash_agent
 def test_killed_after_the_power_button_a_stopped_volunteer_is_reaped(crash_agent):
     agent, name = crash_agent, unique_name("crash-acpi-vol")
     start_armed(agent, "terminate.after_acpi")
-    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER))
+    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_BACKFILL))
     wait_for_console(reply.domain.console_log, READY)
     expect_crash(agent, "terminate.after_acpi",
                  lambda: agent.stub().TerminateDomain(agent_pb2.TerminateDomainRequest(name=name)))
@@ -254,7 +254,7 @@ def test_libvirtd_restarted_mid_terminate_the_terminate_completes(crash_agent):
 def test_killed_mid_terminate_and_libvirtd_restarted_a_repeated_terminate_finishes(crash_agent):
     agent, name = crash_agent, unique_name("crash-both")
     start_armed(agent, "terminate.after_acpi")
-    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_FOREGROUND,
+    reply = agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_ON_DEMAND,
                                                      kernel_cmdline="gleaner.acpi=ignore"))
     wait_for_console(reply.domain.console_log, READY)
     expect_crash(agent, "terminate.after_acpi",

@@ -32,8 +32,8 @@ def test_an_ended_domains_console_log_is_kept_then_expires(test_env):
         stub = agent.stub()
         console = agent.state_dir / "console"
         volunteer, foreground, running = unique_name("bflog"), unique_name("fglog"), unique_name("runlog")
-        for name, role in ((volunteer, agent_pb2.ROLE_VOLUNTEER), (foreground, agent_pb2.ROLE_FOREGROUND),
-                           (running, agent_pb2.ROLE_VOLUNTEER)):
+        for name, role in ((volunteer, agent_pb2.ROLE_BACKFILL), (foreground, agent_pb2.ROLE_ON_DEMAND),
+                           (running, agent_pb2.ROLE_BACKFILL)):
             stub.LaunchDomain(launch_request(name, role=role))
         for name in (volunteer, foreground, running):
             wait_for_console(console / f"{name}.log", "GLEANER-READY", 120)

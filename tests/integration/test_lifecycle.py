@@ -34,15 +34,15 @@ def overlay_of(agent: AgentProcess, name: str) -> Path:
 
 def test_launches_foreground_and_volunteer_with_their_roles(agent, stub):
     fg, vol = unique_name("fg"), unique_name("vol")
-    fg_reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND, lease_id="lease-fg-1"))
-    vol_reply = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER, kernel_cmdline="gleaner.workload=hog"))
+    fg_reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND, lease_id="lease-fg-1"))
+    vol_reply = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL, kernel_cmdline="gleaner.workload=hog"))
     assert fg_reply.created and vol_reply.created
     wait_for_console(fg_reply.domain.console_log, READY)
     wait_for_console(vol_reply.domain.console_log, "GLEANER-READY workload=hog")
 
     domains = listed(stub)
-    assert domains[fg].role == agent_pb2.ROLE_FOREGROUND
-    assert domains[vol].role == agent_pb2.ROLE_VOLUNTEER
+    assert domains[fg].role == agent_pb2.ROLE_ON_DEMAND
+    assert domains[vol].role == agent_pb2.ROLE_BACKFILL
     assert domains[fg].lease_id == "lease-fg-1"
     for name in (fg, vol):
         assert domains[name].state == agent_pb2.DOMAIN_STATE_RUNNING
@@ -119,7 +119,7 @@ def test_force_destroys_at_once(agent, stub):
 def test_volunteer_that_powers_off_by_itself_is_reaped_but_foreground_stays(agent, stub):
     vol, fg = unique_name("selfoff-vol"), unique_name("selfoff-fg")
     replies = [stub.LaunchDomain(launch_request(n, role)) for n, role in
-               ((vol, agent_pb2.ROLE_VOLUNTEER), (fg, agent_pb2.ROLE_FOREGROUND))]
+               ((vol, agent_pb2.ROLE_BACKFILL), (fg, agent_pb2.ROLE_ON_DEMAND))]
     for reply in replies:
         wait_for_console(reply.domain.console_log, READY)
     for name in (vol, fg):  # pressed from outside the agent, as an admin or the guest might
@@ -139,8 +139,8 @@ def test_restarted_agent_lists_the_same_domains_and_roles(test_env):
     try:
         fg, vol = unique_name("keep-fg"), unique_name("keep-vol")
         stub = agent.stub()
-        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND, lease_id="L-42"))
-        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
+        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND, lease_id="L-42"))
+        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
         before = listed(stub)
         agent.stop()
         agent.start()

@@ -10,21 +10,21 @@ from tests.agentproc import launch_request, unique_name, wait_for, wait_for_cons
 
 def test_metrics_over_grpc_and_prometheus(agent, stub):
     vol = unique_name("metrics-hog")
-    reply = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER, kernel_cmdline="gleaner.workload=hog",
+    reply = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL, kernel_cmdline="gleaner.workload=hog",
                                              memory_mib=96))
     wait_for_console(reply.domain.console_log, "GLEANER-HOG", timeout=60)
     time.sleep(2.5)  # two sampling intervals with the hog running
     snap = wait_for(lambda: next((s for s in [stub.GetMetrics(agent_pb2.GetMetricsRequest())]
                                   if any(d.name == vol for d in s.domains)), None), 10, "the hog in the metrics")
     hog = next(d for d in snap.domains if d.name == vol)
-    assert hog.role == agent_pb2.ROLE_VOLUNTEER and hog.memory_bytes == 96 * 2**20
+    assert hog.role == agent_pb2.ROLE_BACKFILL and hog.memory_bytes == 96 * 2**20
     assert hog.cpu_cores > 0.5  # a TCG hog keeps a host CPU busy
     assert 0 < snap.interval_seconds < 3
     host = snap.host
     assert host.cpus >= 1 and host.memory_total_bytes > host.memory_available_bytes > 0
     assert host.cpu_busy_cores >= hog.cpu_cores * 0.8
     # The hog is harvest: residual CPU is the host's CPUs less everything but volunteers.
-    volunteers = sum(d.cpu_cores for d in snap.domains if d.priority_class == agent_pb2.ROLE_VOLUNTEER)
+    volunteers = sum(d.cpu_cores for d in snap.domains if d.priority_class == agent_pb2.PRIORITY_CLASS_VOLUNTEER)
     demand = max(host.cpu_busy_cores - volunteers, 0)
     assert abs(snap.residual.foreground_cpu_demand_cores - demand) < 1e-6
     assert abs(snap.residual.residual_cpu_cores - (host.cpus - demand)) < 1e-6

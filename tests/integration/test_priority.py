@@ -69,8 +69,8 @@ class EventWatcher:
 
 def test_classes_are_applied_at_launch(stub):
     fg, vol = unique_name("cls-fg"), unique_name("cls-vol")
-    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
-    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
+    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND))
+    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
     assert cpu_knobs(fg) == (0, 1024)
     idle, shares = cpu_knobs(vol)
     assert idle == 1 and shares == 3  # the kernel's idle weight, which cpu.shares reports while idle
@@ -78,24 +78,24 @@ def test_classes_are_applied_at_launch(stub):
     # the volunteer's class is put on the moment it runs.
     assert persistent_shares(vol) == 1024 and persistent_shares(fg) == 1024
     listed = {d.name: d for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains}
-    assert listed[vol].priority_class == agent_pb2.ROLE_VOLUNTEER
-    assert listed[fg].priority_class == agent_pb2.ROLE_FOREGROUND
+    assert listed[vol].priority_class == agent_pb2.PRIORITY_CLASS_VOLUNTEER
+    assert listed[fg].priority_class == agent_pb2.PRIORITY_CLASS_FOREGROUND
 
 
 def test_promote_and_demote_change_the_cgroup_and_are_reported(agent, stub):
     name = unique_name("promote")
-    stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER))
+    stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_BACKFILL))
     watcher = EventWatcher(agent)
     try:
         time.sleep(0.3)  # let the stream subscribe
         promoted = stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name,
-                                                                       priority_class=agent_pb2.ROLE_FOREGROUND))
-        assert promoted.priority_class == agent_pb2.ROLE_FOREGROUND
-        assert promoted.role == agent_pb2.ROLE_VOLUNTEER  # still preemptible
+                                                                       priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND))
+        assert promoted.priority_class == agent_pb2.PRIORITY_CLASS_FOREGROUND
+        assert promoted.role == agent_pb2.ROLE_BACKFILL  # still preemptible
         assert cpu_knobs(name) == (0, 1024)
         event = watcher.expect("class.changed", name)
         assert dict(event.fields) == {"from": "volunteer", "to": "foreground"}
-        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name, priority_class=agent_pb2.ROLE_VOLUNTEER))
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=name, priority_class=agent_pb2.PRIORITY_CLASS_VOLUNTEER))
         assert cpu_knobs(name)[0] == 1
         watcher.expect("class.changed", name)
     finally:
@@ -106,13 +106,13 @@ def test_a_promotion_survives_an_agent_restart(test_env):
     agent = AgentProcess(test_env, name="persist-class").start()
     try:
         name = unique_name("keep-class")
-        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER))
+        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_BACKFILL))
         agent.stub().SetDomainClass(agent_pb2.SetDomainClassRequest(name=name,
-                                                                    priority_class=agent_pb2.ROLE_FOREGROUND))
+                                                                    priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND))
         agent.stop()
         agent.start()
         listed = {d.name: d for d in agent.stub().ListDomains(agent_pb2.ListDomainsRequest()).domains}
-        assert listed[name].priority_class == agent_pb2.ROLE_FOREGROUND
+        assert listed[name].priority_class == agent_pb2.PRIORITY_CLASS_FOREGROUND
         assert cpu_knobs(name) == (0, 1024)
     finally:
         agent.stop()
@@ -120,8 +120,8 @@ def test_a_promotion_survives_an_agent_restart(test_env):
 
 def test_settings_changed_behind_the_agents_back_are_put_back(agent, stub):
     vol, fg = unique_name("drift-vol"), unique_name("drift-fg")
-    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
-    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
+    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND))
     watcher = EventWatcher(agent)
     try:
         time.sleep(0.3)
@@ -144,7 +144,7 @@ def test_a_launch_under_way_is_not_taken_for_drift(test_env):
     watcher = EventWatcher(agent)
     try:
         name = unique_name("paused-vol")
-        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_VOLUNTEER), timeout=60)
+        agent.stub().LaunchDomain(launch_request(name, agent_pb2.ROLE_BACKFILL), timeout=60)
         assert "point=launch.after_start" in agent.log_text()
         assert cpu_knobs(name)[0] == 1   # the launch put the volunteer class on
         time.sleep(2.5)                  # passes after the launch: nothing to correct either
@@ -158,11 +158,11 @@ def test_a_launch_under_way_is_not_taken_for_drift(test_env):
 
 def test_set_class_checks_its_fields(stub):
     for request, code in [
-        (agent_pb2.SetDomainClassRequest(name="a/b", priority_class=agent_pb2.ROLE_FOREGROUND),
+        (agent_pb2.SetDomainClassRequest(name="a/b", priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND),
          grpc.StatusCode.INVALID_ARGUMENT),
         (agent_pb2.SetDomainClassRequest(name=unique_name(), priority_class=agent_pb2.ROLE_UNSPECIFIED),
          grpc.StatusCode.INVALID_ARGUMENT),
-        (agent_pb2.SetDomainClassRequest(name=unique_name("ghost"), priority_class=agent_pb2.ROLE_FOREGROUND),
+        (agent_pb2.SetDomainClassRequest(name=unique_name("ghost"), priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND),
          grpc.StatusCode.NOT_FOUND),
     ]:
         try:
@@ -180,7 +180,7 @@ def volunteer_cpu_per_period(agent: AgentProcess, guard: bool, seconds: float = 
     fg, vol = unique_name("starve-fg"), unique_name("starve-vol")
     hog = "gleaner.workload=hog"
     # The volunteer boots first: beside a running foreground hog it would starve in its boot.
-    for name, role in ((vol, agent_pb2.ROLE_VOLUNTEER), (fg, agent_pb2.ROLE_FOREGROUND)):
+    for name, role in ((vol, agent_pb2.ROLE_BACKFILL), (fg, agent_pb2.ROLE_ON_DEMAND)):
         reply = stub.LaunchDomain(launch_request(name, role, kernel_cmdline=hog, cpuset="1"))
         wait_for_console(reply.domain.console_log, "GLEANER-READY", timeout=60)
     period = agent.settings["guard_period_seconds"]
@@ -242,16 +242,16 @@ def test_disk_priority_follows_the_scheduler_and_the_class(agent, stub):
     assert f"[{host.disk_scheduler}]" in scheduler
     assert host.volunteer_disk_mechanism == ("weights" if host.disk_scheduler == "bfq" else "caps")
     vol, fg = unique_name("disk-vol"), unique_name("disk-fg")
-    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
-    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+    stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
+    stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND))
     capped = (20 * 2**20, 200) if host.volunteer_disk_mechanism == "caps" else (0, 0)
     assert live_disk_caps(vol) == capped
     assert live_disk_caps(fg) == (0, 0)  # foreground I/O is never shaped
     watcher = EventWatcher(agent)
     try:
-        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_FOREGROUND))
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND))
         assert live_disk_caps(vol) == (0, 0)
-        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_VOLUNTEER))
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.PRIORITY_CLASS_VOLUNTEER))
         assert live_disk_caps(vol) == capped
         if host.volunteer_disk_mechanism == "caps":  # an admin lifts the cap behind the agent's back
             subprocess.run(["virsh", "-c", "qemu:///system", "blkdeviotune", vol, "vda", "--total-bytes-sec", "0",
@@ -331,8 +331,8 @@ def test_disk_weights_act_under_bfq_and_are_put_back(test_env, bfq_state_dir):
         host = stub.DescribeHost(agent_pb2.DescribeHostRequest())
         assert (host.disk_scheduler, host.volunteer_disk_mechanism) == ("bfq", "weights")
         vol, fg = unique_name("bfq-vol"), unique_name("bfq-fg")
-        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
-        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
+        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND))
         for name in (vol, fg):  # the overlays really are on the BFQ loop device
             assert os.stat(state_dir / "overlays" / f"{name}.qcow2").st_dev == os.stat(device).st_rdev
         for name, weight in ((vol, 100), (fg, 1000)):
@@ -404,8 +404,8 @@ def test_volunteer_taps_are_shaped_and_foreground_taps_never(test_env):
         watcher = EventWatcher(agent)  # before the first volunteer: network.limited comes with it
         time.sleep(0.3)
         vol, fg = unique_name("net-vol"), unique_name("net-fg")
-        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_VOLUNTEER))
-        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_FOREGROUND))
+        stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL))
+        stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND))
         vol_tap, fg_tap = tap_of(vol), tap_of(fg)
         assert root_tbf_rate(vol_tap) == "100Mbit"  # the default 12.5 MB/s into the guest
         assert root_tbf_rate(fg_tap) is None
@@ -419,10 +419,10 @@ def test_volunteer_taps_are_shaped_and_foreground_taps_never(test_env):
             assert event.fields["interface"] == vol_tap
             assert not has_ingress_qdisc(vol_tap) and ingress_police_rate(vol_tap) is None
             assert "event=network.limited" in agent.log_text()
-        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_FOREGROUND))
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND))
         assert root_tbf_rate(vol_tap) is None
         assert ingress_police_rate(vol_tap) is None and not has_ingress_qdisc(vol_tap)
-        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.ROLE_VOLUNTEER))
+        stub.SetDomainClass(agent_pb2.SetDomainClassRequest(name=vol, priority_class=agent_pb2.PRIORITY_CLASS_VOLUNTEER))
         assert root_tbf_rate(vol_tap) == "100Mbit"
         assert ingress_police_rate(vol_tap) == ("100Mbit" if can_police else None)
         # Nothing drifted so far: a reconcile pass must never put back a class it read just

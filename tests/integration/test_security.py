@@ -155,7 +155,7 @@ def test_a_node_cannot_touch_another_nodes_leases(controller, test_env, test_age
     """Empty reports and adoption tricks from node sec-d leave node sec-a's VM and lease alone."""
     agent_stub = test_agent.stub()
     name = "gtest-sec-owned"
-    agent_stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_FOREGROUND, lease_id="sec-lease-1"), timeout=30)
+    agent_stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_ON_DEMAND, lease_id="sec-lease-1"), timeout=30)
     try:
         lease = wait_for(lambda: [l for l in controller.leases() if l.vm_name == name], 20, "the VM to be adopted")[0]
         assert lease.node_id == "sec-a" and lease.state == "running"
@@ -375,7 +375,7 @@ def test_every_mutating_agent_call_needs_the_controller(test_env, test_agent):
         "TerminateDomain": lambda s: s.TerminateDomain(agent_pb2.TerminateDomainRequest(name="x", force=True),
                                                        timeout=10),
         "SetDomainClass": lambda s: s.SetDomainClass(agent_pb2.SetDomainClassRequest(
-            name="x", priority_class=agent_pb2.ROLE_FOREGROUND), timeout=10),
+            name="x", priority_class=agent_pb2.PRIORITY_CLASS_FOREGROUND), timeout=10),
     }
     for who, tls in (("admin", test_env.pki.admin), ("viewer", test_env.pki.viewer),
                      ("agent", test_env.pki.agent("sec-b"))):

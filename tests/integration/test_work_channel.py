@@ -39,7 +39,7 @@ def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(ag
     volunteer, foreground = unique_name("jobs"), unique_name("fgjobs")
     jobs = "gleaner.workload=jobs gleaner.jobs=4,3"
     stub.LaunchDomain(launch_request(volunteer, kernel_cmdline=jobs))
-    stub.LaunchDomain(launch_request(foreground, role=agent_pb2.ROLE_FOREGROUND, kernel_cmdline=jobs))
+    stub.LaunchDomain(launch_request(foreground, role=agent_pb2.ROLE_ON_DEMAND, kernel_cmdline=jobs))
     console = agent.state_dir / "console"
     wait_for_console(console / f"{volunteer}.log", "GLEANER-READY workload=jobs", 120)
     wait_for_console(console / f"{foreground}.log", "GLEANER-READY workload=jobs", 120)
