@@ -2,6 +2,11 @@
 the live controller, so the same placement, victim choice, backfill plan, volunteer selection
 and reserves, driven by a simulated clock; only the agents are simulated.
 
+This module holds the event loop and the carrying-out of the ledger's effects. The simulated
+world (settings, nodes, VMs, agents' reports, scripted steps, backfill work) is
+controller/sim/world.py; the results are made by controller/sim/figures.py; the checks at
+leases' deadlines are controller/sim/deadlines.py.
+
 How the live controller is mirrored (controller/service.py and controller/cli.py):
 
 - Every effect the ledger returns is carried out in order: a Write goes to an in-memory Store
@@ -19,7 +24,7 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
 
 Workload: on-demand requests (traces.OnDemandRequest) are asked of the ledger at their arrival;
 a placed one is released (force) ``lifetime`` seconds after its VM started. Backfill work
-(BackfillWork below) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
+(BackfillWork) is VM-level by default: a VM's work is its runtime x vCPUs, lost when it is
 preempted; or task-level (controller/sim/jobs.py): VMs run jobs from a trace and a stop loses
 only the running jobs' progress. With ``guest_work_channel`` the backfill guests also say when
 they turn busy or idle (task-level: a job starting while none runs, and no job left), as the
@@ -28,8 +33,8 @@ work_for_s).
 
 Results: ``summary()`` (the header with the inputs' digests and every setting, and the figures),
 ``vm_rows()`` (one row per VM) and ``timeline_rows()`` (utilization by role and the lost work so
-far, per bucket of simulated time); the CLI writes them as summary.json, vms.csv and
-timeline.csv, and controller/sim/plots.py draws them.
+far, per bucket of simulated time), made by controller/sim/figures.py; the CLI writes them as
+summary.json, vms.csv and timeline.csv, and controller/sim/plots.py draws them.
 
 Scripted steps (``Scripted``) sit beside the trace: a node that joins later than the start (it
 reports first then) and the release of a request's VM, as an admin would. The parity test drives
@@ -46,422 +51,29 @@ import gc
 import heapq
 import itertools
 import math
-import re
 import time
-import zlib
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-
-from ..core.ledger import Ledger, shows_idle
-from ..core.backfill_plan import RECYCLE_IDLE_SHARE, recycles_when_idle
-from ..core.records import (DRAINED, HOLDS_ALL, HOLDS_MEMORY, VICTIM, Ask, Audit, BackfillConfig, Launch, Lease,
-                            LeaseError, LedgerSettings, Policy, RequestRecord, Reserve, Size, Stop, Write)
+from ..core.ledger import shows_idle
+from ..core.backfill_plan import recycles_when_idle
+from ..core.records import (DRAINED, VICTIM, Ask, Audit, BackfillConfig, Launch, Lease, LeaseError, LedgerSettings,
+                            Policy, RequestRecord, Reserve, Size, Stop, Write)
 from ..core.reserve_settings import Hint, ReserveSettings
 from ..effects import carry_out, fill_wanted
-from .traces import DemandSeries, NodeGroup, OnDemandRequest
+from .deadlines import DeadlineChecks
+from .figures import Allocation, Timeline, reason_group, summary, summary_figures, summary_header, vm_rows
+from .traces import DemandSeries, OnDemandRequest
+from .world import (DAY, HOUR, KEPT_DETAILS, BackfillWork, HeldRoom, Report, ReservePlanner, Scripted, SimNode,
+                    SimSettings, SimVm, Store, VmLevelWork, joining_later, last_tenth_at, pool_nodes, sim_ledger)
 
-HOUR = 3600.0
-DAY = 86400.0
-FAR = 1e15            # suspect/down timers beyond any run: node failures are not simulated
+# The names other modules and the tests import from here (their homes: world.py, figures.py, deadlines.py)
+__all__ = ["DAY", "HOUR", "SAFETY_TICK_S", "DeadlineChecks", "Scripted", "SimSettings", "SimVm", "Simulation",
+           "Store", "Timeline", "VmLevelWork", "last_tenth_at"]
+
 SAFETY_TICK_S = 3600.0
-KEPT_DETAILS = frozenset({"vm.preempted", "request.rejected", "request.expired", "vm.stop_expired",
-                          "vm.launch_failed", "vm.unexpected", "vm.conflict", "vm.lost"})
-
-
-@dataclass(frozen=True)
-class SimSettings:
-    nodes: int = 100
-    node_cpus: int = 16
-    node_memory_mib: int = 65536
-    # nodes of several sizes, numbered in this order (traces.pool_groups); `nodes` is then their
-    # count, and node_cpus and node_memory_mib are not read. Empty: `nodes` nodes of one size.
-    pool: tuple[NodeGroup, ...] = ()
-    days: float = 1.0
-    launch_seconds: float = 5.0       # from the Launch call to the agent's answer
-    launch_jitter: float = 0.2        # launches take launch_seconds x (1 +- jitter/2), fixed per lease id:
-                                      # VMs of one fill do not all start at the same instant
-    stop_seconds: float = 5.0         # a clean shutdown; capped by the stop's grace
-    selection_interval_seconds: float = 60.0
-    report_seconds: float = 60.0      # periodic reports, only with demand series
-    on_demand_image: str = "tiny"
-    progress_seconds: float = 5.0     # wall seconds between progress updates (0: none)
-    timeline_seconds: float = 0.0     # width of the timeline's buckets (0: the run / 720, at least a minute)
-    max_wall_seconds: float = 0.0     # stop early after this much wall time (0: never); the summary says so
-    # backfill guests say on the work channel when they turn busy (a job starts while none runs)
-    # or idle, and the agents report it (ReportedVm.work_state, work_for_s); off: they say
-    # nothing, as older guests
-    guest_work_channel: bool = False
-
-    def __post_init__(self) -> None:
-        if self.pool and self.nodes != sum(g.count for g in self.pool):
-            raise ValueError(f"nodes is {self.nodes} but the pool's groups have {sum(g.count for g in self.pool)}")
-
-    @property
-    def duration(self) -> float:
-        return self.days * DAY
-
-    def node_groups(self) -> tuple[NodeGroup, ...]:
-        return self.pool or (NodeGroup(self.nodes, self.node_cpus, self.node_memory_mib),)
-
-    @property
-    def pool_vcpus(self) -> int:
-        return sum(g.count * g.cpus for g in self.node_groups())
-
-
-def sim_ledger_settings(base: LedgerSettings | None = None) -> LedgerSettings:
-    """The ledger's settings for a simulation: node failures are not modelled, so a node is never
-    suspect or down however long it stays silent (nodes report only when their VMs change)."""
-    return replace(base or LedgerSettings(), suspect_after=FAR, down_after=2 * FAR)
-
-
-# -- the store --------------------------------------------------------------------------------------
-
-@dataclass
-class Store:
-    """The rows the ledger's Writes would put in SQLite, and its audit events counted by kind
-    (the details kept for the kinds in KEPT_DETAILS)."""
-    leases: dict[str, Lease] = field(default_factory=dict)
-    requests: dict[str, RequestRecord] = field(default_factory=dict)
-    events: Counter = field(default_factory=Counter)
-    details: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
-
-    def apply(self, write: Write) -> None:
-        for lease in write.created:
-            self.leases[lease.lease_id] = lease
-        for lease in write.updated:
-            self.leases[lease.lease_id] = lease
-        for record in write.requests:
-            self.requests[record.request_id] = record
-        for event in write.events:
-            self.events[event.kind] += 1
-            if event.kind in KEPT_DETAILS:
-                self.details.setdefault(event.kind, []).append(event.detail)
-
-
-# -- simulated nodes and agents ---------------------------------------------------------------------
-
-class SimVm:
-    """A VM as an agent reports it (controller.core.ledger.ReportedVmLike). `clock`: what has the
-    simulated time (`now`), read for work_for_s when the ledger reads a report."""
-    __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "noticed", "work_state", "work_since", "clock")
-
-    def __init__(self, lease: Lease, now: float, clock: Any = None) -> None:
-        self.name = lease.vm_name
-        self.lease_id = lease.lease_id
-        self.node_id = lease.node_id
-        self.role = lease.role
-        self.vcpus = lease.vcpus
-        self.memory_mib = lease.memory_mib
-        self.launched_at = now
-        self.cpu_cores = float(lease.vcpus)
-        self.cpu_sampled = True
-        self.image = lease.image
-        self.noticed = False   # a victim on notice: its vCPUs went to the VM that preempted it
-        # what its guest last said on the work channel ("" nothing: SimSettings.guest_work_channel
-        # off), and when (BackfillWork.guest_channel)
-        self.work_state = ""
-        self.work_since = now
-        self.clock = clock
-
-    @property
-    def work_for_s(self) -> float:
-        """Seconds since the guest last said work_state, as its agent times it: read when the
-        ledger reads the report (0.0 while it said nothing)."""
-        clock = self.clock
-        if not self.work_state or clock is None:
-            return 0.0
-        return max(clock.now - self.work_since, 0.0)
-
-
-class SimNode:
-    __slots__ = ("node_id", "address", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series")
-
-    def __init__(self, node_id: str, cpus: int, memory_mib: int, images: tuple[str, ...]) -> None:
-        self.node_id = node_id
-        self.address = f"{node_id}:7451"   # its agent's, as its reports give it
-        self.cpus = cpus
-        self.memory_mib = memory_mib
-        self.images = images
-        self.vms: dict[str, SimVm] = {}
-        self.on_demand_vcpus = 0
-        self.series: DemandSeries | None = None
-
-
-class Report:
-    """An agent's report (controller.core.ledger.ReportLike)."""
-    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
-                 "min_memory_mib", "agent_version", "vms")
-
-    def __init__(self, node: SimNode, foreground: float) -> None:
-        self.node_id = node.node_id
-        self.agent_address = node.address
-        self.cpus = node.cpus
-        self.memory_mib = node.memory_mib
-        self.foreground_cpu_cores = foreground
-        self.images = node.images
-        self.min_memory_mib = 32
-        self.agent_version = "sim"
-        self.vms = list(node.vms.values())
-
-
-SCRIPTED_ACTIONS = ("join", "release")
-
-
-@dataclass(frozen=True)
-class Scripted:
-    """A step at a set time beside the trace. `join`: the node `arg` reports first at `at` (not at
-    the start), as an agent started then would; `release`: the VM of request `arg` is released
-    without force, as `gleanctl release` does (nothing if it has none or ended meanwhile)."""
-    at: float
-    action: str      # join | release
-    arg: str
-
-
-# -- extension points -------------------------------------------------------------------------------
-
-class BackfillWork(Protocol):
-    """What backfill VMs do, and how their work is counted: VM-level (VmLevelWork, the default)
-    or task-level (controller/sim/jobs.py: jobs from a trace run inside backfill VMs)."""
-
-    turns_idle: bool   # its VMs may idle (then what watch_cpu is given is ever called)
-
-    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
-        """Before the first event: `schedule(at, callback, arg)` puts its own events on the clock."""
-
-    def vm_started(self, vm: SimVm, now: float) -> None: ...
-
-    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
-        """A stop was asked of the VM (`preempted`: as a victim or drained for a reserve)."""
-
-    def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
-
-    def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
-        """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
-        IDLE_CPU_CORES), or its guest says something on the work channel, as its agent's next
-        report would show (the engine passes on what its policy reads)."""
-
-    def guest_channel(self) -> None:
-        """Before the first event, with SimSettings.guest_work_channel: backfill guests say on the
-        work channel when they turn busy or idle (SimVm.work_state and work_since)."""
-
-    def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]: ...
-
-
-class ReservePlanner(Protocol):
-    """Balancer's reserves (hinted or predicted per time-of-day slot), not built yet: called at
-    each evaluation interval; a mapping returned replaces the ledger's reserves."""
-
-    def reserves(self, now: float, ledger: Ledger) -> Mapping[str, Reserve] | None: ...
-
-
-class VmLevelWork:
-    """Backfill work at VM level: a VM's work is its runtime x vCPUs; a preemption loses all of
-    it (the ledger's vm.preempted event says how much)."""
-
-    turns_idle = False   # busy from launch to end
-
-    def __init__(self) -> None:
-        self.vm_seconds = 0.0
-        self.vcpu_seconds = 0.0
-        self.started = 0
-        self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
-        self.alive: dict[str, SimVm] = {}
-        self.says_work = False   # its guests speak on the work channel (guest_channel)
-
-    def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
-        pass   # a VM's work needs no events of its own
-
-    def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
-        pass   # its VMs are busy from launch to end (cpu_cores = vCPUs)
-
-    def guest_channel(self) -> None:
-        self.says_work = True
-
-    def vm_started(self, vm: SimVm, now: float) -> None:
-        self.started += 1
-        self.alive[vm.name] = vm
-        if self.says_work:   # busy from its launch to its end
-            vm.work_state, vm.work_since = "busy", now
-
-    def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
-        pass   # it works on until it is gone (its runtime counts to then)
-
-    def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
-        self.alive.pop(vm.name, None)
-        runtime = now - vm.launched_at
-        self.vm_seconds += runtime
-        self.vcpu_seconds += runtime * vm.vcpus
-        self.runtimes.append((vm.launched_at, runtime))
-
-    def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
-        vm_seconds, vcpu_seconds = self.vm_seconds, self.vcpu_seconds
-        runtimes = list(self.runtimes)
-        for vm in self.alive.values():   # still running at the end: their work so far is done
-            vm_seconds += end - vm.launched_at
-            vcpu_seconds += (end - vm.launched_at) * vm.vcpus
-            runtimes.append((vm.launched_at, end - vm.launched_at))
-
-        def survival(span: float) -> float | None:
-            # Of the VMs launched at least `span` before the end (the others could not have),
-            # the share that ran at least that long.
-            eligible = [r for launched, r in runtimes if launched <= end - span]
-            return round(sum(r >= span for r in eligible) / len(eligible), 4) if eligible else None
-
-        hours = vm_seconds / HOUR
-        return dict(
-            backfill_vms_launched=self.started,
-            backfill_vm_hours=round(hours, 3),
-            backfill_work_vcpu_hours=round(vcpu_seconds / HOUR, 3),
-            # vCPU-seconds backfill spent working (here: its VMs' whole lives), for utilization_working
-            backfill_working_vcpu_seconds=vcpu_seconds,
-            lost_work_vcpu_hours=round(lost_vcpu_seconds / HOUR, 3),
-            lost_work_share=round(lost_vcpu_seconds / vcpu_seconds, 6) if vcpu_seconds else None,
-            backfill_goodput_vcpu_hours=round((vcpu_seconds - lost_vcpu_seconds) / HOUR, 3),
-            preemptions=preemptions,
-            preemptions_per_100_vm_hours=round(100 * preemptions / hours, 4) if hours else None,
-            backfill_survival_1h=survival(HOUR),
-            backfill_survival_1d=survival(DAY),
-        )
-
-
-# -- what happened over time -----------------------------------------------------------------------
-
-class Timeline:
-    """Allocated vCPU-seconds (on-demand, backfill) and backfill work lost, per bucket of simulated
-    time: what the plots draw. The totals are the summary's own (the same integration, split at
-    bucket edges)."""
-
-    def __init__(self, duration: float, bucket_seconds: float = 0.0) -> None:
-        self.bucket = bucket_seconds or max(60.0, duration / 720)
-        count = max(math.ceil(duration / self.bucket), 1)
-        self.on_demand = [0.0] * count
-        self.backfill = [0.0] * count
-        self.lost = [0.0] * count
-
-    def allocated(self, start: float, stop: float, on_demand: int, backfill: int) -> None:
-        """on_demand and backfill vCPUs were allocated from start to stop."""
-        while start < stop:
-            i = min(int(start // self.bucket), len(self.on_demand) - 1)
-            edge = stop if i == len(self.on_demand) - 1 else min(stop, (i + 1) * self.bucket)
-            if edge <= start:   # rounding at a bucket's edge: the rest goes to this bucket
-                edge = stop
-            self.on_demand[i] += on_demand * (edge - start)
-            self.backfill[i] += backfill * (edge - start)
-            start = edge
-
-    def lost_work(self, at: float, vcpu_seconds: float) -> None:
-        self.lost[min(int(at // self.bucket), len(self.lost) - 1)] += vcpu_seconds
-
-    def rows(self, end: float, pool_vcpus: int) -> list[dict[str, Any]]:
-        """One row per bucket up to `end`: its start, utilization by role over the bucket (the
-        last one may be cut short by the end) and the lost work so far, in vCPU-hours."""
-        rows, lost = [], 0.0
-        for i in range(min(math.ceil(end / self.bucket), len(self.on_demand))):
-            span = (min((i + 1) * self.bucket, end) - i * self.bucket) * pool_vcpus
-            lost += self.lost[i]
-            rows.append(dict(start_s=i * self.bucket, utilization_on_demand=round(self.on_demand[i] / span, 6),
-                             utilization_backfill=round(self.backfill[i] / span, 6),
-                             lost_work_vcpu_hours=round(lost / HOUR, 3)))
-        return rows
-
-
-# -- the checks at leases' deadlines ----------------------------------------------------------------
-
-DEADLINE_BUCKET_S = 30.0
-
-
-class DeadlineChecks:
-    """The check at each deadline a Write sets (Simulation._deadline: the ledger ticks if the lease
-    is still due then), kept out of the event heap until the bucket of time its deadline falls in
-    comes, and dropped then if it can no longer do anything: its lease is gone, or has no deadline
-    due by then. Most are (a launch or stop is answered seconds after its Write, its deadline is a
-    minute or more away), and they were a third of a run's events, each pushed on the heap and
-    popped for nothing.
-
-    Exactly the checks that would have ticked still do, in their place: a check keeps the
-    sequence number it was given, and one dropped joins the heap after all if a Write gives its
-    lease a deadline at or before it while it is still ahead (the only way it could become due).
-    ``settle`` counts the dropped checks as the events they were (the summary's sim_events)."""
-
-    def __init__(self, heap: list, check: Callable[[str], None], bucket_seconds: float = DEADLINE_BUCKET_S) -> None:
-        self.heap = heap
-        self.check = check
-        self.width = bucket_seconds
-        self.waiting: dict[int, list[tuple[float, int, str]]] = {}   # bucket -> its checks not yet on the heap
-        self.joined = -1   # every bucket up to this one has joined the heap
-        # lease -> (deadline, sequence) of its checks the last bucket to join dropped: they may be
-        # revived until the clock passes them
-        self.dropped: dict[str, list[tuple[float, int]]] = {}
-        self.dropped_count = 0   # the checks in `dropped`
-
-    @property
-    def next_join(self) -> float:
-        """When the next bucket starts: its checks join the heap before any event from then on."""
-        return (self.joined + 1) * self.width
-
-    def add(self, deadline: float, seq: int, lease_id: str, running: tuple[float, int]) -> None:
-        """A check at `deadline` for the lease whose deadline it is; `running`: (time, sequence) of
-        the event being run (a dropped check behind it is past)."""
-        if self.dropped:
-            self._revive(lease_id, deadline, running)
-        if deadline == math.inf:
-            return   # never due (on the heap it was never reached either)
-        bucket = int(deadline // self.width)
-        if bucket <= self.joined:
-            heapq.heappush(self.heap, (deadline, seq, self.check, lease_id))
-        else:
-            self.waiting.setdefault(bucket, []).append((deadline, seq, lease_id))
-
-    def _revive(self, lease_id: str, deadline: float, running: tuple[float, int]) -> None:
-        checks = self.dropped.get(lease_id)
-        if not checks:
-            return
-        kept = []
-        for at, seq in checks:
-            if deadline <= at and (at, seq) > running:
-                heapq.heappush(self.heap, (at, seq, self.check, lease_id))
-                self.dropped_count -= 1
-            else:
-                kept.append((at, seq))
-        self.dropped[lease_id] = kept
-
-    def join_next(self, leases: Mapping[str, Lease], end: float) -> int:
-        """The next bucket's checks join the heap, but those whose lease (as `leases` books it now)
-        is gone or has no deadline due by then. Returns the checks up to `end` the previous bucket
-        dropped for good (the clock is past them)."""
-        settled = self.settle(end)
-        self.joined += 1
-        dropped: dict[str, list[tuple[float, int]]] = {}
-        for at, seq, lease_id in self.waiting.pop(self.joined, ()):
-            lease = leases.get(lease_id)
-            if lease is not None and lease.deadline is not None and lease.deadline <= at:
-                heapq.heappush(self.heap, (at, seq, self.check, lease_id))
-            else:
-                dropped.setdefault(lease_id, []).append((at, seq))
-                self.dropped_count += 1
-        self.dropped = dropped
-        return settled
-
-    def settle(self, end: float, before: tuple[float, int] | None = None) -> int:
-        """Forget the dropped checks: how many were due up to `end` (and, if given, before the
-        event at (time, sequence) `before`), the events they would have been."""
-        if before is None and self.next_join <= end:
-            count = self.dropped_count   # all of them: their bucket ends before `end`
-        else:
-            count = sum(1 for checks in self.dropped.values() for at, seq in checks
-                        if at <= end and (before is None or (at, seq) < before))
-        self.dropped, self.dropped_count = {}, 0
-        return count
-
-
-# -- the simulation ---------------------------------------------------------------------------------
 
 # The cyclic collector's young collections during a run: at Python's default (every 700 objects
 # allocated and not yet freed) they walked the books and each decision's pool (a tuple of every
@@ -483,31 +95,11 @@ def young_collections_every(allocations: int) -> Iterator[None]:
         gc.set_threshold(*threshold)
 
 
-def last_tenth_at(launched: float, duration_seconds: int) -> float:
-    """The first instant at which a VM launched at `launched` counts as in the last tenth of its
-    life (recycles_when_idle), to the last bit: a sum in floats may round below it."""
-    at = launched + duration_seconds * (1.0 - RECYCLE_IDLE_SHARE)
-    while recycles_when_idle(math.nextafter(at, -math.inf) - launched, duration_seconds):
-        at = math.nextafter(at, -math.inf)
-    while not recycles_when_idle(at - launched, duration_seconds):
-        at = math.nextafter(at, math.inf)
-    return at
-
-
-def reason_group(reason: str) -> str:
-    """A rejection reason without its numbers and after the first colon, to group them by."""
-    return re.sub(r"\d+(?:\.\d+)?", "N", reason).split(":")[0].strip()
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (nearest rank) of values; None for none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
-
-
 class Simulation:
+    """One run: the live ledger driven by the trace's requests and the simulated agents on a
+    simulated clock (the module's doc says how); run() returns the summary, vm_rows() and
+    timeline_rows() the rest of the results."""
+
     def __init__(self, requests: Sequence[OnDemandRequest], settings: SimSettings = SimSettings(),
                  backfill: BackfillConfig = BackfillConfig(), ledger_settings: LedgerSettings | None = None,
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
@@ -522,26 +114,16 @@ class Simulation:
         self.requests = [r for r in requests if r.at < self.end]
         self.ignored_after_end = len(requests) - len(self.requests)
         self.inputs = dict(inputs or {})
-        numbers = itertools.count(1)
-        self.ledger = Ledger(sim_ledger_settings(ledger_settings), backfill, dict(reserves or {}),
-                             lambda prefix: f"{prefix}-{next(numbers)}", reserve_settings=reserve_settings,
-                             hints=hints)
+        self.ledger = sim_ledger(ledger_settings, backfill, reserves, reserve_settings, hints)
         self.hints = tuple(hints)
         self.store = Store()
         self.work: BackfillWork = work or VmLevelWork()
         self.reserve_planner = reserve_planner
         self.demand = list(demand or ())
         self.progress = progress
-        images = tuple(sorted({settings.on_demand_image, backfill.image}))
-        width = len(str(settings.nodes))
-        sizes = [(g.cpus, g.memory_mib) for g in settings.node_groups() for _ in range(g.count)]
-        self.nodes = {f"n{i:0{width}d}": SimNode(f"n{i:0{width}d}", cpus, memory, images)
-                      for i, (cpus, memory) in enumerate(sizes)}
-        if self.demand:
-            for i, node in enumerate(self.nodes.values()):
-                node.series = self.demand[i % len(self.demand)]
+        self.nodes = pool_nodes(settings, tuple(sorted({settings.on_demand_image, backfill.image})), self.demand)
         self.script = sorted(script, key=lambda step: step.at)
-        self.absent = self._check_script(self.script)   # nodes that join later: silent until then
+        self.absent = joining_later(self.script, self.nodes)   # nodes that join later: silent until then
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
@@ -555,46 +137,17 @@ class Simulation:
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
         self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
-        self.queued = 0
-        self.drained = 0
-        self.waits: list[float] = []
-        self.rejections: Counter = Counter()
-        self.rejected_due_to_backfill = 0
-        self.rejected_larger_than_node = 0
-        self.released = 0
-        self.arrived = 0
-        # time-weighted allocation
-        self.od_alloc = 0
-        self.bf_alloc = 0
-        self.od_area = 0.0
-        self.bf_area = 0.0
-        self.area_at = 0.0
+        self.arrived = self.queued = self.released = self.drained = 0
+        self.waits: list[float] = []   # placed requests' waits, arrival to launch
+        self.rejections: Counter = Counter()   # by reason_group
+        self.rejected_due_to_backfill = self.rejected_larger_than_node = 0
         self.lost_vcpu_seconds = 0.0
         self.preemptions = 0
         self.timeline = Timeline(self.end, settings.timeline_seconds)
+        self.allocated = Allocation(self.timeline)   # vCPUs allocated by role, integrated over time
         self.wall = 0.0
         self.stopped_early_at: float | None = None
-        # what the leases hold per node, kept from the Writes (for rejected_due_to_backfill)
-        self.holding: dict[str, tuple[int, str, int, int]] = {}   # lease -> (node's row, role, vCPUs, MiB)
-        self.node_ids = list(self.nodes)
-        self.row_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
-        # per row: what leases other than backfill hold, and the backfill leases holding room; in
-        # arrays of int64 that numpy reads without a copy (_backfill_held_room) and _hold writes an
-        # item at a time as fast as a list
-        self.fixed_vcpus = array("q", bytes(8 * len(self.nodes)))
-        self.fixed_memory = array("q", bytes(8 * len(self.nodes)))
-        self.backfill_held = array("q", bytes(8 * len(self.nodes)))
-        self.node_cpus = np.array([n.cpus for n in self.nodes.values()], dtype=np.int64)
-        self.node_memory = np.array([n.memory_mib for n in self.nodes.values()], dtype=np.int64)
-
-    def _check_script(self, script: Sequence[Scripted]) -> set[str]:
-        for step in script:
-            if step.action not in SCRIPTED_ACTIONS:
-                raise ValueError(f"scripted step {step}: the action is one of {', '.join(SCRIPTED_ACTIONS)}")
-            if step.action == "join" and step.arg not in self.nodes:
-                raise ValueError(f"scripted step {step}: no node {step.arg!r} (the nodes are {min(self.nodes)}.."
-                                 f"{max(self.nodes)})")
-        return {step.arg for step in script if step.action == "join"}
+        self.held = HeldRoom(list(self.nodes.values()))   # per node, from the Writes (rejected_due_to_backfill)
 
     # -- the clock ----------------------------------------------------------------------------------
 
@@ -629,7 +182,7 @@ class Simulation:
             with young_collections_every(GC_YOUNG_ALLOCATIONS):
                 self._run_events(started)
             self.now = self.end
-            self._integrate()
+            self.allocated.integrate(self.now)
             self.wall = time.perf_counter() - started
         finally:
             gc.unfreeze()   # else this simulation (a reference cycle) outlives its last use in the process
@@ -690,11 +243,11 @@ class Simulation:
     # The carrier (controller.effects.Carrier): the rows in memory, and the simulated agents.
 
     def commit(self, writes: Sequence[Write]) -> None:
-        store = self.store
+        store, hold = self.store, self.held.hold
         for write in writes:   # Store.apply, inline: nothing below reads the store
             for lease in write.created + write.updated:
                 store.leases[lease.lease_id] = lease
-                self._hold(lease)
+                hold(lease)
                 if lease.deadline is not None:
                     self.deadlines.add(lease.deadline, next(self.seq), lease.lease_id, self.running)
             for record in write.requests:
@@ -721,7 +274,7 @@ class Simulation:
             self.at(event.detail["deadline"], self._safety_tick, False)
 
     def launch(self, launch: Launch) -> None:
-        answered = self.now + self._launch_seconds(launch.lease.lease_id)
+        answered = self.now + self.settings.launch_time(launch.lease.lease_id)
         self._answer_at.setdefault(launch.lease.lease_id, answered)
         self.at(answered, self._launched, launch.lease)
 
@@ -731,48 +284,16 @@ class Simulation:
         else:   # asked once the node's launch is answered (after _launched)
             self.at(self._answer_at[after.lease.lease_id], self._stopping, stop)
 
-    def _launch_seconds(self, lease_id: str) -> float:
-        s = self.settings
-        if not s.launch_jitter:
-            return s.launch_seconds
-        spread = (zlib.crc32(lease_id.encode()) & 0xFFFF) / 0xFFFF - 0.5   # -0.5..0.5, the same every run
-        return s.launch_seconds * (1 + s.launch_jitter * spread)
-
-    def _hold(self, lease: Lease) -> None:
-        """Keep per-node sums of what the leases hold, as the ledger counts it (Lease.held)."""
-        state = lease.state   # what it holds (Lease.held), without a Size per lease
-        vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
-            (0, lease.memory_mib) if state in HOLDS_MEMORY else (0, 0)
-        old = self.holding.get(lease.lease_id)
-        if old is not None:
-            if old[2] == vcpus and old[3] == memory and old[1] == lease.role:
-                # holds what it held (most changes of state: a launch answered, a stop asked); a
-                # lease's node never changes after it is made (the row is not compared)
-                return
-            del self.holding[lease.lease_id]
-            self._count_held(old, -1)
-        if vcpus or memory:
-            held = self.holding[lease.lease_id] = (self.row_of[lease.node_id], lease.role, vcpus, memory)
-            self._count_held(held, 1)
-
-    def _count_held(self, held: tuple[int, str, int, int], sign: int) -> None:
-        row, role, vcpus, memory = held
-        if role == "backfill":
-            self.backfill_held[row] += sign
-        else:
-            self.fixed_vcpus[row] += sign * vcpus
-            self.fixed_memory[row] += sign * memory
-
     def _launched(self, lease: Lease) -> None:
         node = self.nodes[lease.node_id]
         if lease.vm_name not in node.vms:
             vm = node.vms[lease.vm_name] = SimVm(lease, self.now, self)
-            self._integrate()
+            self.allocated.integrate(self.now)
             if vm.role == "on_demand":
                 node.on_demand_vcpus += vm.vcpus
-                self.od_alloc += vm.vcpus
+                self.allocated.on_demand += vm.vcpus
             else:
-                self.bf_alloc += vm.vcpus
+                self.allocated.backfill += vm.vcpus
                 self.work.vm_started(vm, self.now)
                 if self.work.turns_idle:
                     self.at(last_tenth_at(self.now, self.ledger.backfill.duration_seconds), self._last_tenth, vm)
@@ -791,9 +312,9 @@ class Simulation:
         if vm is not None and vm.role == "backfill":
             self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
-            self._integrate()
+            self.allocated.integrate(self.now)
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
-            self.bf_alloc -= vm.vcpus
+            self.allocated.backfill -= vm.vcpus
         if stop.force:
             seconds, outcome = 0.0, "destroyed_forced"
         elif self.settings.stop_seconds <= stop.grace_seconds:
@@ -809,13 +330,13 @@ class Simulation:
         if vm is None:
             outcome = "not_found"
         else:
-            self._integrate()
+            self.allocated.integrate(self.now)
             if vm.role == "on_demand":
                 node.on_demand_vcpus -= vm.vcpus
-                self.od_alloc -= vm.vcpus
+                self.allocated.on_demand -= vm.vcpus
             else:
                 if not vm.noticed:
-                    self.bf_alloc -= vm.vcpus
+                    self.allocated.backfill -= vm.vcpus
                 self.work.vm_ended(vm, self.now, preempted=lease.state in VICTIM or
                                    lease.end_reason.startswith(DRAINED))
         self.apply(self.ledger.stop_done(lease.lease_id, outcome, True, seconds, "", self.now))
@@ -823,30 +344,7 @@ class Simulation:
             self.report(node)
 
     def report(self, node: SimNode) -> None:
-        self.apply(self.ledger.report(Report(node, self._foreground(node)), self.now))
-
-    def _foreground(self, node: SimNode) -> float:
-        """The node's foreground CPU as its agent reports it: its demand series, else its on-demand vCPUs."""
-        return self._demand(node) if node.series is not None else float(node.on_demand_vcpus)
-
-    def _demand(self, node: SimNode) -> float:
-        series = node.series
-        assert series is not None
-        times = series.times
-        if not len(times):
-            return 0.0
-        span = float(times[-1] - times[0]) or 1.0
-        t = times[0] + (self.now % span)   # the series repeats over a longer run
-        i = max(int(times.searchsorted(t, side="right")) - 1, 0)
-        return float(series.cpu[i]) * node.cpus
-
-    def _integrate(self) -> None:
-        dt = self.now - self.area_at
-        if dt > 0:
-            self.od_area += self.od_alloc * dt
-            self.bf_area += self.bf_alloc * dt
-            self.timeline.allocated(self.area_at, self.now, self.od_alloc, self.bf_alloc)
-            self.area_at = self.now
+        self.apply(self.ledger.report(Report(node, node.foreground(self.now)), self.now))
 
     # -- the controller's periodic jobs -------------------------------------------------------------
 
@@ -898,7 +396,7 @@ class Simulation:
         selection reads."""
         self.cpu_reports.discard(node_id)
         node = self.nodes[node_id]
-        self.apply(self.ledger.note_cpu(Report(node, self._foreground(node)), self.now))
+        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now))
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)
@@ -932,36 +430,17 @@ class Simulation:
             if not any(g.cpus >= request.vcpus and g.memory_mib >= request.memory_mib
                        for g in self.settings.node_groups()):
                 self.rejected_larger_than_node += 1
-            elif self._backfill_held_room(Size(request.vcpus, request.memory_mib)):
+            elif self.held.backfill_held_room(Size(request.vcpus, request.memory_mib), self.ledger.nodes):
                 self.rejected_due_to_backfill += 1
         elif record.lease_id:
             del self.unanswered[record.request_id]
             self.by_lease[record.lease_id] = request
 
-    def _backfill_held_room(self, want: Size) -> bool:
-        """Whether some up node would have held the request had every backfill VM on it (running,
-        starting or stopping) been free: a rejection while backfill held room that would fit."""
-        # Every node at once in numpy, then the exact test on the few that pass: a node's capacity
-        # in the books is the one its reports give (this engine's), and room outside any lease
-        # (unexplained) only takes room away, so no node this leaves out could pass.
-        held, vcpus, memory = (np.frombuffer(a, dtype=np.int64)
-                               for a in (self.backfill_held, self.fixed_vcpus, self.fixed_memory))
-        rows = np.flatnonzero((held > 0) & (self.node_cpus - vcpus >= want.vcpus)
-                              & (self.node_memory - memory >= want.memory_mib))
-        nodes = self.ledger.nodes
-        for row in rows.tolist():
-            node = nodes.get(self.node_ids[row])
-            if node is None or node.state != "up":
-                continue
-            capacity, unexplained = node.capacity, node.unexplained
-            if want.vcpus <= capacity.vcpus - unexplained.vcpus - self.fixed_vcpus[row] and \
-                    want.memory_mib <= capacity.memory_mib - unexplained.memory_mib - self.fixed_memory[row]:
-                return True
-        return False
-
-    def _release(self, lease_id: str) -> None:
+    def _release(self, lease_id: str, force: bool = True) -> None:
+        """Release a lease: forced at the end of its request's lifetime; without force, a scripted
+        release (as `gleanctl release`)."""
         try:
-            _lease, effects = self.ledger.release(lease_id, True, self.now)
+            _lease, effects = self.ledger.release(lease_id, force, self.now)
         except LeaseError:
             return   # it ended otherwise meanwhile
         self.released += 1
@@ -973,104 +452,33 @@ class Simulation:
             self.report(self.nodes[step.arg])
             return
         record = self.store.requests.get(step.arg)
-        if record is None or not record.lease_id:
-            return
-        try:
-            _lease, effects = self.ledger.release(record.lease_id, False, self.now)
-        except LeaseError:
-            return   # it ended otherwise meanwhile
-        self.released += 1
-        self.apply(effects)
+        if record is not None and record.lease_id:
+            self._release(record.lease_id, force=False)
 
     # -- results ------------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
-        s = self.settings
-        capacity = s.pool_vcpus * self.end
-        outcomes = Counter(r.outcome for r in self.store.requests.values())
-        answered = sum(v for k, v in outcomes.items() if k != "pending")
-        figures = dict(
-            utilization=round((self.od_area + self.bf_area) / capacity, 6) if capacity else None,
-            utilization_on_demand=round(self.od_area / capacity, 6) if capacity else None,
-            utilization_backfill=round(self.bf_area / capacity, 6) if capacity else None,
-            requests_total=len(self.requests),
-            requests_arrived=self.arrived,
-            requests_ignored_after_end=self.ignored_after_end,
-            requests_answered=answered,
-            requests_placed=outcomes.get("placed", 0),
-            requests_rejected=outcomes.get("rejected", 0),
-            requests_failed=outcomes.get("failed", 0),
-            requests_pending=outcomes.get("pending", 0),
-            rejection_reasons=dict(sorted(self.rejections.items())),
+        """summary.json: the header (the inputs' digests and every setting), the figures, the
+        audit events by kind and notes (controller/sim/figures.py)."""
+        ledger, store = self.ledger, self.store
+        header = summary_header(self.inputs, self.settings, self.timeline.bucket, ledger.settings, ledger.backfill,
+                                ledger.reserves, ledger.reserve_settings, self.hints, len(self.demand))
+        figures = summary_figures(
+            pool_vcpus=self.settings.pool_vcpus, end=self.end, od_area=self.allocated.on_demand_area,
+            bf_area=self.allocated.backfill_area,
+            requests_total=len(self.requests), arrived=self.arrived, ignored_after_end=self.ignored_after_end,
+            records=store.requests.values(), rejections=self.rejections,
             rejected_larger_than_node=self.rejected_larger_than_node,
-            rejected_due_to_backfill=self.rejected_due_to_backfill,
-            requests_released=self.released,
-            requests_queued=self.queued,
-            backfill_drained=self.drained,
-            wait_p50_s=percentile(self.waits, 50),
-            wait_p99_s=percentile(self.waits, 99),
-            preempted_paths=dict(Counter(d.get("path", "") for d in self.store.details.get("vm.preempted", ()))),
-        )
-        figures.update(self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions))
-        working = figures.pop("backfill_working_vcpu_seconds")
-        events = self.events_run + self.checks_dropped
-        figures["utilization_working"] = round((self.od_area + working) / capacity, 6) if capacity else None
-        figures.update(simulated_days=round(self.end / DAY, 6), stopped_early=self.stopped_early_at is not None,
-                       sim_events=events, wall_seconds=round(self.wall, 3),
-                       sim_events_per_s=round(events / self.wall) if self.wall else None)
-        return dict(
-            header=dict(inputs=self.inputs, sim=self._sim_header(), timeline_seconds=self.timeline.bucket,
-                        ledger=asdict(self.ledger.settings),
-                        backfill=self.ledger.backfill.as_dict(),
-                        reserves={k: asdict(v) for k, v in self.ledger.reserves.items()},
-                        reserve_settings=self.ledger.reserve_settings.as_dict(),
-                        hints=[asdict(h) for h in self.hints],
-                        demand_series=len(self.demand)),
-            figures=figures,
-            events=dict(sorted(self.store.events.items())),
-            notes=[
-                "requests larger than every node are rejected by the ledger itself (no node can host them); "
-                "they are counted in rejected_larger_than_node",
-                "rejected_due_to_backfill counts rejections made while some node's backfill VMs (running, "
-                "starting or stopping) held room that would have fit the request; placement counts running "
-                "backfill as free, and a request held up by backfill starting or stopping waits for it (up to "
-                "those VMs' deadlines), so one is counted only when that wait ran out or the queue was full",
-                "utilization_working: as Nimbus counts it, vCPUs running an on-demand VM or backfill work "
-                "(task-level: a job, whether it later finished or was lost; VM-level: the backfill VM itself) "
-                "over total vCPUs, integrated over time",
-                "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
-                "counts no vCPUs (they went to the on-demand VM beside it)",
-                "waits: from arrival to the launch answer, placed requests only (a request that waited for "
-                "room within the reserves' wait window counts its time in the queue)",
-                "lost work counts backfill VMs drained for a reserve (backfill_drained) as well as preempted ones",
-                "survival after T: of the backfill VMs launched at least T before the end, the share that ran "
-                "at least T",
-            ],
-        )
-
-    def _sim_header(self) -> dict[str, Any]:
-        """The settings as run: with a pool of groups, without the one size it does not read."""
-        sim = asdict(self.settings)
-        if self.settings.pool:
-            del sim["node_cpus"], sim["node_memory_mib"]
-        return sim
+            rejected_due_to_backfill=self.rejected_due_to_backfill, released=self.released, queued=self.queued,
+            drained=self.drained, waits=self.waits, preempted=store.details.get("vm.preempted", ()),
+            work=self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions),
+            events=self.events_run + self.checks_dropped, wall=self.wall,
+            stopped_early=self.stopped_early_at is not None)
+        return summary(header, figures, store.events)
 
     def vm_rows(self) -> list[dict[str, Any]]:
-        """One row per lease: what the per-VM CSV holds. wait_s: an on-demand VM's wait from its
-        request's arrival to its launch; runtime_s: from launch to its end (or the run's end);
-        preempted: a backfill VM stopped to make room (its runtime x vCPUs was lost)."""
-        rows = []
-        for l in sorted(self.store.leases.values(), key=lambda l: (l.created_at, l.lease_id)):
-            request = self.by_lease.get(l.lease_id)
-            launched = l.launched_at
-            rows.append(dict(
-                lease_id=l.lease_id, role=l.role, node=l.node_id, vcpus=l.vcpus, memory_mib=l.memory_mib,
-                launched=launched, ended=l.ended_at, state=l.state, end_reason=l.end_reason, request_id=l.request_id,
-                wait_s=round(launched - request.at, 3) if request is not None and launched is not None else None,
-                runtime_s=round((l.ended_at if l.ended_at is not None else self.end) - launched, 3)
-                if launched is not None else None,
-                preempted=l.role == "backfill" and l.end_reason.startswith("preempted")))
-        return rows
+        """One row per lease (figures.vm_rows): what the per-VM CSV holds."""
+        return vm_rows(self.store.leases.values(), self.by_lease, self.end)
 
     def timeline_rows(self) -> list[dict[str, Any]]:
         """The timeline's rows (Timeline.rows) up to the run's end."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.ledger import IDLE_CPU_CORES
-from .engine import SimVm, VmLevelWork
 from .traces import Job
+from .world import SimVm, VmLevelWork
 
 Schedule = Callable[[float, Callable[[Any], None], Any], None]
 
