@@ -10,7 +10,6 @@ whose class owns the state its `_init_` method sets.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from tests.agentproc import REPO
 
