@@ -1,7 +1,7 @@
 """Chaos: randomized faults in the middle of preemptions and releases, over real VMs, and how
 long the pool takes to settle after each.
 
-    python -m tests.bench.chaos [--runs 30] [--seed 1] [--settle-seconds 120]
+    python -m tests.bench.chaos [--runs 30] [--seed 1] [--settle-seconds 120] [--faults F1,F2]
 
 A real controller and a real agent on this host (2 CPUs), mutual TLS; backfill fills the node
 with two VMs. Each run waits for the node to be full of booted backfill VMs, then asks for an
@@ -161,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle-seconds", type=float, default=120.0)
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help=f"the faults to choose from, comma-separated (default: {','.join(FAULTS)})")
     args = parser.parse_args(argv)
+    faults = [f for f in args.faults.split(",") if f]
+    if not faults or set(faults) - set(FAULTS):
+        parser.error(f"--faults takes some of {', '.join(FAULTS)}, not {args.faults!r}")
     exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)
     env = LabEnv.create()
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
             enabled=True, memory_mb=128, vcpus=1, grace_seconds=10, retry_seconds=5), timeout=10)
         for run in range(args.runs):
-            results.append(one_run(run, rng.choice(FAULTS), rng, controller, agent, args.settle_seconds))
+            results.append(one_run(run, rng.choice(faults), rng, controller, agent, args.settle_seconds))
     finally:
         agent.stop()
         controller.stop()
