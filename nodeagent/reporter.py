@@ -8,6 +8,8 @@ and takes it back when reports resume.
 from __future__ import annotations
 
 import logging
+import random
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +33,29 @@ MAX_RETRY_SECONDS = 30.0
 # Every outbound call has a deadline: a report stream ends after this long and is opened anew.
 STREAM_SECONDS = 3600.0
 VM_ROLES = {VmRole.ON_DEMAND: controller_pb2.VM_ROLE_ON_DEMAND, VmRole.BACKFILL: controller_pb2.VM_ROLE_BACKFILL}
+PROBE_SECONDS = 1.0   # while the controller is away: how often to look whether it listens again
 IMAGES_EVERY = 30     # reports between two looks at the image directory
+
+
+def wait_for_listener(address: str, pause: float, stop: threading.Event, every: float = PROBE_SECONDS) -> bool:
+    """Wait `pause` seconds before reporting again, or less: as soon as something listens at
+    `address` again (a restarted controller), so that its unfinished business (asked again when
+    this node reports) does not wait out the back-off. The probe is a bare TCP connect, refused
+    at once while nothing listens: no TLS until the controller is back. True when it listens."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + pause
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if stop.wait(min(every * random.uniform(0.5, 1.0), left)):   # spread over a pool's agents
+            return False
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(every, 1.0)):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 class Reporter:
@@ -96,5 +120,5 @@ class Reporter:
                               code=exc.code().name, error=exc.details(), retry_in_s=pause)
             if time.monotonic() - started > 60:
                 pause = 1.0  # it had been working: start over with short pauses
-            stop.wait(pause)
+            wait_for_listener(self.config.controller_address, pause, stop)
             pause = min(pause * 2, MAX_RETRY_SECONDS)

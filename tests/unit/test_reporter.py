@@ -59,3 +59,25 @@ def test_a_backfill_guests_word_on_its_work_channel_is_reported_and_an_on_demand
     channel_path(tmp_path, "sampled").unlink()
     report = Reporter(config, Inventory(tmp_path), Sampler()).build()
     assert [(vm.work_state, vm.work_for_s) for vm in report.vms] == [("", 0.0), ("busy", report.vms[1].work_for_s)]
+
+
+def test_an_agent_waiting_to_report_again_stops_waiting_once_its_controller_listens():
+    """A restarted controller is reported to at once, not after the rest of the back-off."""
+    import socket
+    import threading
+    from nodeagent.reporter import wait_for_listener
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stop = threading.Event()
+    # nothing listens: the whole (short) pause is waited, and it says so
+    assert wait_for_listener(f"127.0.0.1:{port}", 0.3, stop, every=0.05) is False
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    threading.Timer(0.2, lambda: (listener.bind(("127.0.0.1", port)), listener.listen())).start()
+    try:   # a back-off of an hour ends as soon as the port listens
+        assert wait_for_listener(f"127.0.0.1:{port}", 3600, stop, every=0.05) is True
+    finally:
+        listener.close()
+    stop.set()   # and stopping the agent ends the wait too
+    assert wait_for_listener(f"127.0.0.1:{port}", 3600, stop, every=0.05) is False
