@@ -1,6 +1,6 @@
 """The books against a failing store and a restart mid-preemption.
 
-- A store write that fails (read-only, locked) at a request, a release, a report or a fill leaves
+- A store write that fails (disk full, read-only, locked) at a request, a release, a report or a fill leaves
   the books exactly as a fresh rebuild from the store would have them, calls no agent, and stops
   no VM later because of it; reads keep answering, and the same call works once the fault clears.
 - A victim whose stop expired unconfirmed holds the lease waiting for its memory, in the books
@@ -9,7 +9,10 @@
 """
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
+import subprocess
 from contextlib import contextmanager
 
 import pytest
@@ -68,10 +71,23 @@ def node_report(vms: list[tuple[str, str, str]]) -> controller_pb2.NodeReport:
 
 
 @pytest.fixture
-def pool(tmp_path):
+def small_disk(tmp_path):
+    """A file system of its own, small, for the store: a disk that can really fill up (root only,
+    as the controller's set-up and tests run)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, f"cannot mount a small tmpfs for the disk-full fault: {done.stderr}"
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def pool(small_disk):
     """An in-process pool on a real SQLite store; its one node (2 CPUs, 1 GiB) runs two backfill VMs."""
     clock, agents = Clock(), RecordingAgents()
-    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+    config = ControllerConfig(state_dir=small_disk / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
                               use_prediction=False, notice_seconds=5, host_headroom_mib=128)
     store = Store(config.store_path)
     store.set_backfill(BackfillConfig(enabled=True, memory_mb=256, grace_seconds=3,
@@ -92,10 +108,14 @@ def pool(tmp_path):
 
 @contextmanager
 def failing(store: Store, fault: str):
-    """A real SQLite failure on the store's own connection: writes refused (read-only), or the
-    database locked by another process's open write transaction."""
+    """A real SQLite failure on the store's own connection: the disk full (a filler file takes the
+    store's small file system), writes refused (read-only), or the database locked by another
+    process's open write transaction."""
     other = None
-    if fault == "read_only":
+    filler = store.path.parent.parent / "filler"
+    if fault == "disk_full":
+        fill(filler)
+    elif fault == "read_only":
         store._db.execute("PRAGMA query_only = 1")
     else:
         store._db.execute("PRAGMA busy_timeout = 100")
@@ -104,12 +124,32 @@ def failing(store: Store, fault: str):
     try:
         yield
     finally:
-        if other is not None:
+        if fault == "disk_full":
+            filler.unlink()
+        elif other is not None:
             other.execute("ROLLBACK")
             other.close()
             store._db.execute("PRAGMA busy_timeout = 5000")
         else:
             store._db.execute("PRAGMA query_only = 0")
+
+
+def fill(path) -> None:
+    """Write zeros to `path` until its file system has no room left."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        try:
+            while True:
+                os.write(fd, b"\0" * 512)
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
 
 
 def drained(service: PoolService) -> None:
@@ -119,6 +159,7 @@ def drained(service: PoolService) -> None:
 
 
 POINTS = ["request", "release", "report", "fill"]
+SQLITE_SAYS = dict(disk_full="database or disk is full", read_only="readonly", locked="database is locked")
 
 
 def act(service: PoolService, point: str) -> None:
@@ -134,7 +175,7 @@ def act(service: PoolService, point: str) -> None:
         service.fill()
 
 
-@pytest.mark.parametrize("fault", ["read_only", "locked"])
+@pytest.mark.parametrize("fault", ["disk_full", "read_only", "locked"])
 @pytest.mark.parametrize("point", POINTS)
 def test_a_failed_write_leaves_the_books_as_the_store_has_them_and_calls_no_agent(pool, point, fault):
     service, agents, clock = pool
@@ -146,7 +187,7 @@ def test_a_failed_write_leaves_the_books_as_the_store_has_them_and_calls_no_agen
         agents.calls.clear()
     events_before = service.store.count_events("vm.launched") + service.store.count_events("vm.stopping")
     with failing(service.store, fault):
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError, match=SQLITE_SAYS[fault]):
             act(service, point)
         drained(service)
         assert agents.calls == []                        # nothing was asked of any agent
