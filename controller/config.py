@@ -13,6 +13,7 @@ from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_t
 from gleaner_common.config import with_overrides as _with_overrides
 
 from .core.records import LedgerSettings
+from .intake import IntakeSettings
 from .core.reserve_settings import ReserveError, ReserveSettings
 
 
@@ -34,6 +35,15 @@ class ControllerConfig:
     use_prediction: bool = True           # cap backfill by potential productivity, not only by allocation
     notice_seconds: int = 30              # a victim's clean-shutdown notice when the new VM starts beside it
     host_headroom_mib: int = 256          # node memory the instant path leaves free
+    # [reports]: each node's budget (controller/intake.py) and what one report may adopt
+    reports_per_minute: float = 240.0
+    report_burst: int = 20
+    report_mib_per_minute: float = 8.0
+    report_strikes: int = 20
+    report_penalty_seconds: float = 10.0
+    adoptions_per_report: int = 32
+    adoptions_per_hour: int = 256
+    retention_days: float = 90.0          # [retention]: ended leases, resolved requests and events
     reserves: ReserveSettings = field(default_factory=ReserveSettings)   # [reserves]: Balancer's reserves
     tls: TlsConfig = field(default_factory=TlsConfig)
 
@@ -54,6 +64,12 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
                   "swap_threshold_cores": ("swap_threshold_cores", float), "churn_burst": ("churn_burst", int),
                   "use_prediction": ("use_prediction", bool)},
     "preemption": {"notice_seconds": ("notice_seconds", int), "host_headroom_mib": ("host_headroom_mib", int)},
+    "reports": {"per_minute": ("reports_per_minute", float), "burst": ("report_burst", int),
+                "mib_per_minute": ("report_mib_per_minute", float), "strikes": ("report_strikes", int),
+                "penalty_seconds": ("report_penalty_seconds", float),
+                "adoptions_per_report": ("adoptions_per_report", int),
+                "adoptions_per_hour": ("adoptions_per_hour", int)},
+    "retention": {"days": ("retention_days", float)},
 }
 
 
@@ -65,7 +81,13 @@ def ledger_settings(config: ControllerConfig) -> LedgerSettings:
         stop_timeout=config.agent_timeout_seconds + 30, notice_seconds=config.notice_seconds,
         headroom_mib=config.host_headroom_mib, prediction_window=config.prediction_window,
         swap_threshold_cores=config.swap_threshold_cores, churn_burst=config.churn_burst,
-        use_prediction=config.use_prediction)
+        use_prediction=config.use_prediction, adoptions_per_report=config.adoptions_per_report,
+        adoptions_per_hour=config.adoptions_per_hour)
+
+
+def intake_settings(config: ControllerConfig) -> IntakeSettings:
+    return IntakeSettings(config.reports_per_minute, config.report_burst, config.report_mib_per_minute,
+                          config.report_strikes, config.report_penalty_seconds)
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> ControllerConfig:
@@ -122,6 +144,16 @@ def check_config(config: ControllerConfig, source: str) -> None:
                           "within 0..1048576")
     if config.swap_threshold_cores < 0 or config.churn_burst < 0:
         raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
+    for key, value, low, high in (("reports.per_minute", config.reports_per_minute, 1, 6000),
+                                  ("reports.burst", config.report_burst, 1, 1000),
+                                  ("reports.mib_per_minute", config.report_mib_per_minute, 1, 65536),
+                                  ("reports.strikes", config.report_strikes, 1, 10_000),
+                                  ("reports.penalty_seconds", config.report_penalty_seconds, 0, 3600),
+                                  ("reports.adoptions_per_report", config.adoptions_per_report, 1, 4096),
+                                  ("reports.adoptions_per_hour", config.adoptions_per_hour, 1, 1_000_000),
+                                  ("retention.days", config.retention_days, 1, 36500)):
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ConfigError(f"{source}: {key} must be within {low}..{high}, not {value!r}")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)

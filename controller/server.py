@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from gleaner_common.authz import DenyList, Limits
+from gleaner_common.authz import DenyList, Limits, current_identity
 from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
 from protos import controller_pb2, controller_pb2_grpc
@@ -15,6 +15,7 @@ from protos.words import LEASE_STATE, REQUEST_OUTCOME, VM_ROLE, to_wire
 
 from . import checks
 from .config import ControllerConfig
+from .intake import ReportRefused, pause
 from .core.records import BackfillConfig
 from .service import AlreadyPlaced, LeaseNotFound, PoolService, RequestNotFound, RequestResult
 from .store import Lease, LeaseConflict, StoreError
@@ -77,14 +78,21 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def Report(self, request_iterator, context):
         """The caller's node only: the authorization interceptor holds every message to it."""
         count, known = 0, set()
-        for report in request_iterator:
-            try:
-                checks.report(report, known)
-            except InvalidField as exc:
-                self.pool.report_refused(report.node_id, str(exc))
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"report refused: {exc}")
-            self.pool.ingest(report)
-            count += 1
+        caller = current_identity()
+        try:
+            stream = self.pool.open_report_stream(caller.name if caller else "")
+            for report in stream.paced(request_iterator, context.is_active, self.pool.report_over_budget):
+                try:
+                    checks.report(report, known)
+                except InvalidField as exc:
+                    self.pool.report_refused(report.node_id, str(exc))
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"report refused: {exc}")
+                self.pool.ingest(report)
+                count += 1
+        except ReportRefused as exc:
+            self.pool.report_refused(exc.node_id, str(exc))
+            pause(exc.retry_after, context.is_active)   # a node in its penalty waits it out, at no cost
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"report budget: {exc}")
         return controller_pb2.ReportAck(reports=count)
 
     @rpc

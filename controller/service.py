@@ -33,7 +33,7 @@ from gleaner_common.logs import log_event
 
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
-from .config import ControllerConfig, ledger_settings
+from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord,
@@ -41,6 +41,7 @@ from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, L
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
+from .intake import ReportIntake, ReportStream
 from .store import LeaseConflict, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class PoolService:
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
         self._refused_at: dict[str, float] = {}
+        self.intake = ReportIntake(intake_settings(config))
         self._crash_at = set(filter(None, os.environ.get("GLEANER_CRASH_AT", "").split(",")))
         log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
                   store=str(store.path), schema_version=store.schema_version)
@@ -357,6 +359,18 @@ class PoolService:
                 for lease in exc.leases:
                     self._apply(self.ledger.adoption_refused(lease, str(exc), self.clock()))
                 self._apply(self.ledger.report(report, self.clock()))
+
+    def open_report_stream(self, node_id: str) -> ReportStream:
+        """A report stream of `node_id`, within its budget (ReportRefused while it sits out a penalty)."""
+        return self.intake.open_stream(node_id, time.monotonic())
+
+    def report_over_budget(self, node_id: str) -> None:
+        """A report dropped over its node's budget: logged at most once a minute per node, with the count."""
+        dropped = self.intake.due_to_say(node_id, time.monotonic())
+        if dropped:
+            log_event(log, "report.over_budget", logging.WARNING, node=node_id, dropped_total=dropped,
+                      per_minute=self.intake.settings.reports_per_minute,
+                      mib_per_minute=self.intake.settings.report_mib_per_minute)
 
     def report_refused(self, node_id: str, reason: str) -> None:
         """A report out of bounds: logged and audited, at most once per node a minute."""

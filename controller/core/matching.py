@@ -22,6 +22,7 @@ class ReportMatching:
         self.refused: OrderedDict[str, str] = OrderedDict()
         self._redrive_nodes: set[str] = set()   # nodes with unfinished business when the books were loaded
         self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
+        self._adoptions: dict[str, tuple[float, float]] = {}   # node -> (adoptions it may still make, when)
 
     def report(self, report: ReportLike, now: float) -> list[Effect]:
         """One agent report: node liveness and load, and its VMs against the books."""
@@ -97,6 +98,8 @@ class ReportMatching:
                 return effects
         mine = dict(named)   # as they were before this report (matching re-books some)
         seen, unexplained = set(), ZERO
+        budget = self._adoption_budget(node.node_id, now)
+        may_adopt, deferred = min(budget, self.settings.adoptions_per_report), 0
         for vm in reported:
             seen.add(vm.name)
             lease = mine.get(vm.name)
@@ -114,10 +117,23 @@ class ReportMatching:
                 unexplained += size   # it ended in our books but still runs: it still takes room
                 effects += self._clean_up(node, vm, now)
                 continue
+            if vm.name not in self.refused and may_adopt < 1:
+                deferred += 1   # counted as room taken until a later report adopts it
+                unexplained += size
+                continue
             write, adopted = self._adopt_or_refuse(node, vm, now)
             effects.append(write)
-            if not adopted:
+            if adopted:
+                may_adopt, budget = may_adopt - 1, budget - 1
+            else:
                 unexplained += size
+        self._adoptions[node.node_id] = (budget, now)
+        if deferred and self._say_once(f"vm.adoption_deferred:{node.node_id}:{int(now // 3600)}"):
+            effects.append(Write(events=(Audit("vm.adoption_deferred", node.node_id, detail=dict(
+                vms=deferred, per_report=self.settings.adoptions_per_report,
+                per_hour=self.settings.adoptions_per_hour,
+                reason="its report named more unknown VMs than a report may adopt; later reports adopt the "
+                       "rest, and until then they count as room taken")),)))
         young = False
         for lease in mine.values():
             if lease.vm_name in seen:
@@ -146,6 +162,13 @@ class ReportMatching:
         node.check_until = now + self.settings.lost_after if young else 0.0
         return effects
 
+    def _adoption_budget(self, node_id: str, now: float) -> float:
+        """How many VMs this node's report may adopt: at most adoptions_per_report, and a node's
+        budget of adoptions_per_hour refills over the hour (one agent cannot fill the store)."""
+        per_hour = self.settings.adoptions_per_hour
+        left, at = self._adoptions.get(node_id, (float(per_hour), now))
+        return min(per_hour, left + max(now - at, 0.0) * per_hour / 3600)
+
     def _clean_up(self, node: NodeState, vm: ReportedVmLike, now: float) -> list[Effect]:
         """A VM of ours whose lease ended still runs: no VM runs outside the books, so it is stopped
         (forced; its lease's end already said what it lost), asked again every retry_seconds."""
@@ -170,7 +193,8 @@ class ReportMatching:
             return self._unexplained(node, vm, "vm.conflict", f"not adopted: {self.refused[vm.name]}"), False
         other = self.leases.get(vm.lease_id) if vm.lease_id else None
         named = other.node_id if other is not None else self.retired_ids.get(vm.lease_id) if vm.lease_id else None
-        clash = next((l for l in self.leases.values() if l.vm_name == vm.name), None) if named is None else None
+        clash = next((on[vm.name] for on in self._named_on.values() if vm.name in on), None) \
+            if named is None else None   # per node, not per lease: a flood of adoptions stays cheap
         if named is not None or clash is not None:
             what = f"it names lease {vm.lease_id} of node {named}" if named is not None else \
                 f"lease {clash.lease_id} of node {clash.node_id} has a VM of that name"

@@ -346,6 +346,8 @@ class LedgerSettings:
     swap_threshold_cores: float = 0.5
     churn_burst: int = 3
     use_prediction: bool = True
+    adoptions_per_report: int = 32   # a report naming more unknown VMs adopts this many; the rest wait
+    adoptions_per_hour: int = 256    # ... and a node adopts at most this many an hour (burst: as many)
 
 
 def stable_seed(text: str) -> int:

@@ -207,8 +207,11 @@ def abuse(controller: str, agent: str, certs: dict, seconds: float, threads: int
     results.put(counts)
 
 
-def admin_work(controller: ControllerProcess, seconds: float) -> tuple[list[float], int, int]:
-    """The admin's calls, one at a time: (latencies in ms, errors, on-demand VMs placed)."""
+def admin_work(controller: ControllerProcess, seconds: float,
+               stamps: list[float] | None = None) -> tuple[list[float], int, int]:
+    """The admin's calls, one at a time: (latencies in ms, errors, on-demand VMs placed); with
+    `stamps`, each call's start (time.monotonic()) is appended to it, in the latencies' order."""
+    stamps = [] if stamps is None else stamps
     stub = controller.stub()
     stub.Status(controller_pb2.StatusRequest(), timeout=10)  # untimed: the channel's TLS connection
     latencies, errors, placed = [], 0, 0
@@ -225,6 +228,7 @@ def admin_work(controller: ControllerProcess, seconds: float) -> tuple[list[floa
                                             timeout=30)]
         for call in calls:
             started = time.perf_counter()
+            stamps.append(time.monotonic())
             try:
                 reply = call()
             except grpc.RpcError as exc:
@@ -240,6 +244,7 @@ def admin_work(controller: ControllerProcess, seconds: float) -> tuple[list[floa
                     continue
                 placed += 1
                 started = time.perf_counter()
+                stamps.append(time.monotonic())
                 try:
                     stub.Release(controller_pb2.ReleaseRequest(lease_id=reply.lease.lease_id, force=True), timeout=30)
                 except grpc.RpcError as exc:
@@ -256,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--abuser-identities", type=int, default=1,
                         help="agent and viewer certificates the abuser spreads its streams and calls over; "
                              "140 or more reach the controller's limit on streams in total")
+    parser.add_argument("--report-flood", action="store_true",
+                        help="instead: one agent floods its own node's reports (tests/bench/abuse_flood.py)")
+    parser.add_argument("--phases", type=int, default=3, help="with --report-flood: flood and quiet phases, each")
     args = parser.parse_args(argv)
+    if args.report_flood:
+        from tests.bench.abuse_flood import run_flood
+        return run_flood(args.seconds, args.phases)
     exit_cleanly_on_sigterm()
     env = LabEnv.create()
     controller = ControllerProcess(env, name="abuse-ctl", settings=dict(use_prediction=False, log_level="info"))
