@@ -89,7 +89,11 @@ def server_name_for(role: Role, name: str = "") -> str:
 def pinned_server_name(role: Role, name: str, serial: int) -> str:
     """The DNS name only the certificate with this serial carries (its serial is unique under
     the CA): what a client insists on once it has checked that serial (see rpc.client_channel)."""
-    return f"{serial:x}.serial.{server_name_for(role, name)}"
+    return pin_name(server_name_for(role, name), serial)
+
+
+def pin_name(server_name: str, serial: int) -> str:
+    return f"{serial:x}.serial.{server_name}"
 
 
 def identity_of_certificate(cert: x509.Certificate) -> Identity:
