@@ -274,7 +274,8 @@ def _save_index(index: Index) -> None:
 def _record(directory: Path, entry: IndexEntry) -> None:
     """Add one issued certificate to the index (the caller holds _index_lock)."""
     index = load_index(directory)
-    index.entries.append(entry)
+    # a rebuilt index already holds the file just written: the fresh entry takes its place
+    index.entries[:] = [e for e in index.entries if e.serial != entry.serial] + [entry]
     _save_index(index)
 
 
