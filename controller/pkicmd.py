@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
     if action == "revoke":
         serial = pki.revoke(args.dir, args.target, args.reason)
         return {"serial": f"{serial:x}", "deny_list": str(args.dir / pki.DENY_LIST)}, (
-            f"revoked serial {serial:x} in {args.dir / pki.DENY_LIST}; copy it to the servers' [tls] deny_list "
-            "and send them SIGHUP")
+            f"revoked serial {serial:x} in {args.dir / pki.DENY_LIST} (and marked in {args.dir / pki.INDEX}); copy "
+            "it to every host's [tls] deny_list and send the servers SIGHUP (clients re-read it when it changes)")
     info = pki.describe(args.cert)
     return info, "\n".join(f"{key:<10} {json.dumps(value) if isinstance(value, list) else value}"
                            for key, value in info.items())
