@@ -36,7 +36,7 @@ from cryptography import x509
 
 from .identity import Role, pin_name, server_name_for
 from .logs import log_event
-from .pki import TlsFiles
+from .pki import PkiError, TlsFiles
 
 log = logging.getLogger(__name__)
 MAX_RECEIVE = 4 * 2**20
@@ -312,7 +312,7 @@ class RevocationCheckedChannel(grpc.Channel):
     def __init__(self, address: str, tls: TlsFiles, server_name: str | None) -> None:
         assert tls.deny_list is not None
         self.address, self.tls, self.server_name = address, tls, server_name
-        self.deny_list = watched_deny_list(tls.deny_list)
+        self._deny_list: WatchedDenyList | None = None
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._pinned: str | None = None
@@ -323,11 +323,25 @@ class RevocationCheckedChannel(grpc.Channel):
 
     # -- the check -----------------------------------------------------------------------------
 
+    @property
+    def deny_list(self) -> WatchedDenyList:
+        """Loaded at the first call, not when the channel is made: a file gone bad since the
+        process started refuses the call (naming the file and line), never the caller's code."""
+        if self._deny_list is None:
+            assert self.tls.deny_list is not None
+            try:
+                self._deny_list = watched_deny_list(self.tls.deny_list)
+            except PkiError as exc:
+                raise ServerRefused(f"cannot check the server at {self.address} against the deny list: {exc}") \
+                    from None
+        return self._deny_list
+
     def checked(self, timeout: float | None = None) -> grpc.Channel:
         """The gRPC channel to use now, once the server is known not to be revoked."""
         with self._lock:
+            revoked = self.deny_list.serials()   # first: a list that cannot be read refuses without a look
             stale = time.monotonic() - self._looked_at > PROBE_TTL
-            if self._serial is None or stale or self._serial in self.deny_list.serials():
+            if self._serial is None or stale or self._serial in revoked:
                 self._look(PROBE_TIMEOUT if timeout is None else max(0.1, min(PROBE_TIMEOUT, timeout)))
             self.refuse_if_revoked()
             assert self._channel is not None

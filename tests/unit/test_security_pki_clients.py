@@ -230,4 +230,9 @@ def test_a_bad_client_deny_list_is_a_clear_error(lab, tmp_path, capsys):
     deny = tmp_path / "deny.txt"
     deny.write_text("zz-not-hex\n")
     code, _out, err = gleanctl(gleanctl_config(tmp_path, lab.admin, deny), "127.0.0.1:1", capsys)
-    assert code == 2 and f"deny list {deny}, line 1" in err
+    assert code == 3 and f"against the deny list: deny list {deny}, line 1" in err and "Traceback" not in err
+    # the controller's calls: refused as the agent's failure, never an exception of another kind
+    links = AgentLinks(replace(lab.controller, deny_list=deny), 5)
+    with pytest.raises(AgentCallFailed, match="line 1"):
+        launch(links, "127.0.0.1:1")
+    links.close()
