@@ -47,6 +47,7 @@ class Target:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    deny_list: Path | None = None    # the controller's serial in it: refused (see rpc.RevocationCheckedChannel)
     insecure: bool = False
 
 
@@ -59,7 +60,6 @@ def load_target(args: argparse.Namespace) -> Target:
     path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
     if path is not None:
         settings, tls = parse_sections(read_toml(path), _SCHEMA, str(path))
-        tls.pop("deny_list", None)  # a server's setting; a client file may share the [tls] section
         values.update(settings, **tls)
     for key in ("controller", "ca", "cert", "key"):
         if getattr(args, key):
@@ -94,7 +94,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
     """A stub whose channel reaches only a server with the controller's certificate."""
-    tls = None if target.insecure else TlsFiles(target.ca, target.cert, target.key)
+    tls = None if target.insecure else TlsFiles(target.ca, target.cert, target.key, target.deny_list)
     return controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", target.controller, tls))
 
 

@@ -3,12 +3,15 @@
     gleanctl pki init DIR                                   a new CA (ca.pem, ca.key) in DIR
     gleanctl pki issue DIR ROLE NAME [--host H ...] [--days N] [--out OUTDIR]
     gleanctl pki request OUTDIR ROLE NAME                   on a node: a key and a signing request
-    gleanctl pki sign DIR CSR ROLE NAME [--host H ...]      on the CA's machine: sign that request
+    gleanctl pki sign DIR CSR [ROLE NAME] [--host H ...]    on the CA's machine: sign that request
     gleanctl pki renew DIR CERT [--days N]                  reissue: same identity, new key and validity
     gleanctl pki revoke DIR CERT|SERIAL [--reason TEXT]     add to DIR/revoked.txt; servers reload on SIGHUP
+    gleanctl pki list DIR                                   what the CA issued (DIR/index.json), revoked or not
     gleanctl pki show CERT                                  identity, serial, validity, names
 
-ROLE is controller, agent (NAME = the node id), admin or viewer (NAME = the person).
+ROLE is controller, agent (NAME = the node id), admin or viewer (NAME = the person). `sign` signs
+for the identity the request asks for: a ROLE or NAME given must agree with it. No command
+overwrites a key or certificate (`renew` replaces one on purpose).
 """
 from __future__ import annotations
 
@@ -35,8 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action.add_argument("dir", type=Path, help="the CA's directory")
         if name == "sign":
             action.add_argument("csr", type=Path)
-        action.add_argument("role", choices=ROLES)
-        action.add_argument("name", help="node id for an agent; the person for admin and viewer")
+            action.add_argument("role", choices=ROLES, nargs="?",
+                                help="optional: the request's own role; a different one is refused")
+            action.add_argument("name", nargs="?", help="optional: the request's own name; a different one is refused")
+        else:
+            action.add_argument("role", choices=ROLES)
+            action.add_argument("name", help="node id for an agent; the person for admin and viewer")
         action.add_argument("--host", action="append", default=[],
                             help="a DNS name or IP address the server is reached at (controller, agent)")
         action.add_argument("--days", type=int, help="validity (default: 90 for services, 30 for people)")
@@ -54,6 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     revoke.add_argument("dir", type=Path)
     revoke.add_argument("target", help="a certificate file or its serial number in hex")
     revoke.add_argument("--reason", default="")
+    listing = actions.add_parser("list", help="what the CA issued: serial, role, name, not-after, revoked")
+    listing.add_argument("dir", type=Path, help="the CA's directory")
     show = actions.add_parser("show", help="what a certificate says")
     show.add_argument("cert", type=Path)
 
@@ -72,8 +81,13 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
         return {"csr": str(csr)}, (f"key and request in {args.out}; sign {csr.name} on the CA's machine with "
                                    f"'gleanctl pki sign DIR {csr.name} {args.role} {args.name}'")
     if action == "sign":
-        cert = pki.sign_request(args.dir, args.csr, Role(args.role), args.name, tuple(args.host), args.days)
-        return {"cert": str(cert)}, f"signed {pki.describe(cert)['identity']}: {cert}"
+        cert = pki.sign_request(args.dir, args.csr, Role(args.role) if args.role else None, args.name,
+                                tuple(args.host), args.days)
+        info = pki.describe(cert)
+        return {"cert": str(cert), "serial": info["serial"]}, (
+            f"signed {info['identity']} (serial {info['serial']}, until {info['not_after']}): {cert}")
+    if action == "list":
+        return _listing(args.dir)
     if action == "renew":
         files = pki.renew(args.dir, args.cert, args.days)
         info = pki.describe(files.cert)
@@ -81,8 +95,8 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
     if action == "revoke":
         serial = pki.revoke(args.dir, args.target, args.reason)
         return {"serial": f"{serial:x}", "deny_list": str(args.dir / pki.DENY_LIST)}, (
-            f"revoked serial {serial:x} in {args.dir / pki.DENY_LIST}; copy it to the servers' [tls] deny_list "
-            "and send them SIGHUP")
+            f"revoked serial {serial:x} in {args.dir / pki.DENY_LIST} (and marked in {args.dir / pki.INDEX}); copy "
+            "it to every host's [tls] deny_list and send the servers SIGHUP (clients re-read it when it changes)")
     info = pki.describe(args.cert)
     return info, "\n".join(f"{key:<10} {json.dumps(value) if isinstance(value, list) else value}"
                            for key, value in info.items())
@@ -90,3 +104,24 @@ def run(args: argparse.Namespace) -> tuple[dict, str]:
 
 def _files(files: pki.TlsFiles) -> dict:
     return {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)}
+
+
+def _listing(directory: Path) -> tuple[dict, str]:
+    """The index as a table (oldest first), and as data for --json."""
+    index = pki.load_index(directory)
+    rows = [dict(vars(e), status=e.status()) for e in index.entries]
+    data = {"index": str(index.path), "rebuilt": index.rebuilt, "certificates": rows}
+    header = ["SERIAL", "ROLE", "NAME", "NOT AFTER", "STATUS", "FILE"]
+    cells = [[r["serial"], r["role"] or "?", r["name"] or "?", r["not_after"][:19] or "?",
+              r["status"] + (f" ({r['reason']})" if r["reason"] else ""), r["file"]] for r in rows]
+    text = _table(cells, header)
+    if index.rebuilt:
+        text += (f"\n(no {index.path.name} yet: this is what the certificates in {directory} and its deny list "
+                 "tell; the next issue, sign or revoke writes the index)")
+    return data, text
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    cells = [header] + rows
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)

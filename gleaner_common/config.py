@@ -24,7 +24,8 @@ class TlsConfig:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
-    deny_list: Path | None = None     # revoked serials (see pki.py); read at start and on SIGHUP
+    deny_list: Path | None = None     # revoked serials (see pki.py); servers read it at start and on
+                                      # SIGHUP, clients whenever it changes (they check whom they dial)
     insecure: bool = False
 
     @property
@@ -32,7 +33,7 @@ class TlsConfig:
         """The certificate files, or None without TLS."""
         if self.insecure or self.ca is None or self.cert is None or self.key is None:
             return None
-        return TlsFiles(self.ca, self.cert, self.key)
+        return TlsFiles(self.ca, self.cert, self.key, self.deny_list)
 
 
 _TLS_KEYS = {f.name: (Path if f.name != "insecure" else bool) for f in fields(TlsConfig)}

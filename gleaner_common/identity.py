@@ -9,6 +9,9 @@ The identity is a URI subject alternative name (a SPIFFE ID, which gRPC reads it
 also carry DNS names a client can insist on: an agent's certificate names NODE.agent.gleaner and
 the controller's controller.gleaner, so the controller dials an agent only if the certificate
 there is that node's, and an agent reports only to a real controller (see server_name_for).
+A server certificate also names its own serial (SERIAL.serial.NODE.agent.gleaner, see
+pinned_server_name): a client that has checked a serial against its deny list insists on that
+name, so the connection it then makes cannot reach another certificate of the same identity.
 """
 from __future__ import annotations
 
@@ -81,6 +84,16 @@ def server_name_for(role: Role, name: str = "") -> str:
     if role is Role.CONTROLLER:
         return CONTROLLER_SERVER_NAME
     raise ValueError(f"{role.value} identities serve nothing")
+
+
+def pinned_server_name(role: Role, name: str, serial: int) -> str:
+    """The DNS name only the certificate with this serial carries (its serial is unique under
+    the CA): what a client insists on once it has checked that serial (see rpc.client_channel)."""
+    return pin_name(server_name_for(role, name), serial)
+
+
+def pin_name(server_name: str, serial: int) -> str:
+    return f"{serial:x}.serial.{server_name}"
 
 
 def identity_of_certificate(cert: x509.Certificate) -> Identity:
