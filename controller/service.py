@@ -28,6 +28,7 @@ from typing import Any
 
 from gleaner_common import ids
 from gleaner_common.authz import current_identity
+from gleaner_common.identity import Role
 from gleaner_common.ids import InvalidField
 from gleaner_common.logs import log_event
 
@@ -86,11 +87,19 @@ def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def caller_label() -> str:
+    """Who an admin's call is (role/name), for the audit events it causes; "" for agents' reports
+    and the controller's own work (their events name their node, or nobody asked)."""
+    identity = current_identity()
+    return "" if identity is None or identity.role is Role.AGENT else str(identity)
+
+
 class PoolService:
     def __init__(self, config: ControllerConfig, store: Store, agents: AgentLinks,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.store = store
+        store.caller = caller_label
         self.agents = agents
         self.clock = clock
         self.lock = threading.RLock()

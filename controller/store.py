@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -136,6 +136,9 @@ class Store:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         path.chmod(0o600)
         self._lock = threading.Lock()
+        # Who caused the writes of this thread (the service points it at the admin of the call
+        # being served): every audit event says so in its detail, as "by".
+        self.caller: Callable[[], str] = lambda: ""
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._check_integrity()
@@ -256,8 +259,9 @@ class Store:
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
                              (json.dumps(list(write.reserved)),))
         if write.events:
+            by = self.caller()
             self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
-                                                  json.dumps(dict(e.detail), default=str)) for e in write.events])
+                                                  _detail(e.detail, by)) for e in write.events])
 
     def _clashes(self, lease: Lease) -> bool:
         """Whether a stored lease has this lease's id or VM name (under the store's lock)."""
@@ -353,8 +357,8 @@ class Store:
                                  (json.dumps(from_file, sort_keys=True),))
             if changed:
                 self._db.execute(_INSERT_EVENT, (time.time(), "reserve.configured", "", "",
-                                                 json.dumps({**in_force, **(note or {}), "source": source},
-                                                            sort_keys=True)))
+                                                 _detail({**in_force, **(note or {}), "source": source},
+                                                         self.caller())))
         return changed
 
     def reserved_nodes(self) -> list[str]:
@@ -398,7 +402,7 @@ class Store:
         at = time.time() if at is None else at
         with self._failing(), self._lock, self._db:
             self._db.execute("BEGIN")
-            self._db.executemany(_INSERT_EVENT, [(at, kind, "", "", json.dumps(d, default=str)) for d in details])
+            self._db.executemany(_INSERT_EVENT, [(at, kind, "", "", _detail(d, "")) for d in details])
             pruned = self._db.execute("DELETE FROM events WHERE kind = ? AND seq NOT IN "
                                       "(SELECT seq FROM events WHERE kind = ? ORDER BY seq DESC LIMIT ?)",
                                       (kind, kind, keep)).rowcount
@@ -437,4 +441,10 @@ _UPSERT_LEASE = _INSERT_LEASE + " ON CONFLICT (lease_id) DO UPDATE SET " + \
 _REQUEST_FIELDS = list(RequestRecord.__dataclass_fields__)
 _UPSERT_REQUEST = f"INSERT OR REPLACE INTO requests ({', '.join(_REQUEST_FIELDS)}) " \
     f"VALUES ({', '.join('?' for _ in _REQUEST_FIELDS)})"
+def _detail(detail: Any, by: str) -> str:
+    """An event's detail as stored: with `by`, the caller that caused it, when there is one."""
+    return json.dumps({**detail, "by": by} if by and "by" not in detail else dict(detail), default=str,
+                      sort_keys=True)
+
+
 _INSERT_EVENT = "INSERT INTO events (at, kind, node_id, lease_id, detail) VALUES (?, ?, ?, ?, ?)"
