@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -62,6 +62,7 @@ DENIALS_AUDIT_SECONDS = 60.0
 # of ordinary denials, about 40 minutes of the worst flood.
 DENIAL_ROWS_KEPT = 10_000
 HISTORY_SAVE_SECONDS = 3600.0
+PRUNE_SECONDS = 3600.0   # retention ([retention] days): ended leases, resolved requests, events
 
 
 def audit_denials(pool: PoolService, server: RunningServer, keep: int = DENIAL_ROWS_KEPT) -> None:
@@ -122,6 +123,8 @@ def start_controller(config: ControllerConfig) -> RunningController:
     # The predictive reserve's history: losing the last hour of it in a crash costs little.
     scheduler.add_job(logged(pool.save_history, "history"), "interval", seconds=HISTORY_SAVE_SECONDS, id="history",
                       max_instances=1, coalesce=True)
+    scheduler.add_job(logged(pool.prune, "retention"), "interval", seconds=PRUNE_SECONDS, id="retention",
+                      max_instances=1, coalesce=True, next_run_time=datetime.now() + timedelta(seconds=60))
     scheduler.add_job(logged(lambda: audit_denials(pool, server), "denials"), "interval",
                       seconds=DENIALS_AUDIT_SECONDS, id="denials", max_instances=1, coalesce=True)
     scheduler.start()

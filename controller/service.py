@@ -84,7 +84,10 @@ class RequestResult:
 
 
 def random_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+    """A lease id, and so a VM name, never used before: its first 8 hex digits are the second it
+    was made, so an id can only repeat within the same second (and the store's UNIQUE constraint
+    refuses that), never once retention has pruned the older lease of the same id."""
+    return f"{prefix}-{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
 
 
 def caller_label() -> str:
@@ -392,6 +395,23 @@ class PoolService:
             self._refused_at[node_id] = now
         self.store.record("report.refused", node_id, reason=reason)
         log_event(log, "report.refused", logging.WARNING, node=node_id, reason=reason)
+
+    def prune(self, batch: int = 500, pause_s: float = 0.05) -> dict[str, int]:
+        """Retention: ended leases, resolved requests and audit events older than retention_days
+        deleted, `batch` rows of each a transaction, outside the pool lock (the store's own lock
+        is held one small transaction at a time, so requests and reports go on in between)."""
+        before = self.clock() - self.config.retention_days * 86400
+        totals = {table: 0 for table, *_ in Store.PRUNED}
+        while True:
+            deleted = self.store.prune_batch(before, batch)
+            for table, count in deleted.items():
+                totals[table] += count
+            if not any(deleted.values()):
+                break
+            time.sleep(pause_s)
+        if any(totals.values()):
+            log_event(log, "store.pruned", retention_days=self.config.retention_days, **totals)
+        return totals
 
     def tick(self) -> None:
         """Liveness, deadlines and retries: the ledger's clock."""

@@ -190,6 +190,7 @@ class Lifecycle:
             if lease is not None and lease.state in STOPS and node is not None and node.state == "up":
                 effects.append(self._ask_stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
         effects += self.retry_waiting(now)   # windows that closed
+        self._prune_cleanups(now)
         return [e for e in effects if not isinstance(e, Write) or e]
 
     def _lose(self, node_id: str, reason: str, now: float) -> list[Effect]:

@@ -23,6 +23,7 @@ class ReportMatching:
         self._redrive_nodes: set[str] = set()   # nodes with unfinished business when the books were loaded
         self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
         self._adoptions: dict[str, tuple[float, float]] = {}   # node -> (adoptions it may still make, when)
+        self._cleanups_pruned_at = 0.0
 
     def report(self, report: ReportLike, now: float) -> list[Effect]:
         """One agent report: node liveness and load, and its VMs against the books."""
@@ -161,6 +162,17 @@ class ReportMatching:
                 effects += self._start_waiting(node.node_id, now)
         node.check_until = now + self.settings.lost_after if young else 0.0
         return effects
+
+    def _prune_cleanups(self, now: float) -> None:
+        """Forget the clean-up retries of VMs no report has shown for retire_seconds past their
+        next ask (they are gone): the map holds what still runs, not every VM ever cleaned up.
+        At most once per retire_seconds, so a tick stays cheap."""
+        retire = self.settings.retire_seconds
+        if now - self._cleanups_pruned_at < retire:
+            return
+        self._cleanups_pruned_at = now
+        for name in [n for n, at in self._cleanup_at.items() if at < now - retire]:
+            del self._cleanup_at[name]
 
     def _adoption_budget(self, node_id: str, now: float) -> float:
         """How many VMs this node's report may adopt: at most adoptions_per_report, and a node's
