@@ -7,6 +7,7 @@ import time
 
 import grpc
 
+from gleaner_common import watchdog
 from gleaner_common.authz import DenyList, Limits
 from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
@@ -77,7 +78,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def Report(self, request_iterator, context):
         """The caller's node only: the authorization interceptor holds every message to it."""
         count, known = 0, set()
-        for report in request_iterator:
+        for report in watchdog.watched(request_iterator, "intake"):  # a report stuck in hand trips the watchdog
             try:
                 checks.report(report, known)
             except InvalidField as exc:
