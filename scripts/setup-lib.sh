@@ -63,8 +63,8 @@ lock_subset() {
     local lock="$1"
     shift
     awk -v names="$*" '
-        BEGIN { n = split(tolower(names), list, " "); for (i = 1; i <= n; i++) want[list[i]] = 1 }
-        /^[A-Za-z0-9]/ { split($1, spec, "=="); name = tolower(spec[1]); gsub(/_/, "-", name); on = (name in want) }
+        BEGIN { n = split(tolower(names), list, " "); for (i = 1; i <= n; i++) { gsub(/[_.]/, "-", list[i]); want[list[i]] = 1 } }
+        /^[A-Za-z0-9]/ { split($1, spec, "=="); name = tolower(spec[1]); gsub(/[_.]/, "-", name); on = (name in want) }
         /^#/ { on = 0 }
         on { print }
     ' "$lock"
