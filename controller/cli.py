@@ -13,7 +13,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gleaner_common import __version__
+from gleaner_common import __version__, watchdog
 from gleaner_common.config import ConfigError
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
@@ -104,7 +104,7 @@ def start_controller(config: ControllerConfig) -> RunningController:
     # max_instances=2: a fill asked for while one runs enters, sees it, and makes the running one go round again.
     scheduler.add_job(logged(pool.fill, "backfill"), "interval", seconds=backfill.retry_seconds, id="backfill",
                       max_instances=2, coalesce=True, next_run_time=datetime.now())
-    scheduler.add_job(logged(pool.tick, "liveness"), "interval", seconds=config.liveness_check_seconds,
+    scheduler.add_job(logged(watchdog.beating(pool.tick, "scheduler", config.liveness_check_seconds), "liveness"), "interval", seconds=config.liveness_check_seconds,
                       id="liveness", max_instances=1, coalesce=True)
     scheduler.add_job(logged(lambda: evaluate(pool), "selection"), "interval",
                       seconds=config.selection_interval_seconds, id="selection", max_instances=1, coalesce=True)
@@ -140,6 +140,7 @@ def run(config: ControllerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
     reload_on_sighup(running.server)
+    watchdog.ready()  # systemd Type=notify: serving; WATCHDOG=1 while its loops beat
     stop.wait()
     log_event(log, "controller.stopping", note="VMs keep running; a restarted controller takes its leases back")
     running.stop()

@@ -7,6 +7,7 @@ import time
 
 import grpc
 
+from gleaner_common import watchdog
 from gleaner_common.authz import DenyList, Limits, current_identity
 from gleaner_common.ids import InvalidField
 from gleaner_common.rpc import RunningServer, ServerSettings, rpc_errors, start_server
@@ -81,7 +82,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         caller = current_identity()
         try:
             stream = self.pool.open_report_stream(caller.name if caller else "")
-            for report in stream.paced(request_iterator, context.is_active, self.pool.report_over_budget):
+            paced = stream.paced(request_iterator, context.is_active, self.pool.report_over_budget)
+            for report in watchdog.watched(paced, "intake"):   # a report stuck in hand trips the watchdog
                 try:
                     checks.report(report, known)
                 except InvalidField as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gleaner_common import __version__
+from gleaner_common import __version__, watchdog
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
 from gleaner_common.pki import PkiError, check_server
@@ -53,6 +53,7 @@ def safely(job, what: str) -> None:
 
 def guard_loop(enforcement: Enforcement, stop: threading.Event) -> None:
     while not stop.wait(enforcement.guard_interval()):
+        watchdog.beat("guard", enforcement.guard_interval())
         safely(enforcement.guard_tick, "guard")
 
 
@@ -107,6 +108,7 @@ def run(config: AgentConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.set())
     reload_on_sighup(server)
+    watchdog.ready()  # systemd Type=notify: serving; WATCHDOG=1 while its loops beat
     stop.wait()
     log_event(log, "agent.stopping", note="domains keep running; a restarted agent finds them")
     scheduler.shutdown(wait=False)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from gleaner_common import __version__, identity
+from gleaner_common import __version__, identity, watchdog
 from gleaner_common.logs import log_event
 from gleaner_common.rpc import channel_to
 from gleaner_common.vocabulary import VmRole, role_of
@@ -45,6 +45,7 @@ def wait_for_listener(address: str, pause: float, stop: threading.Event, every: 
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + pause
     while not stop.is_set():
+        watchdog.beat("reporter")
         left = deadline - time.monotonic()
         if left <= 0:
             return False
@@ -93,6 +94,7 @@ class Reporter:
 
     def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:
         while not stop.is_set():
+            watchdog.beat("reporter", self.config.controller_report_seconds)
             try:
                 yield self.build()
             except Exception as exc:  # noqa: BLE001 - a bad sample must not end the stream

@@ -56,3 +56,30 @@ start_libvirt() {
     say "libvirt: making sure virtlogd and libvirtd run"
     bash "$1/libvirt-services.sh"
 }
+
+# lock_subset LOCK NAME...: the entries of a hashed requirements file (requirements.lock, or a
+# wheelhouse's requirements.txt) for the packages NAME... only, each with its hashes
+lock_subset() {
+    local lock="$1"
+    shift
+    awk -v names="$*" '
+        BEGIN { n = split(tolower(names), list, " "); for (i = 1; i <= n; i++) { gsub(/[_.]/, "-", list[i]); want[list[i]] = 1 } }
+        /^[A-Za-z0-9]/ { split($1, spec, "=="); name = tolower(spec[1]); gsub(/[_.]/, "-", name); on = (name in want) }
+        /^#/ { on = 0 }
+        on { print }
+    ' "$lock"
+}
+
+# install_locked PYTHON LOCK [PIP_ARGS...]: every package of LOCK at its pinned version, each file
+# checked against the lock's hashes. pip and setuptools from the lock first, so that the pinned
+# pip does the rest, and sdists (libvirt-python) build with the pinned setuptools, not with
+# whatever build isolation would fetch unchecked.
+install_locked() {
+    local python="$1" lock="$2" boot
+    shift 2
+    boot="$(mktemp)"
+    lock_subset "$lock" pip setuptools > "$boot"
+    "$python" -m pip install -q --require-hashes --no-deps "$@" -r "$boot"
+    rm -f "$boot"
+    "$python" -m pip install -q --require-hashes --no-build-isolation "$@" -r "$lock"
+}

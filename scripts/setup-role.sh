@@ -6,10 +6,15 @@
 # Run as root on a Debian 12 host. Shares its steps with scripts/setup.sh (scripts/setup-lib.sh).
 #   agent       the hypervisor packages, /dev/kvm for group kvm, virtlogd and libvirtd running,
 #               the tiny guest image in /var/lib/gleaner/images
+#   controller  the system user gleaner-controller, which the service runs as: it owns its
+#               key in /etc/gleaner/pki (0600) and its state directory
 #   both        the project in a virtual environment at /opt/gleaner, from a wheelhouse
-#               (pip --no-index: the host needs no PyPI) or, without one, from this repository;
+#               (pip --no-index --require-hashes: the host needs no PyPI; the wheelhouse's
+#               requirements.txt holds each wheel's hash) or, without one, from this repository
+#               (requirements.lock, hash-checked, then the project);
 #               the systemd unit deploy/systemd/gleaner-ROLE.service, enabled and (re)started
-#               when /etc/gleaner/ROLE.toml exists
+#               when /etc/gleaner/ROLE.toml exists, and the documents it names in
+#               /usr/share/doc/gleaner
 #
 # --payload DIR is what the Vagrant lab provides (vagrant/prepare.py makes it; --payload-device
 # mounts it read-only from the lab VM's second disk, e.g. LABEL=gleaner-payload): common/wheels,
@@ -51,6 +56,7 @@ else
     SCRIPTS="$HERE"
     DEPLOY="$HERE/../deploy"
 fi
+DOCS="$DEPLOY/../docs"
 [ -f "$SCRIPTS/setup-lib.sh" ] || SCRIPTS="$HERE"
 SETUP_TAG="setup-$ROLE"
 # shellcheck source=scripts/setup-lib.sh
@@ -61,6 +67,7 @@ PREFIX=/opt/gleaner
 ETC=/etc/gleaner
 IMAGE_DIR=/var/lib/gleaner/images
 SERVICE="gleaner-$ROLE"
+SERVICE_USER=gleaner-controller   # the controller's; the agent runs as root (libvirt, cgroups, tc)
 PACKAGES=(python3 python3-venv ca-certificates)
 if [ "$ROLE" = agent ]; then
     PACKAGES+=(libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils)
@@ -103,10 +110,16 @@ fi
 # Debian's pip installs into it (pip --python).
 if [ -x "$PREFIX/bin/pip" ]; then PIP=("$PREFIX/bin/pip"); else PIP=(python3 -m pip --python "$PREFIX/bin/python"); fi
 if [ -n "$WHEELHOUSE" ]; then
-    say "python: installing gleaner and what it needs from the wheelhouse $WHEELHOUSE (no index)"
+    say "python: installing gleaner and what it needs from the wheelhouse $WHEELHOUSE (no index, hash-checked)"
+    HASHED="$WHEELHOUSE/requirements.txt"   # every wheel there, name==version and its sha256
+    [ -f "$HASHED" ] || { echo "setup-role.sh: $HASHED is missing (vagrant/prepare.py writes it)" >&2; exit 1; }
+    own="$(mktemp)"
+    lock_subset "$HASHED" gleaner > "$own"
     # --force-reinstall --no-deps: the project's own wheel again (same version, new code); then
     # the dependencies, which are usually in place already (one pip run each, slow under TCG)
-    "${PIP[@]}" install -q --no-index --no-compile --find-links "$WHEELHOUSE" --force-reinstall --no-deps gleaner
+    "${PIP[@]}" install -q --no-index --no-compile --find-links "$WHEELHOUSE" --require-hashes --force-reinstall \
+        --no-deps -r "$own"
+    rm -f "$own"
     # every other wheel there already installed at its version (the lab box has them): done
     if ! "$PREFIX/bin/python" - "$WHEELHOUSE" <<'PY'
 import importlib.metadata as md, pathlib, sys
@@ -121,11 +134,17 @@ for wheel in pathlib.Path(sys.argv[1]).glob("*.whl"):
         sys.exit(1)
 PY
     then
-        "${PIP[@]}" install -q --no-index --no-compile --find-links "$WHEELHOUSE" gleaner
+        "${PIP[@]}" install -q --no-index --no-compile --find-links "$WHEELHOUSE" --require-hashes -r "$HASHED"
     fi
 else
-    say "python: installing gleaner from $HERE/.. (needs PyPI for its dependencies)"
-    "${PIP[@]}" install -q "$HERE/.."
+    say "python: installing gleaner's locked dependencies from PyPI (requirements.lock, hash-checked), then gleaner"
+    install_locked "$PREFIX/bin/python" "$HERE/../requirements.lock"
+    "$PREFIX/bin/python" -m pip install -q --no-deps --no-build-isolation "$HERE/.."
+fi
+
+if [ "$ROLE" = controller ] && ! getent passwd "$SERVICE_USER" >/dev/null; then
+    say "user: $SERVICE_USER (system user, no login, no home), which the controller runs as"
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$SERVICE_USER"
 fi
 
 install -d -m 0755 "$ETC"
@@ -160,8 +179,35 @@ if [ -n "$PAYLOAD" ] && [ -d "$PAYLOAD/node" ]; then
     fi
 fi
 
-say "systemd: $SERVICE.service"
+if [ "$ROLE" = controller ] && [ -d "$ETC/pki" ]; then
+    # The controller runs as $SERVICE_USER: it reads the directory (group), the certificates
+    # and deny list (0644) and its own key, which it owns and nobody else may read (0600).
+    say "pki: $ETC/pki readable by $SERVICE_USER, its key owned by it (0600)"
+    chown "root:$SERVICE_USER" "$ETC/pki"
+    chmod 0750 "$ETC/pki"
+    # the key its configuration names ([tls] key), else the lab's and gleanctl pki's name for it
+    keys="$(python3 - "$ETC/controller.toml" <<'PY' 2>/dev/null || true
+import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb")).get("tls", {}).get("key", ""))
+PY
+)"
+    for key in ${keys:-"$ETC"/pki/controller-*.key}; do
+        [ -f "$key" ] || continue
+        chown "$SERVICE_USER:$SERVICE_USER" "$key"
+        chmod 0600 "$key"
+    done
+fi
+
+say "systemd: $SERVICE.service, its documents in /usr/share/doc/gleaner"
 install -m 0644 "$DEPLOY/systemd/$SERVICE.service" "/etc/systemd/system/$SERVICE.service"
+install -d -m 0755 /usr/share/doc/gleaner
+for doc in "$ROLE.md" security.md; do   # what the unit's Documentation= names
+    if [ -f "$DOCS/$doc" ]; then
+        install -m 0644 "$DOCS/$doc" "/usr/share/doc/gleaner/$doc"
+    else
+        say "warning: $DOCS/$doc not found; the unit's Documentation= will not resolve"
+    fi
+done
 if [ ! -d /run/systemd/system ]; then
     say "systemd is not running here: start $PREFIX/bin/$SERVICE --config $ETC/$ROLE.toml yourself"
     exit 0

@@ -40,15 +40,19 @@ start_libvirt "$REPO/scripts"
 
 PYTHON="${PYTHON:-python3}"
 stamp="$VENV/.gleaner-installed"
-want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
+LOCK="$REPO/requirements.lock"
+want="$(cat "$REPO/pyproject.toml" "$LOCK" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$VENV/bin/python" ]; then
     say "python: creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "python: installing the project and its test tools into $VENV"
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -e "$REPO[test]"
+    # Every dependency (and the test tools, and pip itself) at the version and hashes in
+    # requirements.lock; then the project, editable, with nothing more to fetch.
+    say "python: installing the locked dependencies (requirements.lock, hash-checked) into $VENV"
+    install_locked "$VENV/bin/python" "$LOCK"
+    say "python: installing the project (editable) into $VENV"
+    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$REPO"
     echo "$want" > "$stamp"
 else
     say "python: $VENV is up to date"

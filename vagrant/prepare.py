@@ -29,8 +29,11 @@ import json
 import os
 import shutil
 import subprocess
+import re
 import sys
 import tempfile
+import tomllib
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +68,8 @@ Name=eth1
 Address={address}
 LinkLocalAddressing=no
 """
+LOCK = "requirements.lock"
+HASHED = "requirements.txt"   # in the wheelhouse: its wheels' hashes
 PROJECT_SOURCES = ("pyproject.toml", "README.md", "gleaner_common", "nodeagent", "controller", "protos")
 SCRIPTS = ("setup-role.sh", "setup-lib.sh", "libvirt-services.sh")
 
@@ -114,17 +119,22 @@ def digest(paths: list[Path]) -> str:
 
 
 def wheelhouse() -> Path:
-    """The project's wheel and every dependency's, cached: dependencies by pyproject.toml, the
-    project's own wheel by its sources. Built from a copy of the sources (no build/ in the tree)."""
-    deps_key = digest([REPO / "pyproject.toml"])
+    """The project's wheel and every runtime dependency's, cached: dependencies by
+    requirements.lock (downloaded with pip --require-hashes: each file checked against the lock),
+    the project's own wheel by its sources. Built from a copy of the sources (no build/ in the
+    tree). Its requirements.txt pins every wheel there by name, version and sha256, for
+    setup-role.sh's `pip install --no-index --require-hashes`."""
+    deps_key = digest([REPO / "pyproject.toml", REPO / LOCK])
     src_key = digest([REPO / p for p in PROJECT_SOURCES])
     house = WHEEL_CACHE / deps_key
     stamp = house / ".project"
-    if house.is_dir() and stamp.exists() and stamp.read_text() == src_key:
+    if house.is_dir() and stamp.exists() and stamp.read_text() == src_key and (house / HASHED).exists():
         return house
     house.mkdir(parents=True, exist_ok=True)
     for old in house.glob("gleaner-*.whl"):
         old.unlink()
+    if not (house / ".deps").exists():
+        locked_wheels(house)
     with tempfile.TemporaryDirectory(prefix="lab-src-") as tmp:
         for item in PROJECT_SOURCES:
             source = REPO / item
@@ -132,10 +142,65 @@ def wheelhouse() -> Path:
                 shutil.copytree(source, Path(tmp) / item, ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy2(source, Path(tmp) / item)
-        say(f"wheelhouse: pip wheel of the project and its dependencies into {house}")
-        run([str(PYTHON), "-m", "pip", "wheel", "-q", "--wheel-dir", str(house), tmp])
+        say(f"wheelhouse: the project's wheel into {house}")
+        run([str(PYTHON), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--wheel-dir", str(house),
+             tmp])
+    write_hashes(house)
     stamp.write_text(src_key)
     return house
+
+
+def locked_wheels(house: Path) -> None:
+    """Every locked package as a wheel (pip --require-hashes; libvirt-python's sdist built here
+    with the venv's pinned setuptools), then only those the project needs at run time kept."""
+    with tempfile.TemporaryDirectory(prefix="lab-wheels-") as tmp:
+        say(f"wheelhouse: pip wheel --require-hashes -r {LOCK} into {house}")
+        run([str(PYTHON), "-m", "pip", "wheel", "-q", "--require-hashes", "--no-deps", "--no-build-isolation",
+             "--wheel-dir", tmp, "-r", str(REPO / LOCK)])
+        wanted = runtime_closure(REPO / "pyproject.toml", {wheel_name(w): w for w in Path(tmp).glob("*.whl")})
+        for wheel in Path(tmp).glob("*.whl"):
+            if wheel_name(wheel) in wanted:
+                shutil.move(str(wheel), house / wheel.name)
+    (house / ".deps").write_text("\n".join(sorted(wanted)) + "\n")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name(wheel: Path) -> str:
+    return canonical(wheel.name.split("-")[0])
+
+
+def runtime_closure(pyproject: Path, wheels: dict[str, Path]) -> set[str]:
+    """The packages the project needs at run time: its [project] dependencies and theirs, read
+    from the wheels' metadata (markers evaluated for this Python, no extras): not the test tools."""
+    from packaging.requirements import Requirement
+    todo = [Requirement(r) for r in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = canonical(req.name)
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        if name not in wheels:
+            raise SystemExit(f"[lab-prepare] {LOCK} has no {name}, which the project needs at run time; "
+                             "regenerate it (docs/development.md)")
+        seen.add(name)
+        with zipfile.ZipFile(wheels[name]) as zf:
+            meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+            text = zf.read(meta).decode()
+        todo += [Requirement(line.split(":", 1)[1].strip()) for line in text.splitlines()
+                 if line.startswith("Requires-Dist:")]
+    return seen
+
+
+def write_hashes(house: Path) -> None:
+    lines = []
+    for wheel in sorted(house.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}")
+    (house / HASHED).write_text("# Every wheel here, hash-pinned (vagrant/prepare.py)\n" + "\n".join(lines) + "\n")
 
 
 def gleanctl(*args: str) -> None:
@@ -202,11 +267,14 @@ def common_payload(house: Path) -> None:
     common = PAYLOAD / "common"
     for sub in ("wheels", "repo", "images"):
         shutil.rmtree(common / sub, ignore_errors=True)
-    shutil.copytree(house, common / "wheels", ignore=shutil.ignore_patterns(".project"), copy_function=link_or_copy)
+    shutil.copytree(house, common / "wheels", ignore=shutil.ignore_patterns(".project", ".deps"), copy_function=link_or_copy)
     (common / "repo/scripts").mkdir(parents=True)
     for script in SCRIPTS:
         shutil.copy2(REPO / "scripts" / script, common / "repo/scripts" / script)
     shutil.copytree(REPO / "deploy", common / "repo/deploy")
+    (common / "repo/docs").mkdir()
+    for doc in ("controller.md", "agent.md", "security.md"):   # what the units' Documentation= names
+        shutil.copy2(REPO / "docs" / doc, common / "repo/docs" / doc)
     tiny = IMAGE_DIR / "tiny"
     if not (tiny / "manifest.json").exists():
         say(f"image: building the tiny guest into {IMAGE_DIR}")

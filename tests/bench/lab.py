@@ -25,6 +25,7 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
   preempted_outcome  how the most recent backfill VM stopped (clean_shutdown or destroyed), from
                      the controller's vm.preempted audit event
   preempted_path     instant (started beside the victim) or wait (waited for its memory)
+  preempted_most_recent  the victim was the most recent backfill VM on the on-demand VM's node
   suspect_s          from powering the last agent VM off (virsh destroy: a power cut) until the
                      controller's node.suspect
                      event (the time of the event as the controller recorded it)
@@ -34,11 +35,20 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
   rejoin_s           from `vagrant up NODE` until the controller's node.rejoined (or node.up) event
   destroy_s          the whole teardown, including the check that nothing is left
   cleaned            nothing of the lab is left on the host: VMs, volumes, networks, pool
+  services           per lab VM, its Gleaner unit as systemd shows it at the end (Type, User,
+                     ActiveState, NRestarts: a tripped watchdog restarts it), the user its main
+                     process runs as, its Documentation= files present, the controller's key owner
   total_s            everything above, box build included
+  ok, failure_kind, problems   the verdict (verdict()): ok only when the most recent backfill VM
+                     was preempted and shut down cleanly, the node rejoined, the units ran as
+                     designed and nothing was left; failure_kind "infrastructure" (exit code 75)
+                     when the lab itself failed to come up (vagrant, a boot timeout), the only
+                     failure CI tries again; "product" (exit code 1) for anything else
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.util
 import json
 import subprocess
@@ -47,6 +57,71 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+INFRA_EXIT = 75   # EX_TEMPFAIL: the lab could not be brought up; .ci/run tries once more
+PRODUCT_EXIT = 1
+# What each lab VM's Gleaner unit must be once it has run the whole smoke run.
+UNIT_EXPECTED = {"controller": {"Type": "notify", "User": "gleaner-controller", "ActiveState": "active",
+                                "NRestarts": "0", "process_user": "gleaner-controller",
+                                "key": "gleaner-controller:600", "docs": "present"},
+                 "agent": {"Type": "notify", "User": "", "ActiveState": "active", "NRestarts": "0",
+                           "process_user": "root", "docs": "present"}}
+
+
+class InfrastructureError(RuntimeError):
+    """The lab itself failed (vagrant, libvirt, a VM that did not boot in time), not Gleaner:
+    the one kind of failure worth a second try."""
+
+
+def vagrant_checked(*args: str) -> float:
+    """vagrant ARGS, its output passed on to stderr as it comes; the seconds it took. A failure
+    is the product's when a provisioning script (setup-role.sh) failed, else infrastructure's."""
+    started = time.monotonic()
+    proc = subprocess.Popen(["vagrant", *args], cwd=REPO / "vagrant", text=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tail: list[str] = []
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        tail = (tail + [line])[-200:]
+    if proc.wait() != 0:
+        text = "".join(tail)
+        what = f"vagrant {' '.join(args)} failed ({proc.returncode})"
+        if "SSH command responded with a non-zero exit status" in text:   # setup-role.sh failed
+            raise RuntimeError(f"{what}: provisioning failed")
+        raise InfrastructureError(what + (": a VM did not boot in time" if "Timed out" in text else ""))
+    return time.monotonic() - started
+
+
+def verdict(result: dict, keep: bool = False) -> dict:
+    """The smoke run's verdict over its result (plain data): ok, failure_kind (None,
+    "infrastructure" or "product") and the problems found. An infrastructure error explains
+    the figures it kept from being taken, so it alone decides the kind; any other problem is
+    the product's."""
+    if result.get("failure_kind") == "infrastructure":
+        return {"ok": False, "failure_kind": "infrastructure", "problems": [result.get("error", "infrastructure")]}
+    problems = [result["error"]] if result.get("error") else []
+    if result.get("preempted_most_recent") is not True:
+        problems.append("the most recent backfill VM was not the one preempted")
+    if result.get("preempted_outcome") != "clean_shutdown":
+        problems.append(f"the victim was not shut down cleanly ({result.get('preempted_outcome')})")
+    if not result.get("rejoined"):
+        problems.append("the powered-off node did not rejoin")
+    if not keep and not result.get("cleaned"):
+        problems.append(f"the lab left things behind: {result.get('left_behind')}")
+    services = result.get("services") or {}
+    if not services:
+        problems.append("the lab VMs' units were not checked")
+    for machine, seen in services.items():
+        want = UNIT_EXPECTED[seen.get("role", "")] if seen.get("role") in UNIT_EXPECTED else {}
+        for key, value in want.items():
+            if seen.get(key) != value:
+                problems.append(f"{machine}: {key} is {seen.get(key)!r}, not {value!r}")
+    return {"ok": not problems, "failure_kind": "product" if problems else None, "problems": problems}
+
+
+def exit_code(decided: dict) -> int:
+    if decided["ok"]:
+        return 0
+    return INFRA_EXIT if decided["failure_kind"] == "infrastructure" else PRODUCT_EXIT
 
 
 def load_labctl():
@@ -102,6 +177,30 @@ def journals(lab: dict) -> None:
         say(f"--- {m['name']}: journalctl -u {unit} (last 40 lines)\n{done.stdout.strip() or done.stderr.strip()}")
 
 
+UNIT_PROBE = r"""
+u={unit}; systemctl show -p Type -p User -p ActiveState -p NRestarts -p MainPID -p Documentation $u
+pid=$(systemctl show -p MainPID --value $u); echo "process_user=$(ps -o user= -p $pid 2>/dev/null)"
+docs=present; for d in $(systemctl show -p Documentation --value $u); do [ -f "${{d#file://}}" ] || docs="missing ${{d}}"; done
+echo "docs=$docs"
+for k in $(python3 -c 'import tomllib;print(tomllib.load(open("/etc/gleaner/controller.toml","rb"))["tls"]["key"])' 2>/dev/null); do
+  echo "key=$(stat -c %U:%a $k)"; done
+"""
+
+
+def services(lab: dict) -> dict[str, dict]:
+    """Each lab VM's Gleaner unit as systemd shows it (see UNIT_EXPECTED), read over vagrant ssh."""
+    seen = {}
+    for m in lab["machines"]:
+        unit = f"gleaner-{m['role']}"
+        script = base64.b64encode(UNIT_PROBE.format(unit=unit).encode()).decode()
+        done = subprocess.run(["vagrant", "ssh", m["name"], "-c", f"echo {script} | base64 -d | sudo bash"],
+                              cwd=REPO / "vagrant", text=True, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=180, check=False)
+        fields = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        seen[m["name"]] = {"role": m["role"], **{k: v.strip() for k, v in fields.items()}}
+    return seen
+
+
 def nodes() -> dict[str, dict]:
     try:
         return {n["node_id"]: n for n in gleanctl_json("nodes")}
@@ -151,7 +250,7 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     started = time.monotonic()
     if not reuse:
         say("vagrant up")
-        result["vagrant_up_s"] = round(labctl.up(), 1)
+        result["vagrant_up_s"] = round(vagrant_checked("up"), 1)
     up = wait_for(lambda: (lambda n: n if all(n.get(a, {}).get("state") == "up" for a in agents) else None)(nodes()),
                   300, "every agent node to report up")
     result["up_s"] = None if reuse else round(time.monotonic() - started, 1)
@@ -215,7 +314,7 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     result["down_detected_s"] = round(node_event(victim_node, "node.down", off_at)["at"] - off_at, 1)
     say(f"{victim_node}: suspect after {result['suspect_s']}s, down after {result['down_detected_s']}s")
     t, up_at = time.monotonic(), time.time()
-    labctl.vagrant("up", victim_node)
+    vagrant_checked("up", victim_node)
     try:
         back = wait_for(lambda: (node_event(victim_node, "node.rejoined", up_at)
                                  or node_event(victim_node, "node.up", up_at)), 600, f"{victim_node} to rejoin", every=2)
@@ -226,6 +325,8 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
         result["rejoined"] = False
         result["rejoin_s"] = round(time.monotonic() - t, 1)
     say(f"{victim_node} rejoined: {result['rejoined']} after {result['rejoin_s']}s")
+    result["services"] = services(lab)
+    say(f"units: {json.dumps(result['services'], sort_keys=True)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,7 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"box_s": 0.0}
     if not args.no_build and not args.reuse:
         t = time.monotonic()
-        labctl.build()
+        try:
+            labctl.build()
+        except (subprocess.SubprocessError, OSError) as exc:
+            result.update(error=f"building the box: {exc}", failure_kind="infrastructure")
+            print(json.dumps({**result, **verdict(result)}, sort_keys=True))
+            return INFRA_EXIT
         result["box_s"] = round(time.monotonic() - t, 1)
     if not args.reuse and labctl.leftovers(lab):
         say(f"a previous lab is still here ({', '.join(labctl.leftovers(lab))}); destroying it first")
@@ -251,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TimeoutError, RuntimeError, SystemExit, ValueError, subprocess.SubprocessError) as exc:
         failure = str(exc)
         result["error"] = failure
+        if isinstance(exc, InfrastructureError):
+            result["failure_kind"] = "infrastructure"
         say(f"failed: {failure}")
         try:
             journals(lab)
@@ -265,10 +373,12 @@ def main(argv: list[str] | None = None) -> int:
             if remaining:
                 result["left_behind"] = remaining
     result["total_s"] = round(time.monotonic() - started, 1)
+    decided = verdict(result, args.keep)
+    result.update(decided)
     print(json.dumps(result, sort_keys=True))
-    ok = (failure is None and result.get("rejoined") and result.get("preempted_outcome")
-          and (args.keep or result.get("cleaned")))
-    return 0 if ok else 1
+    if not decided["ok"]:
+        say(f"{decided['failure_kind']} failure: {'; '.join(decided['problems'])}")
+    return exit_code(decided)
 
 
 if __name__ == "__main__":

@@ -228,16 +228,22 @@ def test_the_systemd_units_restart_keep_state_and_are_hardened(role):
     assert unit["StateDirectory"] == [f"gleaner/{role}"]
     assert unit["StateDirectoryMode"] == ["0711" if role == "agent" else "0700"]  # QEMU traverses the agent's
     assert unit["WantedBy"] == ["multi-user.target"]
-    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "ProtectKernelModules", "RestrictSUIDSGID"):
+    assert unit["Type"] == ["notify"] and unit["WatchdogSec"] == ["30"]   # gleaner_common/watchdog.py
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "ProtectKernelModules", "RestrictSUIDSGID",
+                "MemoryDenyWriteExecute", "LockPersonality", "RestrictNamespaces"):
         assert unit[key] == ["yes"], key
+    assert unit["SystemCallFilter"][0] == "@system-service" and unit["ProtectProc"] == ["invisible"]
     if role == "controller":
+        assert unit["User"] == ["gleaner-controller"]   # setup-role.sh makes it
         assert unit["CapabilityBoundingSet"] == [""] and unit["ProtectSystem"] == ["strict"]
         assert unit["PrivateDevices"] == ["yes"]
     else:
         # the agent drives libvirtd's socket, cgroupfs and tc: nothing may take those away
-        assert unit["ProtectSystem"] == ["full"]
-        for key in ("CapabilityBoundingSet", "PrivateDevices", "ProtectControlGroups", "ProtectKernelTunables",
-                    "PrivateNetwork"):
+        assert "User" not in unit and unit["ProtectSystem"] == ["full"]
+        assert "CAP_NET_ADMIN" in unit["CapabilityBoundingSet"][0].split()
+        assert "CAP_SYS_PTRACE" in unit["CapabilityBoundingSet"][0].split()   # QEMU's /proc under ProtectProc
+        for key in ("PrivateDevices", "ProtectControlGroups", "ProtectKernelTunables", "PrivateNetwork",
+                    "ProcSubset", "PrivateUsers"):
             assert key not in unit, key
         assert "AF_NETLINK" in unit["RestrictAddressFamilies"][0]
         assert "libvirtd.service" in unit["After"][0]
