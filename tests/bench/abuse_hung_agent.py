@@ -43,6 +43,7 @@ import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 
@@ -185,6 +186,8 @@ def run(args: argparse.Namespace) -> dict:
         env.remove()
     clean_p99, hung_p99 = percentile(samples["clean"], 99), percentile(samples["hung"], 99)
     ratio = hung_p99 / clean_p99
+    if args.samples:   # every sample, in order, for a closer look at the tails
+        args.samples.write_text(json.dumps(samples))
     return {
         "dispatch": "shared_pool" if args.no_bulkheads else "bulkheads",
         "rounds": args.rounds, "requests_per_phase": args.requests, "request_timeout_s": args.request_timeout,
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agent-timeout", type=float, default=30.0, help="the controller's agent_timeout_seconds")
     parser.add_argument("--no-bulkheads", action="store_true",
                         help="the dispatch before the bulkheads: one shared 32-thread pool")
+    parser.add_argument("--samples", type=Path, help="also write every sample (ms, by phase kind) to this JSON file")
     args = parser.parse_args(argv)
     if args.rounds < 3 or args.requests < 1:
         parser.error("--rounds must be 3 or more and --requests 1 or more")
