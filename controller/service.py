@@ -103,7 +103,7 @@ class PoolService:
         self._reports: dict[str, Any] = {}   # node -> its last report, taken again after a reload
         # one slow or hung node never delays another's calls (controller.bulkheads)
         self.executor = Bulkheads(config.agent_calls, config.agent_calls_per_node, config.agent_backfill_backlog,
-                                  on_drained=lambda _node: self.request_fill())
+                                  on_drained=lambda _node: self._lane_drained())
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
         self._refused_at: dict[str, float] = {}
@@ -224,6 +224,11 @@ class PoolService:
             self._launch(lease)
         except Exception as exc:   # the victims chained to it are still asked to stop; say why it broke
             log_event(log, "vm.launch_error", logging.ERROR, lease_id=lease.lease_id, error=repr(exc))
+
+    def _lane_drained(self) -> None:
+        """A node's backfill lane has room again: the launcher may plan there."""
+        with self.lock:
+            self.request_fill()
 
     def _launch_refused(self, lease: Lease, detail: str) -> None:
         with self.lock:

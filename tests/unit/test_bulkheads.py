@@ -219,3 +219,15 @@ def test_the_lane_room_caps_a_plan_per_node_and_names_the_busy():
     assert lanes.busy == {"A"} and lanes.room("C") == 3
     assert lanes.cap(("A", "A", "B", "B", "B", "C")) == ("B", "B", "C")
     assert LaneRoom().cap(("A",) * 9) == ("A",) * 9 and LaneRoom().busy == frozenset()
+
+
+@pytest.mark.parametrize("values, key", [(dict(agent_calls=32, agent_calls_per_node=32), "agent_calls_per_node"),
+                                         (dict(agent_calls_per_node=1), "agent_calls_per_node"),
+                                         (dict(agent_calls=2), "agent_calls"),
+                                         (dict(agent_backfill_backlog=0), "agent_backfill_backlog")])
+def test_the_bulkhead_settings_are_checked_naming_the_key(values, key):
+    from controller.config import check_config, parse_config
+    from gleaner_common.config import ConfigError
+    config = parse_config({"controller": {"listen": "127.0.0.1:7450", **values}, "tls": {"insecure": True}}, "c.toml")
+    with pytest.raises(ConfigError, match=f"c.toml: controller.{key} must be within"):
+        check_config(config, "c.toml")
