@@ -25,6 +25,9 @@ class ControllerConfig:
     vm_name_prefix: str = "gleaner-"      # every VM the controller launches is named PREFIX + lease id
     agent_timeout_seconds: float = 30.0   # for launch calls; terminations also get the grace period
     max_agents: int = 256                 # each agent's report stream holds one server thread
+    agent_calls: int = 32                 # agent calls running at once, pool-wide (controller.bulkheads)
+    agent_calls_per_node: int = 4         # ... to one node (one kept for stops and on-demand launches)
+    agent_backfill_backlog: int = 16      # backfill launches one node may have queued or running
     suspect_after_seconds: float = 6.0    # no report for this long: the node is suspect (no new VMs)
     down_after_seconds: float = 20.0      # ... and for this long: down, its VMs lost
     liveness_check_seconds: float = 1.0
@@ -55,7 +58,9 @@ class ControllerConfig:
 _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "controller": {"listen": ("listen", str), "state_dir": ("state_dir", Path), "log_level": ("log_level", str),
                    "vm_name_prefix": ("vm_name_prefix", str),
-                   "agent_timeout_seconds": ("agent_timeout_seconds", float), "max_agents": ("max_agents", int)},
+                   "agent_timeout_seconds": ("agent_timeout_seconds", float), "max_agents": ("max_agents", int),
+                   "agent_calls": ("agent_calls", int), "agent_calls_per_node": ("agent_calls_per_node", int),
+                   "agent_backfill_backlog": ("agent_backfill_backlog", int)},
     "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float),
                  "down_after_seconds": ("down_after_seconds", float),
                  "check_seconds": ("liveness_check_seconds", float)},
@@ -142,6 +147,7 @@ def check_config(config: ControllerConfig, source: str) -> None:
     if not 0 <= config.notice_seconds <= 3600 or not 0 <= config.host_headroom_mib <= 2**20:
         raise ConfigError(f"{source}: preemption.notice_seconds must be within 0..3600 and host_headroom_mib "
                           "within 0..1048576")
+    check_bulkheads(config, source)
     if config.swap_threshold_cores < 0 or config.churn_burst < 0:
         raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
     for key, value, low, high in (("reports.per_minute", config.reports_per_minute, 1, 6000),
@@ -157,6 +163,19 @@ def check_config(config: ControllerConfig, source: str) -> None:
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)
+
+
+def check_bulkheads(config: ControllerConfig, source: str) -> None:
+    """The agent calls' bounds (controller.bulkheads): a node never takes every thread, and keeps
+    one for stops and on-demand launches."""
+    if not 3 <= config.agent_calls <= 1024:
+        raise ConfigError(f"{source}: controller.agent_calls must be within 3..1024, not {config.agent_calls!r}")
+    if not 2 <= config.agent_calls_per_node < config.agent_calls:
+        raise ConfigError(f"{source}: controller.agent_calls_per_node must be within 2..agent_calls-1 "
+                          f"({config.agent_calls - 1}), not {config.agent_calls_per_node!r}")
+    if not 1 <= config.agent_backfill_backlog <= 4096:
+        raise ConfigError(f"{source}: controller.agent_backfill_backlog must be within 1..4096, "
+                          f"not {config.agent_backfill_backlog!r}")
 
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,

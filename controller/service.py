@@ -1,8 +1,9 @@
 """The controller's service: it holds the ledger (controller/core/ledger.py) under one lock, feeds
 it what happens (requests, releases, reports, agents' answers, the clock) and carries out what it
 returns (controller.effects): the Writes of one answer are committed to the store in one
-transaction, and only then are the calls they authorise made to the agents (outside the lock, on
-a thread pool); their answers go back into the ledger. A failed commit reloads the books from the
+transaction, and only then are the calls they authorise made to the agents (outside the lock,
+through each node's bulkhead, controller.bulkheads: stops and on-demand launches in a lane of
+their own, backfill launches in a bounded one); their answers go back into the ledger. A failed commit reloads the books from the
 store and calls nothing, so memory never holds what the store does not. A restarted controller
 rebuilds the ledger from the store, and each node's unfinished business is asked again when the
 node reports.
@@ -22,7 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from gleaner_common.logs import log_event
 
 from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
+from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
@@ -112,7 +114,9 @@ class PoolService:
         self._warn_if_lead_short()
         self._launching: dict[str, Future] = {}   # lease -> its launch call, within one _apply
         self._reports: dict[str, Any] = {}   # node -> its last report, taken again after a reload
-        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-call")
+        # one slow or hung node never delays another's calls (controller.bulkheads)
+        self.executor = Bulkheads(config.agent_calls, config.agent_calls_per_node, config.agent_backfill_backlog,
+                                  on_drained=lambda _node: self._lane_drained())
         self.on_fill_wanted: Callable[[], None] = lambda: None   # the server points this at the launcher
         self.stops: OrderedDict[str, Stopped] = OrderedDict()     # how recent stops went, for replies
         self._refused_at: dict[str, float] = {}
@@ -190,11 +194,17 @@ class PoolService:
         self._crash_point(f"after_write:{event.kind}")
 
     def launch(self, launch: Launch) -> None:
-        self._launching[launch.lease.lease_id] = self.executor.submit(self._launch_logged, launch.lease)
+        lease = launch.lease
+        lane = Lane.BACKFILL if lease.role == VmRole.BACKFILL.value else Lane.URGENT
+        try:
+            self._launching[lease.lease_id] = self.executor.submit(lease.node_id, lane, self._launch_logged, lease)
+        except NodeBusy as exc:   # its lane filled since the fill read it: a failed launch, the node backs off
+            self._launching[lease.lease_id] = self.executor.submit(lease.node_id, Lane.URGENT, self._launch_refused,
+                                                                   lease, str(exc))
 
     def stop(self, stop: Stop, after: Launch | None) -> None:
         if after is None:
-            self.executor.submit(self._stop, stop)
+            self.executor.submit(stop.lease.node_id, Lane.URGENT, self._stop, stop)
         else:   # answered or not, the launch goes first (Stop.after_launch)
             self._launching[after.lease.lease_id].add_done_callback(lambda _done: self._stop_soon(stop))
 
@@ -218,14 +228,29 @@ class PoolService:
             return node.address if node else None
 
     def _launch_logged(self, lease: Lease) -> None:
+        with self.lock:   # queued behind a slow node, it may have ended meanwhile: then nothing to ask
+            current = self.ledger.leases.get(lease.lease_id)
+        if current is None or current.state not in ("starting", "cancelling"):
+            log_event(log, "vm.launch_skipped", lease_id=lease.lease_id, node=lease.node_id,
+                      state=current.state if current else "ended", reason="it ended while its launch waited")
+            return
         try:
             self._launch(lease)
         except Exception as exc:   # the victims chained to it are still asked to stop; say why it broke
             log_event(log, "vm.launch_error", logging.ERROR, lease_id=lease.lease_id, error=repr(exc))
 
+    def _lane_drained(self) -> None:
+        """A node's backfill lane has room again: the launcher may plan there."""
+        with self.lock:
+            self.request_fill()
+
+    def _launch_refused(self, lease: Lease, detail: str) -> None:
+        with self.lock:
+            self._apply(self.ledger.launch_done(lease.lease_id, False, detail, self.clock()))
+
     def _stop_soon(self, stop: Stop) -> None:
         try:
-            self.executor.submit(self._stop, stop)
+            self.executor.submit(stop.lease.node_id, Lane.URGENT, self._stop, stop)
         except RuntimeError:   # shutting down: ask here rather than not at all
             self._stop(stop)
 
@@ -425,7 +450,7 @@ class PoolService:
     def fill(self) -> int:
         """Book backfill VMs on idle capacity and recycle old ones; returns how many were launched."""
         with self.lock:
-            effects = self.ledger.fill(self.clock())
+            effects = self.ledger.fill(self.clock(), self.executor.lane_room())
             self._apply(effects)
         launched = sum(isinstance(e, Launch) for e in effects)
         if launched:

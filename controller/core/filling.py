@@ -4,7 +4,9 @@ recycled.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,36 @@ from .reserve_settings import Hint, PredictiveMode, ReserveSettings
 from .reserves import (DemandHistory, ReserveTarget, late_hint_note, live_hints, plan_for_pool, reserve_target,
                        validate_hint)
 from .snapshot import rows_where
+
+
+@dataclass(frozen=True)
+class LaneRoom:
+    """How many more backfill launches each node's agent-call lane takes (controller.bulkheads):
+    `limit` for a node with none in it, `limit - used[node]` for one with some (None: no bound,
+    as in the simulator). A node with no room is busy: the launcher plans nothing on it."""
+    limit: int | None = None
+    used: Mapping[str, int] = field(default_factory=dict)
+
+    def room(self, node_id: str) -> int | None:
+        return None if self.limit is None else max(self.limit - self.used.get(node_id, 0), 0)
+
+    @property
+    def busy(self) -> frozenset[str]:
+        if self.limit is None:
+            return frozenset()
+        return frozenset(n for n, used in self.used.items() if used >= self.limit)
+
+    def cap(self, launches: tuple[str, ...]) -> tuple[str, ...]:
+        """The plan's launches (node ids, one per VM), each node's cut to its lane's room."""
+        if self.limit is None:
+            return launches
+        taken: Counter[str] = Counter()
+        kept = []
+        for node_id in launches:
+            if taken[node_id] < self.room(node_id):
+                taken[node_id] += 1
+                kept.append(node_id)
+        return tuple(kept)
 
 
 class Filling:
@@ -57,9 +89,11 @@ class Filling:
         """Its view changed: the plan reads the node again."""
         self._backfill_idle.discard(node_id)
 
-    def fill(self, now: float) -> list[Effect]:
+    def fill(self, now: float, lanes: LaneRoom = LaneRoom()) -> list[Effect]:
         """Give freed room to waiting requests, keep the reserves' nodes free, launch backfill where
-        the plan says, and recycle VMs past their longest life."""
+        the plan says, and recycle VMs past their longest life. `lanes`: the room in each node's
+        agent-call lane; a node whose lane is full (busy) gets no backfill until it drains, and
+        one with some gets no more launches than it takes."""
         config = self.backfill
         effects: list[Effect] = self.retry_waiting(now)   # room freed goes to waiting requests first
         self._refresh_views()
@@ -81,6 +115,9 @@ class Filling:
             self._idle_for = (config, track)
             idle.clear()
         candidates = roomy - idle if idle else roomy
+        busy = lanes.busy
+        if busy:   # their agent calls are backed up: nothing more for them until they drain
+            candidates = candidates - busy
         if self._selected_by_p and 4 * len(candidates) < len(self.selected):
             # The selected nodes with room, in the selection's order (P, best first, then id)
             # without a pass over every selected node: the few with room, sorted.
@@ -99,7 +136,7 @@ class Filling:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
         size = config.size
-        for node_id in plan.launches:
+        for node_id in lanes.cap(plan.launches):
             lease = self._new_lease(VmRole.BACKFILL, node_id, size, config.image, "backfill", "starting",
                                     now, now + self.settings.launch_timeout)
             self._book(lease, now)

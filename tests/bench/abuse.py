@@ -1,6 +1,7 @@
 """Abuse: an attacker with valid certificates tries to stall the servers while an admin works.
 
     python -m tests.bench.abuse [--seconds 30] [--abuser-threads 8] [--abuser-identities 1]
+    python -m tests.bench.abuse --hung-agent [...]   (tests/bench/abuse_hung_agent.py)
 
 A real controller process and a real agent process (on libvirt's test:/// driver, so on-demand
 VMs start at once and the figures are the servers', not QEMU's) run with mutual TLS.
@@ -255,6 +256,10 @@ def admin_work(controller: ControllerProcess, seconds: float,
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--hung-agent" in argv:   # a bench of its own: tests/bench/abuse_hung_agent.py
+        from tests.bench import abuse_hung_agent
+        return abuse_hung_agent.main([a for a in argv if a != "--hung-agent"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--abuser-threads", type=int, default=8)
