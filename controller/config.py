@@ -150,8 +150,8 @@ def check_config(config: ControllerConfig, source: str) -> None:
     check_bulkheads(config, source)
     if config.swap_threshold_cores < 0 or config.churn_burst < 0:
         raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
-    for key, value, low, high in (("reports.per_minute", config.reports_per_minute, 1, 6000),
-                                  ("reports.burst", config.report_burst, 1, 1000),
+    for key, value, low, high in (("reports.per_minute", config.reports_per_minute, 1, 600_000),
+                                  ("reports.burst", config.report_burst, 1, 100_000),
                                   ("reports.mib_per_minute", config.report_mib_per_minute, 1, 65536),
                                   ("reports.strikes", config.report_strikes, 1, 10_000),
                                   ("reports.penalty_seconds", config.report_penalty_seconds, 0, 3600),
