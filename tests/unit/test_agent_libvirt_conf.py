@@ -40,9 +40,9 @@ def test_the_daemon_refuses_to_start_with_the_file_handler(tmp_path, monkeypatch
     conf = tmp_path / "qemu.conf"
     conf.write_text('stdio_handler = "file"\n')
     monkeypatch.setattr(libvirtconf, "QEMU_CONF", conf)
-    config = tmp_path / "agent.toml"
-    config.write_text(f'[agent]\nlisten = "unix:{tmp_path}/agent.sock"\nstate_dir = "{tmp_path}/state"\n')
+    (tmp_path / "a-file").write_text("")   # a state directory that cannot be made: without the check,
+    config = tmp_path / "agent.toml"      # the agent would fail later, with 1, rather than serve
+    config.write_text(f'[agent]\nlisten = "unix:{tmp_path}/agent.sock"\nstate_dir = "{tmp_path}/a-file/state"\n')
     assert cli.main(["--config", str(config), "--insecure"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f'gleaner-agent: {conf} sets stdio_handler = "file"; the agent needs "logd"')
-    assert not (tmp_path / "state").exists()   # refused before anything was made
