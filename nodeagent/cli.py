@@ -25,6 +25,7 @@ from .agent import assemble
 from .config import AgentConfig, ConfigError, load_config, with_overrides
 from .enforcement import Enforcement
 from .host.hypervisor import Hypervisor, HypervisorError
+from .host.libvirtconf import LibvirtConfError, check_stdio_handler
 from .metrics import PrometheusCollector, Sampler
 from .reporter import Reporter
 from .server import build_server
@@ -125,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         config = with_overrides(config, listen=args.listen, insecure=args.insecure,
                                 source=str(args.config or "defaults"))
     except ConfigError as exc:
+        print(f"gleaner-agent: {exc}", file=sys.stderr)
+        return 2
+    try:   # console logs are bounded only through virtlogd
+        check_stdio_handler(config.libvirt_uri)
+    except LibvirtConfError as exc:
         print(f"gleaner-agent: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)

@@ -21,6 +21,7 @@ from .priority import CpuWeights, DiskPolicy
 
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
 MAX_CONSOLE_KEEP_SECONDS = 366 * 86400
+CONSOLE_BUDGET_MIB = (16, 1024 * 1024)   # lifecycle.console_budget_mib: at least two domains' full logs, at most 1 TiB
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class AgentConfig:
     # An ended domain's console log is kept this long after its last line (a guest's last words
     # are only there; three days outlast a weekend), then the reaper removes it. 0: with the domain.
     console_keep_seconds: float = 3 * 86400.0
+    # ... and all console logs together are kept within this many MiB: over it, ended domains'
+    # logs go, oldest first (a chatty guest recycled every minute fills the state directory,
+    # which also holds the overlays). virtlogd keeps at most 8 MiB a file kind a domain.
+    console_budget_mib: int = 1024
     cgroup_root: Path = cgroups.ROOT
     use_cpu_idle: bool = True
     foreground_weight_v1: int = 1024
@@ -111,7 +116,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "lifecycle": {"grace_seconds": ("grace_seconds", int),
                   "reap_interval_seconds": ("reap_interval_seconds", float),
                   "unfinished_launch_seconds": ("unfinished_launch_seconds", float),
-                  "console_keep_seconds": ("console_keep_seconds", float)},
+                  "console_keep_seconds": ("console_keep_seconds", float),
+                  "console_budget_mib": ("console_budget_mib", int)},
     "cgroup": {"root": ("cgroup_root", Path)},
     "priority": {"use_cpu_idle": ("use_cpu_idle", bool),
                  "foreground_weight_v1": ("foreground_weight_v1", int),
@@ -160,6 +166,10 @@ def check_config(config: AgentConfig, source: str) -> None:
     if not 0 <= config.console_keep_seconds <= MAX_CONSOLE_KEEP_SECONDS:
         raise ConfigError(f"{source}: lifecycle.console_keep_seconds must be within 0..{MAX_CONSOLE_KEEP_SECONDS} "
                           "(0: a console log goes with its domain)")
+    low, high = CONSOLE_BUDGET_MIB
+    if not low <= config.console_budget_mib <= high:
+        raise ConfigError(f"{source}: lifecycle.console_budget_mib is {config.console_budget_mib}; it must be "
+                          f"within {low}..{high} (MiB for all console logs together)")
     for key, value in (("lifecycle.reap_interval_seconds", config.reap_interval_seconds),
                        ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
                        ("guard.period_seconds", config.guard_period_seconds),

@@ -34,6 +34,7 @@ from .crashpoints import crash_point
 from .enforcement import Enforcement
 from .events import Event, EventBus
 from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata, read_shape
+from .host.errors import HostRefused
 from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
 from .host.logfiles import CONSOLE, WORK, console_path, remove_domain_files
@@ -52,8 +53,22 @@ class DomainConflict(RuntimeError):
     """A domain of that name exists with another spec."""
 
 
-class LaunchFailed(RuntimeError):
-    """libvirt or qemu-img failed part-way; everything the launch made was removed."""
+class LaunchFailed(HostRefused):
+    """The domain changed behind the agent's back during its launch (undefined, redefined by
+    someone else); everything the launch made was removed."""
+
+
+class LaunchBug(RuntimeError):
+    """The agent built something it should not have (a bug: answered INTERNAL); nothing was defined."""
+
+
+def rolled_back(name: str, exc: Exception) -> Exception:
+    """The error that failed a launch, of the same kind (so answered with the same status code),
+    saying the launch was undone."""
+    message = f"launch of {name!r} failed and was rolled back: {exc}"
+    if isinstance(exc, NoSuchDomain):   # undefined behind the agent's back, mid-launch
+        return LaunchFailed(message)
+    return type(exc)(message)
 
 
 class TerminationOutcome(str, Enum):
@@ -84,22 +99,46 @@ def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
 
 
 class NameLocks:
-    """One lock per domain name: launch, terminate, class changes and the reaper take turns."""
+    """One lock per domain name: launch, terminate, class changes and the reaper take turns.
+
+    A name's lock exists only while someone holds it or waits for it (a count of its users,
+    kept under a small guard lock), so the map holds the names in use now, not every name
+    ever launched. Two callers for the same name always meet the same lock: the count is
+    raised before either takes it, and the lock goes only when the count is back to 0."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, _NameLock] = {}
         self._guard = threading.Lock()
 
     @contextmanager
     def hold(self, name: str, blocking: bool = True) -> Iterator[bool]:
         with self._guard:
-            lock = self._locks.setdefault(name, threading.Lock())
-        acquired = lock.acquire(blocking)
+            entry = self._locks.get(name)
+            if entry is None:
+                entry = self._locks[name] = _NameLock()
+            entry.users += 1
+        acquired = False
         try:
+            acquired = entry.lock.acquire(blocking)
             yield acquired
         finally:
             if acquired:
-                lock.release()
+                entry.lock.release()
+            with self._guard:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._locks[name]
+
+    def __len__(self) -> int:
+        """How many names have a lock now (held or awaited)."""
+        with self._guard:
+            return len(self._locks)
+
+
+@dataclass
+class _NameLock:
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    users: int = 0   # holders and waiters
 
 
 class Steps:
@@ -189,7 +228,7 @@ class Domains:
                 overlay = Path(meta.overlay) if meta.overlay else None
                 self._rollback(spec.name, True, overlay)
                 log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
-                raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+                raise rolled_back(spec.name, exc) from None
             steps.done("resume")
             return self._launched(spec, steps), True
 
@@ -198,7 +237,8 @@ class Domains:
         self.hv.set_metadata(name, metadata_xml(dataclasses.replace(meta, started=True)), PREFIX, NAMESPACE)
 
     def _create(self, spec: LaunchSpec, image: BootImage, steps: Steps) -> None:
-        """Overlay, define, start; on any failure undo what was done, then raise LaunchFailed."""
+        """Overlay, define, start; on any failure undo what was done, then raise its error
+        (rolled_back)."""
         overlay: Path | None = None
         defined = False
         try:
@@ -217,8 +257,8 @@ class Domains:
             if meta is None:   # build_domain_xml always writes it: a bug, caught before anything is defined
                 self._rollback(spec.name, False, overlay)
                 log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error="XML without metadata")
-                raise LaunchFailed(f"the XML built for {spec.name!r} carries no Gleaner metadata; "
-                                   "nothing was defined")
+                raise LaunchBug(f"the XML built for {spec.name!r} carries no Gleaner metadata; "
+                                "nothing was defined")
             self.hv.define(xml)
             defined = True
             steps.done("define")
@@ -231,7 +271,7 @@ class Domains:
         except (HypervisorError, OverlayError) as exc:
             self._rollback(spec.name, defined, overlay)
             log_event(log, "domain.launch_failed", logging.ERROR, domain=spec.name, error=str(exc))
-            raise LaunchFailed(f"launch of {spec.name!r} failed and was rolled back: {exc}") from None
+            raise rolled_back(spec.name, exc) from None
 
     def _rollback(self, name: str, defined: bool, overlay: Path | None) -> None:
         try:
@@ -244,7 +284,7 @@ class Domains:
             log_event(log, "domain.rollback_failed", logging.ERROR, domain=name, error=str(exc),
                       hint="remove it by hand with 'virsh destroy' and 'virsh undefine'")
         if overlay is not None:
-            delete_overlay(overlay)
+            delete_overlay(overlay, self.config.overlay_dir)
         self._remove_logs(name)
 
     # -- class ------------------------------------------------------------------------------------
@@ -334,7 +374,8 @@ class Domains:
             pass
         crash_point("terminate.after_undefine")
         self._remove_logs(name)   # first: a crash after it leaves only the overlay, which is swept
-        delete_overlay(Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name))
+        overlay = Path(meta.overlay) if meta.overlay else overlay_path(self.config.overlay_dir, name)
+        delete_overlay(overlay, self.config.overlay_dir)   # only inside the overlay directory
 
     def _remove_logs(self, name: str) -> None:
         """A gone domain's work channel; its console log too when none is kept (else the reaper

@@ -14,6 +14,9 @@
 * The console log of a domain that no longer exists, lifecycle.console_keep_seconds after its
   last line (host/logfiles.py), with anything else virtlogd kept for it; looked for at start-up,
   then every tenth of that time but at least once a minute (console_sweep_seconds).
+* Console logs of ended domains, oldest first, while all console logs together exceed
+  lifecycle.console_budget_mib (in the same sweep, after the expired ones): each file removed
+  is logged with its size. A running domain's logs stay, whatever the budget.
 
 Stopped domains are listed only when libvirt reported an event since the last pass (or
 every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
@@ -33,12 +36,13 @@ from .domains import Domains
 from .host.domainxml import GleanerMetadata
 from .host.hypervisor import Hypervisor, HypervisorError
 from .host.images import delete_overlay, list_overlays
-from .host.logfiles import domain_files, expired_names, remove_files
+from .host.logfiles import all_logs, domain_files, domain_logs, expired_names, over_budget, remove_files
 from .inventory import FULL_REFRESH_PASSES, Inventory
 
 log = logging.getLogger(__name__)
 CONSOLE_SWEEP_SECONDS = 60.0
 NAMES_LOGGED = 10   # a sweep's log line names this many domains at most
+MIB = 2**20
 
 
 def console_sweep_seconds(config: AgentConfig) -> float:
@@ -69,6 +73,7 @@ class Reaper:
         if time.monotonic() >= self._next_console_sweep:
             self._next_console_sweep = time.monotonic() + console_sweep_seconds(self.config)
             removed += self._remove_expired_console_logs()
+            removed += self._keep_console_logs_within_budget()
         return removed
 
     def _unfinished_launch_is_young(self, meta: GleanerMetadata) -> bool:
@@ -130,7 +135,7 @@ class Reaper:
             if name in running:
                 continue
             with self.domains.locks.hold(name, blocking=False) as free:
-                if free and self.hv.get_domain(name) is None and delete_overlay(path):
+                if free and self.hv.get_domain(name) is None and delete_overlay(path, self.config.overlay_dir):
                     removed.append(f"overlay:{name}")
                     log_event(log, "overlay.orphan_removed", domain=name, path=str(path))
         return removed
@@ -169,3 +174,41 @@ class Reaper:
                           keep_s=keep, dir=str(console_dir),
                           note="console logs of domains gone for longer than lifecycle.console_keep_seconds")
         return [f"console:{name}" for name in removed]
+
+    def _keep_console_logs_within_budget(self) -> list[str]:
+        """While all console logs together exceed lifecycle.console_budget_mib, remove those of
+        ended domains (gone, or defined but not running), the one whose last line is oldest
+        first. Under each domain's lock it is looked up again, so a domain launched since the
+        scan keeps its fresh log; a running domain's files are never removed."""
+        budget, console_dir = self.config.console_budget_mib * MIB, self.config.console_dir
+        logs = all_logs(console_dir)
+        total = sum(item.size for item in logs)
+        if total <= budget:
+            return []
+        removed: list[str] = []
+        for candidate in over_budget(logs, budget, self.hv.active_domain_names()):
+            if total <= budget:
+                break
+            with self.domains.locks.hold(candidate.name, blocking=False) as free:
+                record = self.hv.get_domain(candidate.name) if free else None
+                if not free or (record is not None and record.active):
+                    continue
+                total -= self._remove_for_budget(candidate.name, budget)
+                removed.append(candidate.name)
+        if total > budget:
+            log_event(log, "console.budget_exceeded", logging.WARNING, total_bytes=total, budget_bytes=budget,
+                      dir=str(console_dir), note="what is left belongs to running domains (or is being launched); "
+                      "raise lifecycle.console_budget_mib or lower virtlogd's max_size")
+        return [f"console-budget:{name}" for name in removed]
+
+    def _remove_for_budget(self, name: str, budget: int) -> int:
+        """Remove an ended domain's console files (its lock is held); the bytes freed."""
+        current = domain_logs(self.config.console_dir, name)   # as they are now, under the lock
+        freed = 0
+        for path, size in current.files if current else ():
+            if remove_files([path]):
+                freed += size
+                log_event(log, "console.log_removed_over_budget", domain=name, path=str(path), bytes=size,
+                          budget_bytes=budget, note="console logs exceed lifecycle.console_budget_mib; "
+                          "ended domains' go first, oldest first")
+        return freed

@@ -1,8 +1,10 @@
 """The agent's gRPC server: a thin layer that converts messages and maps errors to status codes."""
 from __future__ import annotations
 
+import functools
 import logging
 import queue
+from typing import Any, Callable
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -15,10 +17,10 @@ from protos import agent_pb2, agent_pb2_grpc
 
 from .agent import AgentParts
 from .config import AgentConfig
-from .domains import DomainConflict, LaunchFailed, TerminationOutcome
+from .domains import DomainConflict, TerminationOutcome
 from .events import Event
-from .host.hypervisor import HypervisorError, HypervisorUnavailable
-from .host.images import OverlayError
+from .host.errors import HostExhausted, HostRefused, HostUnavailable
+from .host.hypervisor import NoSuchDomain
 from .inventory import DomainNotFound, ManagedDomain, NotManaged
 from .metrics import Sampler, Snapshot
 from .validation import validate_launch, validate_name
@@ -53,18 +55,43 @@ class MetricsNotReady(RuntimeError):
     """No snapshot yet: rates need two samples."""
 
 
-# Most specific first: HypervisorUnavailable is a HypervisorError.
+class AgentBug(RuntimeError):
+    """An exception no part of the agent raises on purpose: a bug, answered INTERNAL."""
+
+
+# The codes gRPC intends (first match wins, so the most specific first: BeyondHost and
+# ImageUnusable are InvalidFields). Host failures are classified where they happen
+# (host/errors.py; libvirt's by its error code, host/hypervisor.error_class). Whatever is none
+# of these, including a HypervisorError for XML libvirt cannot parse, is a bug: INTERNAL.
 ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (HostExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),     # more than the host has: CPUs, memory, disk
+    (HostUnavailable, grpc.StatusCode.UNAVAILABLE),          # libvirtd away or too slow: try again
+    (HostRefused, grpc.StatusCode.FAILED_PRECONDITION),      # image missing or broken, guest cannot start
     (InvalidField, grpc.StatusCode.INVALID_ARGUMENT),
     (DomainNotFound, grpc.StatusCode.NOT_FOUND),
+    (NoSuchDomain, grpc.StatusCode.NOT_FOUND),               # undefined behind the agent's back meanwhile
     (DomainConflict, grpc.StatusCode.ALREADY_EXISTS),
     (NotManaged, grpc.StatusCode.FAILED_PRECONDITION),
-    (HypervisorUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (LaunchFailed, grpc.StatusCode.INTERNAL),
-    (HypervisorError, grpc.StatusCode.INTERNAL),
-    (OverlayError, grpc.StatusCode.INTERNAL),
     (MetricsNotReady, grpc.StatusCode.UNAVAILABLE),
+    (AgentBug, grpc.StatusCode.INTERNAL),
 ]
+_EXPECTED = tuple(cls for cls, _code in ERROR_CODES)
+
+
+def bugs_as_internal(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Any other exception is a bug: logged with its traceback, answered INTERNAL (not gRPC's
+    UNKNOWN) with a message that says where to look."""
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except _EXPECTED:
+            raise
+        except Exception as exc:
+            log.error("rpc.bug", exc_info=True, extra={"method": method.__name__})   # error=: the traceback
+            raise AgentBug(f"the agent failed unexpectedly ({type(exc).__name__}: {exc}); "
+                           "its log has the traceback") from exc
+    return wrapper
 def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
     launched = Timestamp()
     launched.FromDatetime(domain.launched_at)
@@ -84,7 +111,9 @@ def event_to_proto(event: Event) -> agent_pb2.Event:
                            fields=event.fields)
 
 
-rpc = rpc_errors(ERROR_CODES)
+def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A unary method answering every error with its intended status code (ERROR_CODES)."""
+    return rpc_errors(ERROR_CODES)(bugs_as_internal(method))
 
 
 def snapshot_to_proto(snap: Snapshot) -> agent_pb2.MetricsSnapshot:

@@ -9,6 +9,7 @@ from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 from gleaner_common.vocabulary import PriorityClass
 
+from .host.errors import HostExhausted
 from .host.settings import LaunchSpec
 
 
@@ -25,6 +26,11 @@ class HostLimits:
     memory_mib: int
 
 
+class BeyondHost(InvalidField, HostExhausted):
+    """More CPUs or memory than this host has: the request is well formed, but this host cannot
+    give it (RESOURCE_EXHAUSTED, still naming the field)."""
+
+
 def validate_name(name: str, field: str = "name") -> str:
     return ids.vm_name(name, field)
 
@@ -38,14 +44,15 @@ def validate_role(role: str | PriorityClass | None) -> PriorityClass:
 
 def validate_vcpus(vcpus: int, limits: HostLimits) -> int:
     if not 1 <= vcpus <= limits.cpus:
-        raise InvalidField("vcpus", f"{vcpus} is outside 1..{limits.cpus} (this host's CPUs)")
+        raise (BeyondHost if vcpus > limits.cpus else InvalidField)(
+            "vcpus", f"{vcpus} is outside 1..{limits.cpus} (this host's CPUs)")
     return vcpus
 
 
 def validate_memory(memory_mib: int, limits: HostLimits) -> int:
     if not MIN_MEMORY_MIB <= memory_mib <= limits.memory_mib:
-        raise InvalidField("memory_mib", f"{memory_mib} MiB is outside {MIN_MEMORY_MIB}.."
-                                            f"{limits.memory_mib} MiB (this host's memory)")
+        raise (BeyondHost if memory_mib > limits.memory_mib else InvalidField)(
+            "memory_mib", f"{memory_mib} MiB is outside {MIN_MEMORY_MIB}..{limits.memory_mib} MiB (this host's memory)")
     return memory_mib
 
 

@@ -16,6 +16,7 @@ import libvirt
 
 from gleaner_common.logs import log_event
 
+from .errors import HostExhausted, HostRefused, HostUnavailable, says_exhausted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,15 +65,47 @@ def is_active_state(state: str) -> bool:
 
 
 class HypervisorError(RuntimeError):
-    """libvirt refused or failed an operation; the message is libvirt's, prefixed with ours."""
+    """libvirt refused or failed an operation; the message is libvirt's, prefixed with ours.
+    Raised as itself only when libvirt finds fault with what the agent built (its XML): a bug.
+    Every other failure is one of the subclasses below, chosen by libvirt's error code."""
 
 
-class HypervisorUnavailable(HypervisorError):
-    """libvirtd cannot be reached."""
+class HypervisorUnavailable(HypervisorError, HostUnavailable):
+    """libvirtd cannot be reached, or the connection was lost during the call."""
+
+
+class HypervisorExhausted(HypervisorError, HostExhausted):
+    """libvirt or QEMU ran out of memory or disk space."""
+
+
+class HypervisorRefused(HypervisorError, HostRefused):
+    """libvirt or QEMU refused: the domain or host is not in a state for it (a guest that cannot
+    start, an operation invalid in the domain's state, a configuration this host cannot run)."""
 
 
 class NoSuchDomain(HypervisorError):
     pass
+
+
+# libvirt error codes (virErrorNumber) for a hypervisor that is away or too slow now
+_UNAVAILABLE_CODES = frozenset({libvirt.VIR_ERR_NO_CONNECT, libvirt.VIR_ERR_INVALID_CONN, libvirt.VIR_ERR_RPC,
+                                libvirt.VIR_ERR_OPERATION_TIMEOUT, libvirt.VIR_ERR_AGENT_UNRESPONSIVE,
+                                libvirt.VIR_ERR_RESOURCE_BUSY})
+# ... and for XML or a handle that libvirt cannot parse: the agent built it, so the agent is wrong
+_BUG_CODES = frozenset({libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL, libvirt.VIR_ERR_INVALID_DOMAIN})
+
+
+def error_class(code: int, message: str, connection_lost: bool = False) -> type[HypervisorError]:
+    """Which HypervisorError a libvirt error with this code (virErrorNumber) and message is."""
+    if code == libvirt.VIR_ERR_NO_DOMAIN:
+        return NoSuchDomain
+    if connection_lost or code in _UNAVAILABLE_CODES:
+        return HypervisorUnavailable
+    if code == libvirt.VIR_ERR_NO_MEMORY or says_exhausted(message):
+        return HypervisorExhausted
+    if code in _BUG_CODES:
+        return HypervisorError
+    return HypervisorRefused
 
 
 @dataclass(frozen=True)
@@ -182,9 +215,11 @@ class Hypervisor:
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                     raise NoSuchDomain(f"{what}: no such domain") from None
-                if self._connection_lost(exc) and retry and attempt == 1:
+                lost = self._connection_lost(exc)
+                if lost and retry and attempt == 1:
                     continue
-                raise HypervisorError(f"{what}: {exc.get_error_message()}") from None
+                message = exc.get_error_message() or str(exc)
+                raise error_class(exc.get_error_code(), message, lost)(f"{what}: {message}") from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:

@@ -13,12 +13,19 @@ is never written and nothing a VM writes survives it.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
+from gleaner_common.logs import log_event
+
+from .errors import HostExhausted, HostRefused, says_exhausted
+
+log = logging.getLogger(__name__)
 
 
 KERNEL_FILE = "vmlinuz"
@@ -27,8 +34,17 @@ BASE_DISK_FILE = "disk.qcow2"
 QCOW2_MAGIC = b"QFI\xfb"
 
 
-class OverlayError(RuntimeError):
-    pass
+class OverlayError(HostRefused):
+    """qemu-img failed: the image cannot be used as it is (corrupt, unreadable, not installed)."""
+
+
+class OverlayNoSpace(OverlayError, HostExhausted):
+    """qemu-img or the overlay's file failed for want of disk space or memory."""
+
+
+class ImageUnusable(InvalidField, HostRefused):
+    """The request names an image this host does not have, or has broken: a fault of the host's
+    image directory, not of the request's form (FAILED_PRECONDITION rather than INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +60,16 @@ class BootImage:
         return self.kernel is not None
 
 
-def _inside(root: Path, path: Path, image: str) -> Path:
+def confined(root: Path, path: Path) -> Path | None:
+    """`path` with every symlink and `..` resolved, if that lies inside `root` (itself resolved);
+    else None. The one test of confinement, for images and overlays alike."""
     resolved = path.resolve()
-    if not resolved.is_relative_to(root):
+    return resolved if resolved.is_relative_to(root.resolve()) else None
+
+
+def _inside(root: Path, path: Path, image: str) -> Path:
+    resolved = confined(root, path)
+    if resolved is None:
         raise InvalidField("image", f"{image!r} resolves outside the image directory")
     return resolved
 
@@ -58,7 +81,10 @@ def _disk_format(path: Path) -> str:
 
 def _check_backing_chain(root: Path, disk: Path, image: str) -> None:
     """A qcow2 may name a backing file; it must lie inside the image directory too."""
-    info = _qemu_img(["info", "--output=json", "--backing-chain", "-f", "qcow2", str(disk)])
+    try:
+        info = _qemu_img(["info", "--output=json", "--backing-chain", "-f", "qcow2", str(disk)])
+    except OverlayError as exc:
+        raise ImageUnusable("image", f"{image!r} is not a usable qcow2 image ({exc})") from None
     for layer in json.loads(info):
         backing = layer.get("full-backing-filename") or layer.get("backing-filename")
         if backing and not Path(backing).resolve().is_relative_to(root):
@@ -75,7 +101,7 @@ def resolve_image(image_dir: Path, image: str) -> BootImage:
         initrd = _inside(root, path / INITRD_FILE, image)
         for part in (kernel, initrd):
             if not part.is_file():
-                raise InvalidField("image", f"{image!r} is a directory without {part.name}")
+                raise ImageUnusable("image", f"{image!r} is a directory without {part.name}")
         disk = path / BASE_DISK_FILE
         if disk.exists() or disk.is_symlink():
             disk = _inside(root, disk, image)
@@ -87,7 +113,7 @@ def resolve_image(image_dir: Path, image: str) -> BootImage:
         if fmt == "qcow2":
             _check_backing_chain(root, path, image)
         return BootImage(image, None, None, path, fmt)
-    raise InvalidField("image", f"no image {image!r} in the image directory")
+    raise ImageUnusable("image", f"no image {image!r} in the image directory")
 
 
 def _qemu_img(args: list[str]) -> str:
@@ -95,8 +121,11 @@ def _qemu_img(args: list[str]) -> str:
         result = subprocess.run(["qemu-img", *args], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
         raise OverlayError("qemu-img is not installed (package qemu-utils)") from None
+    except subprocess.TimeoutExpired:
+        raise OverlayError(f"qemu-img {args[0]} took longer than 60 s") from None
     if result.returncode != 0:
-        raise OverlayError(f"qemu-img {args[0]} failed: {result.stderr.strip()}")
+        message = f"qemu-img {args[0]} failed: {result.stderr.strip()}"
+        raise (OverlayNoSpace if says_exhausted(message) else OverlayError)(message)
     return result.stdout
 
 
@@ -106,16 +135,41 @@ def overlay_path(overlay_dir: Path, domain: str) -> Path:
 
 def create_overlay(overlay_dir: Path, domain: str, base: Path, base_format: str) -> Path:
     """A fresh qcow2 overlay on `base` for `domain`; a stale one of the same name is replaced."""
-    overlay_dir.mkdir(parents=True, exist_ok=True)
     path = overlay_path(overlay_dir, domain)
-    path.unlink(missing_ok=True)
-    _qemu_img(["create", "-q", "-f", "qcow2", "-F", base_format, "-b", str(base), str(path)])
-    path.chmod(0o600)
+    try:
+        overlay_dir.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        _qemu_img(["create", "-q", "-f", "qcow2", "-F", base_format, "-b", str(base), str(path)])
+        path.chmod(0o600)
+    except OSError as exc:   # the directory or the file: said as qemu-img's failures are
+        message = f"overlay {path}: {exc.strerror or exc}"
+        raise (OverlayNoSpace if says_exhausted(message) else OverlayError)(message) from None
     return path
 
 
-def delete_overlay(path: Path) -> bool:
-    """Remove an overlay; True if there was one."""
+def overlay_refusal(overlay_dir: Path, path: Path) -> str:
+    """Why `path` may not be deleted as an overlay ("" if it may): it must name an entry right
+    in the overlay directory (after resolving that directory and any `..`), and not a symlink.
+    A domain's metadata names its overlay; whoever could write that metadata could otherwise
+    have the agent delete any file on the host."""
+    if ".." in path.parts:
+        return "the path has a '..' part"
+    path = path.absolute()
+    if confined(overlay_dir, path.parent) != overlay_dir.resolve():
+        return "the path is not in the overlay directory"
+    if path.is_symlink():
+        return "the path is a symlink"
+    return ""
+
+
+def delete_overlay(path: Path, overlay_dir: Path) -> bool:
+    """Remove an overlay, confined to the overlay directory; True if there was one. A path
+    outside it (or a symlink) is never deleted: the refusal is logged, and False returned."""
+    refusal = overlay_refusal(overlay_dir, path)
+    if refusal:
+        log_event(log, "overlay.delete_refused", logging.WARNING, path=str(path), overlay_dir=str(overlay_dir),
+                  reason=refusal, note="a domain's metadata named this file as its overlay; it was left alone")
+        return False
     try:
         path.unlink()
         return True
@@ -124,10 +178,10 @@ def delete_overlay(path: Path) -> bool:
 
 
 def list_overlays(overlay_dir: Path) -> dict[str, Path]:
-    """Overlays by domain name."""
+    """Overlays by domain name: the regular files (no symlinks) named NAME.qcow2."""
     if not overlay_dir.is_dir():
         return {}
-    return {p.stem: p for p in overlay_dir.glob("*.qcow2")}
+    return {p.stem: p for p in overlay_dir.glob("*.qcow2") if p.is_file() and not p.is_symlink()}
 
 
 MAX_LISTED_IMAGES = 256

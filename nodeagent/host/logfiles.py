@@ -7,6 +7,12 @@ stays for lifecycle.console_keep_seconds after virtlogd's last write: a guest's 
 kernel panic, a failed boot) are only there, and an admin may come back to them after a
 weekend. Then the reaper removes it; before, every domain ever launched left its log behind.
 
+Age alone does not bound the directory: backfill VMs may be recycled every minute, and a chatty
+guest fills its log to virtlogd's max_size. So the directory also has a byte budget
+(lifecycle.console_budget_mib): over it, the files of ended domains go, the domain whose last
+line is oldest first (over_budget); a running domain's files are never removed (virtlogd holds
+them open, and its guest's words are still being written).
+
 The directory is the agent's: every regular file named `VMNAME.log` or `VMNAME.work` (with a
 rotation number or not) counts as a domain's, whoever wrote it. Anything else (other names,
 symlinks, directories, FIFOs) is never touched.
@@ -17,7 +23,8 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gleaner_common.ids import VM_NAME
@@ -36,16 +43,73 @@ def console_path(console_dir: Path, name: str) -> Path:
     return console_dir / f"{name}.{CONSOLE}"
 
 
+@dataclass(frozen=True)
+class DomainLogs:
+    """One domain's files in the directory, as a scan found them."""
+    name: str
+    files: tuple[tuple[Path, int], ...]   # (path, size in bytes)
+    newest: float                         # the mtime of its newest file: when it last wrote
+
+    @property
+    def size(self) -> int:
+        return sum(size for _path, size in self.files)
+
+
 def domain_files(console_dir: Path, name: str, kinds: Iterable[str] = (CONSOLE, WORK)
                  ) -> list[tuple[Path, float]]:
     """Domain `name`'s regular files of these kinds, with their rotated copies: (path, mtime)."""
+    return sorted((path, info.st_mtime) for path, info in _domain_entries(console_dir, name, kinds))
+
+
+def domain_logs(console_dir: Path, name: str) -> DomainLogs | None:
+    """Domain `name`'s files of every kind with their sizes, None if it has none."""
+    entries = sorted(_domain_entries(console_dir, name, (CONSOLE, WORK)))
+    if not entries:
+        return None
+    return DomainLogs(name, tuple((path, info.st_size) for path, info in entries),
+                      max(info.st_mtime for _path, info in entries))
+
+
+def _domain_entries(console_dir: Path, name: str, kinds: Iterable[str]) -> list[tuple[Path, os.stat_result]]:
     found = []
     for kind in kinds:
         for path in console_dir.glob(f"{name}.{kind}*"):   # a name has no glob characters (VM_NAME)
             ours = _ours(path.name, path.lstat)
             if ours is not None and ours[0] == name:
                 found.append((path, ours[1]))
-    return sorted(found)
+    return found
+
+
+def all_logs(console_dir: Path) -> list[DomainLogs]:
+    """Every domain's files in the directory, in one scan: the domain that wrote last the longest
+    ago first. A missing directory has none."""
+    files: dict[str, list[tuple[Path, os.stat_result]]] = {}
+    try:
+        entries = list(os.scandir(console_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        ours = _ours(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
+        if ours is not None:
+            files.setdefault(ours[0], []).append((Path(entry.path), ours[1]))
+    logs = [DomainLogs(name, tuple((path, info.st_size) for path, info in sorted(found)),
+                       max(info.st_mtime for _path, info in found)) for name, found in files.items()]
+    return sorted(logs, key=lambda item: (item.newest, item.name))
+
+
+def over_budget(logs: list[DomainLogs], budget_bytes: int, running: Collection[str]) -> list[DomainLogs]:
+    """Which domains' files to remove, oldest first, to bring the directory within budget_bytes:
+    never a running domain's. Fewer than needed (or none) when running domains' files alone
+    exceed the budget."""
+    total = sum(item.size for item in logs)
+    chosen = []
+    for item in sorted(logs, key=lambda item: (item.newest, item.name)):
+        if total <= budget_bytes:
+            break
+        if item.name not in running:
+            chosen.append(item)
+            total -= item.size
+    return chosen
 
 
 def remove_domain_files(console_dir: Path, name: str, kinds: Iterable[str]) -> int:
@@ -65,7 +129,7 @@ def expired_names(console_dir: Path, now: float, keep_seconds: float) -> list[st
     for entry in entries:
         ours = _ours(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
         if ours is not None:
-            name, mtime = ours
+            name, mtime = ours[0], ours[1].st_mtime
             newest[name] = max(newest.get(name, mtime), mtime)
     cutoff = now - keep_seconds
     return sorted(name for name, mtime in newest.items() if mtime < cutoff)
@@ -86,9 +150,9 @@ def remove_files(paths: Iterable[Path]) -> int:
     return removed
 
 
-def _ours(file_name: str, lstat: Callable[[], os.stat_result]) -> tuple[str, float] | None:
-    """(domain name, mtime) if `file_name` is a domain's file and a regular one (lstat: no
-    symlink followed), else None (also when it was removed meanwhile)."""
+def _ours(file_name: str, lstat: Callable[[], os.stat_result]) -> tuple[str, os.stat_result] | None:
+    """(domain name, its lstat) if `file_name` is a domain's file and a regular one (no symlink
+    followed), else None (also when it was removed meanwhile)."""
     match = _FILE.fullmatch(file_name)
     if match is None:
         return None
@@ -96,4 +160,4 @@ def _ours(file_name: str, lstat: Callable[[], os.stat_result]) -> tuple[str, flo
         info = lstat()
     except OSError:
         return None
-    return (match["name"], info.st_mtime) if stat.S_ISREG(info.st_mode) else None
+    return (match["name"], info) if stat.S_ISREG(info.st_mode) else None

@@ -76,4 +76,4 @@ def test_overlay_is_a_qcow2_on_the_base_and_is_replaced_when_stale(image_dir, tm
     assert info["format"] == "qcow2" and info["backing-filename"] == str(base)
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert list_overlays(overlays) == {"vm1": path}
-    assert delete_overlay(path) and not delete_overlay(path)
+    assert delete_overlay(path, overlays) and not delete_overlay(path, overlays)
