@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gleaner_common import ids
-from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_tls, parse_sections, read_toml,
-                                   sections_to_toml)
+from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_numbers, check_tls, number_keys,
+                                   parse_sections, read_toml, sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
+from .checks import MAX_NODE_CPUS
 from .core.records import LedgerSettings
 from .core.reserve_settings import ReserveError, ReserveSettings
 
@@ -42,19 +42,28 @@ class ControllerConfig:
         return self.state_dir / "controller.sqlite3"
 
 
-_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+HOUR, DAY = 3600, 86400
+
+# TOML section -> {key: (ControllerConfig attribute, type[, (low, high)])}: every number has its
+# inclusive range, checked (finite) by check_config; a number without one fails at import.
+# inf (TOML has it) would leave a waiting state without a deadline, nan would pass any `<= 0`.
+_SCHEMA: dict[str, dict[str, tuple]] = {
     "controller": {"listen": ("listen", str), "state_dir": ("state_dir", Path), "log_level": ("log_level", str),
                    "vm_name_prefix": ("vm_name_prefix", str),
-                   "agent_timeout_seconds": ("agent_timeout_seconds", float), "max_agents": ("max_agents", int)},
-    "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float),
-                 "down_after_seconds": ("down_after_seconds", float),
-                 "check_seconds": ("liveness_check_seconds", float)},
-    "selection": {"interval_seconds": ("selection_interval_seconds", float),
-                  "prediction_window": ("prediction_window", int),
-                  "swap_threshold_cores": ("swap_threshold_cores", float), "churn_burst": ("churn_burst", int),
+                   "agent_timeout_seconds": ("agent_timeout_seconds", float, (1, HOUR)),
+                   "max_agents": ("max_agents", int, (1, 100_000))},
+    "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float, (0.1, DAY)),
+                 "down_after_seconds": ("down_after_seconds", float, (0.1, 7 * DAY)),
+                 "check_seconds": ("liveness_check_seconds", float, (0.01, HOUR))},
+    "selection": {"interval_seconds": ("selection_interval_seconds", float, (0.1, DAY)),
+                  "prediction_window": ("prediction_window", int, (1, 100_000)),
+                  "swap_threshold_cores": ("swap_threshold_cores", float, (0, MAX_NODE_CPUS)),
+                  "churn_burst": ("churn_burst", int, (0, 1_000_000)),
                   "use_prediction": ("use_prediction", bool)},
-    "preemption": {"notice_seconds": ("notice_seconds", int), "host_headroom_mib": ("host_headroom_mib", int)},
+    "preemption": {"notice_seconds": ("notice_seconds", int, (0, HOUR)),
+                   "host_headroom_mib": ("host_headroom_mib", int, (0, 2**20))},
 }
+NUMBER_KEYS = number_keys(_SCHEMA)
 
 
 def ledger_settings(config: ControllerConfig) -> LedgerSettings:
@@ -102,26 +111,13 @@ def to_toml(config: ControllerConfig) -> str:
 
 def check_config(config: ControllerConfig, source: str) -> None:
     check_listen(config.listen, "controller.listen", source)
+    check_numbers(config, _SCHEMA, source)
     try:
         ids.vm_name_prefix(config.vm_name_prefix, "controller.vm_name_prefix")
     except ids.InvalidField as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    for key, value in (("controller.agent_timeout_seconds", config.agent_timeout_seconds),
-                       ("liveness.suspect_after_seconds", config.suspect_after_seconds),
-                       ("liveness.check_seconds", config.liveness_check_seconds),
-                       ("selection.interval_seconds", config.selection_interval_seconds),
-                       ("selection.prediction_window", config.prediction_window),
-                       ("controller.max_agents", config.max_agents),
-                       ("liveness.down_after_seconds", config.down_after_seconds)):
-        if not 0 < value < math.inf:   # inf (TOML allows it) would leave a waiting state without a deadline
-            raise ConfigError(f"{source}: {key} must be a positive, finite number, not {value!r}")
     if config.down_after_seconds <= config.suspect_after_seconds:
         raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
-    if not 0 <= config.notice_seconds <= 3600 or not 0 <= config.host_headroom_mib <= 2**20:
-        raise ConfigError(f"{source}: preemption.notice_seconds must be within 0..3600 and host_headroom_mib "
-                          "within 0..1048576")
-    if config.swap_threshold_cores < 0 or config.churn_burst < 0:
-        raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)
