@@ -90,7 +90,7 @@ def check_numbers(config: Any, schema: Schema, source: str) -> None:
         check_range(source, key, getattr(config, attr), low, high)
 
 
-def _coerce(where: str, value: Any, kind: type) -> Any:
+def _coerce(where: str, value: Any, kind: type, bounds: Range | None = None) -> Any:
     if kind is Path:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{where}: expected a path string, got {value!r}")
@@ -98,7 +98,8 @@ def _coerce(where: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+        within = f" within {_number(bounds[0])}..{_number(bounds[1])}" if bounds else ""
+        raise ConfigError(f"{where}: expected {kind.__name__}{within}, got {value!r}")
     return value
 
 
@@ -121,8 +122,8 @@ def parse_sections(data: dict[str, Any], schema: Schema, source: str) -> tuple[d
         for key, value in body.items():
             if key not in keys:
                 raise ConfigError(f"{source}: unknown key {section}.{key}; known: {', '.join(sorted(keys))}")
-            attr, kind = keys[key][:2]
-            target[attr] = _coerce(f"{source}: {section}.{key}", value, kind)
+            attr, kind, *bounds = keys[key]
+            target[attr] = _coerce(f"{source}: {section}.{key}", value, kind, *bounds)
     return values, tls
 
 

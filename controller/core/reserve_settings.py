@@ -109,7 +109,7 @@ def _whole(field: str, value: Any, least: int, most: int = MAX_COUNT) -> None:
 
 def _seconds(field: str, value: Any, least: float, most: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ReserveError(field, f"must be a number of seconds within {least:g}..{most:g}, not {value!r}")
+        raise ReserveError(field, f"must be a number of seconds within {least}..{most}, not {value!r}")
     _within(field, value, least, most, " s")
 
 
@@ -117,7 +117,7 @@ def _within(field: str, value: float, least: float, most: float, unit: str) -> N
     try:
         bounded(value, least, most, field)   # the shared rule: NaN and the infinities are outside
     except InvalidField:
-        raise ReserveError(field, f"must be within {least:g}..{most:g}{unit} (a finite number), "
+        raise ReserveError(field, f"must be within {least}..{most}{unit} (a finite number), "   # the bounds are whole
                                   f"not {value!r}") from None
 
 
