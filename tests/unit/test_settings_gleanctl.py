@@ -5,6 +5,7 @@ less memory than a guest boots in, whoever asks; `reserve NODE` reads, and only 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -104,3 +105,26 @@ def test_reserve_node_reads_and_only_set_and_clear_change_it(controller):
     done = gleanctl(controller, "reserve", "set", "--node", "set", "--whole-node")   # a node named like a verb
     assert done.returncode == 0 and reserves(controller) == [("set", 0, 0, True)]
     assert gleanctl(controller, "reserve", "clear", "--node", "set").returncode == 0 and reserves(controller) == []
+
+
+def test_nan_and_infinities_in_live_settings_are_refused_by_the_controller_and_change_nothing(controller):
+    stub = controller.stub()
+    status = lambda: stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=10)   # noqa: E731
+    before = status()
+    for key in ("wait_seconds", "lead_seconds"):
+        for value in (math.nan, math.inf, -math.inf):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.SetReserveSettings(controller_pb2.SetReserveSettingsRequest(**{key: value}), timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and key in err.value.details()
+            assert "0..86400" in err.value.details()
+        done = gleanctl(controller, "reserve", "set", f"{key}=nan")
+        assert done.returncode == 4 and f"invalid argument {key}:" in done.stderr and "0..86400" in done.stderr
+    for field in ("in_hours", "for_hours"):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.AddHint(controller_pb2.AddHintRequest(nodes=1, **{"in_hours": 1.0, "for_hours": 1.0, field: math.nan}),
+                         timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
+    after = status()
+    assert (after.settings_json, list(after.hints)) == (before.settings_json, list(before.hints))
+    done = gleanctl(controller, "--timeout", "inf", "nodes")
+    assert done.returncode == 2 and "argument --timeout: 'inf' is not a number within 0.1..86400" in done.stderr
