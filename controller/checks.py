@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gleaner_common import ids
-from gleaner_common.config import HOST_PORT
+from gleaner_common.config import host_port_problem
 from gleaner_common.ids import InvalidField, bounded
 from protos import controller_pb2
 from protos.words import VM_ROLE, from_wire
@@ -21,6 +21,7 @@ from .core.reserve_settings import ReserveError, ReserveSettings
 
 MAX_VCPUS = 1024                      # one VM; no host we know of has more
 MAX_MEMORY_MIB = 16 * 2**20           # 16 TiB
+MIN_MEMORY_MIB = 96                   # the smallest guest that boots (the tiny image): any VM placed
 MAX_NODE_CPUS = 4096
 MAX_NODE_MEMORY_MIB = 64 * 2**20      # 64 TiB
 MAX_REPORTED_VMS = 4096
@@ -45,10 +46,18 @@ class SettingError(ValueError):
 
 def request(vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
     bounded(vcpus, 1, MAX_VCPUS, "vcpus")
-    bounded(memory_mib, 1, MAX_MEMORY_MIB, "memory_mib", "MiB")
+    memory(memory_mib, "memory_mib")
     ids.image(image)
     ids.person(owner, "owner")
     ids.request_id(request_id)
+
+
+def memory(memory_mib: int, field: str) -> int:
+    """A VM's memory: from the smallest a guest boots in (on-demand and backfill alike) to MAX."""
+    if memory_mib < MIN_MEMORY_MIB:
+        raise InvalidField(field, f"{memory_mib} MiB is less than {MIN_MEMORY_MIB} MiB, the least a guest "
+                                  "boots in")
+    return bounded(memory_mib, MIN_MEMORY_MIB, MAX_MEMORY_MIB, field, "MiB")
 
 
 def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
@@ -63,7 +72,7 @@ def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
     config = dataclasses.replace(current, **changes)
     bounded(config.max_instances, 0, MAX_BACKFILL_INSTANCES, "max_instances")
     bounded(config.vcpus, 1, 64, "vcpus")
-    bounded(config.memory_mb, 96, MAX_MEMORY_MIB, "memory_mb", "MiB")   # 96: the smallest guest that boots
+    memory(config.memory_mb, "memory_mb")
     bounded(config.duration_seconds, 60, MAX_DURATION_SECONDS, "duration_seconds", "s")
     bounded(config.retry_seconds, 1, MAX_RETRY_SECONDS, "retry_seconds", "s")
     bounded(config.grace_seconds, 0, MAX_GRACE_SECONDS, "grace_seconds", "s")
@@ -165,8 +174,7 @@ def report(message, known: set | None = None) -> None:
     `known` holds the (name, lease id, image) of VMs this stream already had checked: their
     names are not checked again (a stream reports the same VMs every few seconds)."""
     ids.node_id(message.node_id, "node_id")
-    if not HOST_PORT.fullmatch(message.agent_address):
-        raise InvalidField("agent_address", f"{message.agent_address[:80]!r} must be HOST:PORT")
+    agent_address(message.agent_address)
     cpus = bounded(message.cpus, 1, MAX_NODE_CPUS, "cpus")
     memory = bounded(message.memory_mib, 1, MAX_NODE_MEMORY_MIB, "memory_mib", "MiB")
     for name in ("cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores"):
@@ -203,6 +211,15 @@ def report(message, known: set | None = None) -> None:
             raise InvalidField("vms.work_state", f"{vm.work_state[:20]!r} is not one of ''"
                                + "".join(f", {s}" for s in ids.WORK_STATES if s))
         _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "vms.work_for_s")
+
+
+def agent_address(address: str) -> str:
+    """Where the controller dials a node: HOST:PORT and nothing else (host_port_problem), so a
+    report cannot send it to a unix socket (unix:80 is ./80 to gRPC), a resolver or a path."""
+    problem = host_port_problem(address)
+    if problem:
+        raise InvalidField("agent_address", f"{address[:80]!r} must be HOST:PORT: {problem}")
+    return address
 
 
 def _role_in_words(vm) -> None:

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gleaner_common import ids
-from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_tls, parse_sections, read_toml,
-                                   sections_to_toml)
+from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_numbers, check_tls, number_keys,
+                                   parse_sections, read_toml, sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
+from .checks import MAX_NODE_CPUS
 from .core.records import LedgerSettings
 from .intake import IntakeSettings
 from .core.reserve_settings import ReserveError, ReserveSettings
@@ -55,27 +55,39 @@ class ControllerConfig:
         return self.state_dir / "controller.sqlite3"
 
 
-_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+HOUR, DAY = 3600, 86400
+
+# TOML section -> {key: (ControllerConfig attribute, type[, (low, high)])}: every number has its
+# inclusive range, checked (finite) by check_config; a number without one fails at import.
+# inf (TOML has it) would leave a waiting state without a deadline, nan would pass any `<= 0`.
+_SCHEMA: dict[str, dict[str, tuple]] = {
     "controller": {"listen": ("listen", str), "state_dir": ("state_dir", Path), "log_level": ("log_level", str),
                    "vm_name_prefix": ("vm_name_prefix", str),
-                   "agent_timeout_seconds": ("agent_timeout_seconds", float), "max_agents": ("max_agents", int),
-                   "agent_calls": ("agent_calls", int), "agent_calls_per_node": ("agent_calls_per_node", int),
-                   "agent_backfill_backlog": ("agent_backfill_backlog", int)},
-    "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float),
-                 "down_after_seconds": ("down_after_seconds", float),
-                 "check_seconds": ("liveness_check_seconds", float)},
-    "selection": {"interval_seconds": ("selection_interval_seconds", float),
-                  "prediction_window": ("prediction_window", int),
-                  "swap_threshold_cores": ("swap_threshold_cores", float), "churn_burst": ("churn_burst", int),
+                   "agent_timeout_seconds": ("agent_timeout_seconds", float, (1, HOUR)),
+                   "max_agents": ("max_agents", int, (1, 100_000)),
+                   "agent_calls": ("agent_calls", int, (3, 1024)),
+                   "agent_calls_per_node": ("agent_calls_per_node", int, (2, 1023)),
+                   "agent_backfill_backlog": ("agent_backfill_backlog", int, (1, 4096))},
+    "liveness": {"suspect_after_seconds": ("suspect_after_seconds", float, (0.1, DAY)),
+                 "down_after_seconds": ("down_after_seconds", float, (0.1, 7 * DAY)),
+                 "check_seconds": ("liveness_check_seconds", float, (0.01, HOUR))},
+    "selection": {"interval_seconds": ("selection_interval_seconds", float, (0.1, DAY)),
+                  "prediction_window": ("prediction_window", int, (1, 100_000)),
+                  "swap_threshold_cores": ("swap_threshold_cores", float, (0, MAX_NODE_CPUS)),
+                  "churn_burst": ("churn_burst", int, (0, 1_000_000)),
                   "use_prediction": ("use_prediction", bool)},
-    "preemption": {"notice_seconds": ("notice_seconds", int), "host_headroom_mib": ("host_headroom_mib", int)},
-    "reports": {"per_minute": ("reports_per_minute", float), "burst": ("report_burst", int),
-                "mib_per_minute": ("report_mib_per_minute", float), "strikes": ("report_strikes", int),
-                "penalty_seconds": ("report_penalty_seconds", float),
-                "adoptions_per_report": ("adoptions_per_report", int),
-                "adoptions_per_hour": ("adoptions_per_hour", int)},
-    "retention": {"days": ("retention_days", float)},
+    "preemption": {"notice_seconds": ("notice_seconds", int, (0, HOUR)),
+                   "host_headroom_mib": ("host_headroom_mib", int, (0, 2**20))},
+    "reports": {"per_minute": ("reports_per_minute", float, (1, 600_000)),
+                "burst": ("report_burst", int, (1, 100_000)),
+                "mib_per_minute": ("report_mib_per_minute", float, (1, 65536)),
+                "strikes": ("report_strikes", int, (1, 10_000)),
+                "penalty_seconds": ("report_penalty_seconds", float, (0, HOUR)),
+                "adoptions_per_report": ("adoptions_per_report", int, (1, 4096)),
+                "adoptions_per_hour": ("adoptions_per_hour", int, (1, 1_000_000))},
+    "retention": {"days": ("retention_days", float, (1, 36500))},
 }
+NUMBER_KEYS = number_keys(_SCHEMA)
 
 
 def ledger_settings(config: ControllerConfig) -> LedgerSettings:
@@ -129,53 +141,25 @@ def to_toml(config: ControllerConfig) -> str:
 
 def check_config(config: ControllerConfig, source: str) -> None:
     check_listen(config.listen, "controller.listen", source)
+    check_numbers(config, _SCHEMA, source)
     try:
         ids.vm_name_prefix(config.vm_name_prefix, "controller.vm_name_prefix")
     except ids.InvalidField as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    for key, value in (("controller.agent_timeout_seconds", config.agent_timeout_seconds),
-                       ("liveness.suspect_after_seconds", config.suspect_after_seconds),
-                       ("liveness.check_seconds", config.liveness_check_seconds),
-                       ("selection.interval_seconds", config.selection_interval_seconds),
-                       ("selection.prediction_window", config.prediction_window),
-                       ("controller.max_agents", config.max_agents),
-                       ("liveness.down_after_seconds", config.down_after_seconds)):
-        if not 0 < value < math.inf:   # inf (TOML allows it) would leave a waiting state without a deadline
-            raise ConfigError(f"{source}: {key} must be a positive, finite number, not {value!r}")
     if config.down_after_seconds <= config.suspect_after_seconds:
         raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
-    if not 0 <= config.notice_seconds <= 3600 or not 0 <= config.host_headroom_mib <= 2**20:
-        raise ConfigError(f"{source}: preemption.notice_seconds must be within 0..3600 and host_headroom_mib "
-                          "within 0..1048576")
     check_bulkheads(config, source)
-    if config.swap_threshold_cores < 0 or config.churn_burst < 0:
-        raise ConfigError(f"{source}: selection.swap_threshold_cores and churn_burst must be 0 or more")
-    for key, value, low, high in (("reports.per_minute", config.reports_per_minute, 1, 600_000),
-                                  ("reports.burst", config.report_burst, 1, 100_000),
-                                  ("reports.mib_per_minute", config.report_mib_per_minute, 1, 65536),
-                                  ("reports.strikes", config.report_strikes, 1, 10_000),
-                                  ("reports.penalty_seconds", config.report_penalty_seconds, 0, 3600),
-                                  ("reports.adoptions_per_report", config.adoptions_per_report, 1, 4096),
-                                  ("reports.adoptions_per_hour", config.adoptions_per_hour, 1, 1_000_000),
-                                  ("retention.days", config.retention_days, 1, 36500)):
-        if not (math.isfinite(value) and low <= value <= high):
-            raise ConfigError(f"{source}: {key} must be within {low}..{high}, not {value!r}")
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)
 
 
 def check_bulkheads(config: ControllerConfig, source: str) -> None:
-    """The agent calls' bounds (controller.bulkheads): a node never takes every thread, and keeps
-    one for stops and on-demand launches."""
-    if not 3 <= config.agent_calls <= 1024:
-        raise ConfigError(f"{source}: controller.agent_calls must be within 3..1024, not {config.agent_calls!r}")
-    if not 2 <= config.agent_calls_per_node < config.agent_calls:
+    """The agent calls' bounds (controller.bulkheads), beyond each key's range: a node never
+    takes every thread, and keeps one for stops and on-demand launches."""
+    if config.agent_calls_per_node >= config.agent_calls:
         raise ConfigError(f"{source}: controller.agent_calls_per_node must be within 2..agent_calls-1 "
                           f"({config.agent_calls - 1}), not {config.agent_calls_per_node!r}")
-    if not 1 <= config.agent_backfill_backlog <= 4096:
-        raise ConfigError(f"{source}: controller.agent_backfill_backlog must be within 1..4096, "
-                          f"not {config.agent_backfill_backlog!r}")
 
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,

@@ -84,10 +84,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         ids.request_id(args.request_id)
     elif args.command == "reserve":
         action, node = reserve_action(args)
-        if action == "set":
+        if action == "settings":
             reserve_changes(args.rest)
         elif node is not None:
             checks.reserve(node, args.vcpus, args.memory, args.whole_node)
+        elif action == "hint":
+            checks.hint(*hint_arguments(args))
         elif args.label:
             checks.hint_label(args.label)
 
@@ -232,42 +234,85 @@ def cmd_backfill(stub, args):
     return data, "\n".join(f"{k} = {json.dumps(v)}" for k, v in data.items()), 0
 
 
-RESERVE_ACTIONS = ("set", "hint", "unhint")
+RESERVE_VERBS = ("set", "clear", "hint", "unhint")
+RESERVE_USAGE = ("usage: gleanctl reserve [NODE|'*']  (shows)\n"
+                 "       gleanctl reserve set NODE|'*' [--vcpus N] [--memory MIB] [--whole-node]\n"
+                 "       gleanctl reserve clear NODE|'*'\n"
+                 "       gleanctl reserve set KEY=VALUE ...  ([reserves] settings)\n"
+                 "       gleanctl reserve hint N --in HOURS --for HOURS [--label L] | reserve unhint [--label L]")
 
 
-def reserve_action(args) -> tuple[str | None, str | None]:
-    """(`reserve`'s action word, the node of a per-node reserve): the positional word is an action
-    unless --node names the node (so a node named like an action can have a reserve too)."""
-    if args.node_option is not None:
-        if args.node in RESERVE_ACTIONS:
-            raise UsageError(f"--node names the node of a per-node reserve; it does not go with `reserve {args.node}`")
-        if args.node is not None:
-            raise UsageError(f"name the node once: {args.node!r} and --node {args.node_option!r}")
-        return None, args.node_option
-    return (args.node, None) if args.node in RESERVE_ACTIONS else (None, args.node)
+def reserve_action(args) -> tuple[str, str | None]:
+    """(what `reserve` does, the node of a per-node reserve). It reads unless a verb says
+    otherwise: `reserve [NODE]` shows; `set NODE ...` and `clear NODE` change one node's
+    reserve; `set KEY=VALUE ...` the [reserves] settings; `hint`, `unhint` the hints. --node
+    names the node instead of the word after the verb (for a node named like a verb)."""
+    verb = args.node if args.node in RESERVE_VERBS else None
+    sized = bool(args.vcpus or args.memory or args.whole_node)
+    if verb is None:
+        node = _one_node(args.node, args.node_option)
+        if args.rest:
+            raise UsageError(f"unexpected arguments after the node: {' '.join(args.rest)}\n{RESERVE_USAGE}")
+        if sized:   # `reserve node1 --vcpus 2` once set it; say what does that now, change nothing
+            raise UsageError(f"`reserve {node or ''}` only shows; to change a node's reserve: gleanctl reserve "
+                             f"set {node or 'NODE'} --vcpus N --memory MIB | --whole-node")
+        return "show", node
+    if verb in ("hint", "unhint"):
+        if args.node_option is not None:
+            raise UsageError(f"--node names the node of a per-node reserve; it does not go with `reserve {verb}`")
+        return verb, None
+    first = args.rest[0] if args.rest else ""
+    if verb == "set" and args.node_option is None and not sized and \
+            ("=" in first or first in checks.RESERVE_KEYS or not first):
+        return "settings", None
+    node = _one_node(first or None, args.node_option)
+    extra = args.rest[1:] if first else args.rest
+    if node is None or extra:
+        raise UsageError(RESERVE_USAGE)
+    if verb == "set" and not sized:
+        raise UsageError(f"reserve set {node} needs --vcpus, --memory or --whole-node "
+                         f"(`gleanctl reserve clear {node}` removes it)")
+    if verb == "clear" and sized:
+        raise UsageError("reserve clear takes no --vcpus, --memory or --whole-node")
+    return verb, node
+
+
+def _one_node(word: str | None, option: str | None) -> str | None:
+    if word is not None and option is not None:
+        raise UsageError(f"name the node once: {word!r} and --node {option!r}")
+    return option if option is not None else word
 
 
 def cmd_reserve(stub, args):
     action, node = reserve_action(args)
     if action in ("hint", "unhint"):
         return cmd_hint(stub, args)
-    if action == "set":
+    if action == "settings":
         return cmd_reserve_set(stub, args)
-    if args.rest:
-        raise UsageError(f"unexpected arguments after the node: {' '.join(args.rest)}")
-    if node is None:
-        reply = stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=args.timeout)
-        status = stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=args.timeout)
+    if action in ("set", "clear"):   # all zero removes the reserve
+        sizes = dict(vcpus=args.vcpus, memory_mib=args.memory, whole_node=args.whole_node) if action == "set" else {}
+        reply = stub.SetReserve(controller_pb2.Reserve(node_id=node, **sizes), timeout=args.timeout)
+        return reserve_table(reply, None if action == "set" else node, cleared=action == "clear")
+    reply = stub.ListReserves(controller_pb2.ListReservesRequest(), timeout=args.timeout)
+    if node is not None:
+        return reserve_table(reply, node)
+    status = stub.GetReserveStatus(controller_pb2.ReserveStatusRequest(), timeout=args.timeout)
+    data, text, _ = reserve_table(reply, None)
+    status_data, status_text = reserve_status(status)
+    return dict(reserves=data, **status_data), f"{text}\n\n{status_text}", 0
+
+
+def reserve_table(reply, node: str | None, cleared: bool = False) -> tuple[list, str, int]:
+    """The per-node reserves (only `node`'s when named: '*', every node's, applies beside it)."""
+    reserves = [r for r in reply.reserves if node is None or r.node_id == node]
+    rows = [[r.node_id, r.vcpus, r.memory_mib, "yes" if r.whole_node else ""] for r in reserves]
+    if rows:
+        text = table(rows, ["NODE", "VCPUS", "MEMORY_MIB", "WHOLE_NODE"])
+    elif node is None:
+        text = "no per-node reserves"
     else:
-        reply = stub.SetReserve(controller_pb2.Reserve(node_id=node, vcpus=args.vcpus, memory_mib=args.memory,
-                                                       whole_node=args.whole_node), timeout=args.timeout)
-        status = None
-    rows = [[r.node_id, r.vcpus, r.memory_mib, "yes" if r.whole_node else ""] for r in reply.reserves]
-    text = table(rows, ["NODE", "VCPUS", "MEMORY_MIB", "WHOLE_NODE"]) if rows else "no per-node reserves"
-    if status is None:
-        return as_dict(reply)["reserves"], text, 0
-    data, status_text = reserve_status(status)
-    return dict(reserves=as_dict(reply)["reserves"], **data), f"{text}\n\n{status_text}", 0
+        text = f"{'cleared: ' if cleared else ''}no reserve for {node}"
+    return [as_dict(r) for r in reserves], text, 0
 
 
 def cmd_reserve_set(stub, args):
@@ -283,7 +328,7 @@ def reserve_changes(items: list[str]) -> dict[str, Any]:
     """`reserve set`'s KEY=VALUE items, typed and each checked (SettingError, InvalidField)."""
     if not items:
         raise checks.SettingError(f"usage: gleanctl reserve set KEY=VALUE ... (KEY one of "
-                                  f"{', '.join(checks.RESERVE_KEYS)})")
+                                  f"{', '.join(checks.RESERVE_KEYS)}), or reserve set NODE --vcpus N ...")
     changes: dict[str, Any] = {}
     for item in items:
         key, value = checks.parse_reserve_setting(item)
@@ -300,19 +345,24 @@ def cmd_hint(stub, args):
             raise UsageError("reserve unhint takes no arguments but --label")
         status = stub.CancelHints(controller_pb2.CancelHintsRequest(label=args.label), timeout=args.timeout)
     else:
-        if len(args.rest) != 1 or args.in_hours is None or args.for_hours is None:
-            raise UsageError("usage: gleanctl reserve hint NODES --in HOURS --for HOURS [--label LABEL]")
-        try:
-            nodes = int(args.rest[0])
-        except ValueError:
-            raise UsageError(f"NODES must be a whole number, not {args.rest[0]!r}") from None
-        status = stub.AddHint(controller_pb2.AddHintRequest(nodes=nodes, in_hours=args.in_hours,
-                                                            for_hours=args.for_hours, label=args.label),
-                              timeout=args.timeout)
+        nodes, in_hours, for_hours, label = hint_arguments(args)
+        status = stub.AddHint(controller_pb2.AddHintRequest(nodes=nodes, in_hours=in_hours, for_hours=for_hours,
+                                                            label=label), timeout=args.timeout)
     data, text = reserve_status(status)
     if status.note:
         text = f"warning: {status.note}\n{text}"
     return data, text, 0
+
+
+def hint_arguments(args) -> tuple[int, float, float, str]:
+    """`reserve hint N --in H --for D [--label L]` as (N, H, D, L), or UsageError."""
+    if len(args.rest) != 1 or args.in_hours is None or args.for_hours is None:
+        raise UsageError("usage: gleanctl reserve hint NODES --in HOURS --for HOURS [--label LABEL]")
+    try:
+        nodes = int(args.rest[0])
+    except ValueError:
+        raise UsageError(f"NODES must be a whole number, not {args.rest[0]!r}") from None
+    return nodes, args.in_hours, args.for_hours, args.label
 
 
 def reserve_status(status) -> tuple[dict, str]:
@@ -361,6 +411,20 @@ def cmd_status(stub, args):
     return as_dict(s), text, 0
 
 
+MAX_TIMEOUT_SECONDS = 86400.0
+
+
+def finite(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number within [low, high] (nan and inf are within none), else a usage
+    error naming the range."""
+    def number(text: str) -> float:
+        try:
+            return ids.bounded(float(text), low, high, "value")
+        except ValueError:   # not a number, or InvalidField: outside the range
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number within {low:g}..{high:g}") from None
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gleanctl", description="Drive a Gleaner pool.")
     parser.add_argument("--controller", help="HOST:PORT of the controller (default 127.0.0.1:7450)")
@@ -372,14 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no TLS: only for a controller listening on a unix socket (--controller unix:PATH), "
                              "the only place it serves without TLS")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the controller")
+    parser.add_argument("--timeout", type=finite(0.1, MAX_TIMEOUT_SECONDS), default=120.0,
+                        help="seconds to wait for the controller")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nodes", help="nodes, their state, allocation and potential productivity")
     vms = sub.add_parser("vms", help="VMs with role, node and age")
     vms.add_argument("--all", action="store_true", help="include ended leases")
     request = sub.add_parser("request", help="place an on-demand VM")
-    request.add_argument("--vcpus", type=int, default=1)
-    request.add_argument("--memory", type=int, default=128, help="MiB")
+    # no default size: a request that forgot it would place (and maybe preempt for) a VM nobody asked for
+    request.add_argument("--vcpus", type=int, required=True)
+    request.add_argument("--memory", type=int, required=True, help=f"MiB, at least {checks.MIN_MEMORY_MIB}")
     request.add_argument("--image", default="tiny")
     request.add_argument("--owner", default="admin")
     request.add_argument("--request-id", help="idempotency key (default: a new one)")
@@ -392,13 +458,16 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("action", choices=["show", "set", "enable", "disable"])
     backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
     reserve = sub.add_parser(
-        "reserve", help="show reserves (per node, and Balancer's: static, predictive, hints, wait window), set a "
-                        "per-node one, `reserve set KEY=VALUE ...` ([reserves] settings), or "
+        "reserve", help="show reserves (per node, and Balancer's: static, predictive, hints, wait window); "
+                        "change only with a verb: `reserve set NODE --vcpus N --memory MIB | --whole-node`, "
+                        "`reserve clear NODE`, `reserve set KEY=VALUE ...` ([reserves] settings), "
                         "`reserve hint N --in H --for D` / `reserve unhint [--label L]`")
-    reserve.add_argument("node", nargs="?", help="node id, or '*' for every node; or set, hint, unhint")
+    reserve.add_argument("node", nargs="?", help="a node id, or '*' for every node, to show; or set, clear, "
+                                                 "hint, unhint")
     reserve.add_argument("--node", dest="node_option", metavar="NODE",
-                         help="the node of a per-node reserve (for a node named set, hint or unhint)")
-    reserve.add_argument("rest", nargs="*", help="with set: KEY=VALUE settings; with hint: the number of nodes")
+                         help="the node of a per-node reserve (for a node named set, clear, hint or unhint)")
+    reserve.add_argument("rest", nargs="*", help="with set or clear: the node, or with set KEY=VALUE settings; "
+                                                 "with hint: the number of nodes")
     reserve.add_argument("--in", dest="in_hours", type=float, help="hint: hours until the nodes are needed")
     reserve.add_argument("--for", dest="for_hours", type=float, help="hint: hours they are needed for")
     reserve.add_argument("--label", default="", help="hint: who or what it is for; unhint: which hints to drop")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gleaner_common import ids
-from gleaner_common.config import (HOST_PORT, ConfigError, TlsConfig, check_listen, check_tls, parse_sections,
-                                   read_toml, sections_to_toml)
+from gleaner_common.config import (ConfigError, TlsConfig, check_address, check_listen, check_numbers, check_tls,
+                                   host_port_problem, number_keys, parse_sections, read_toml, sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
 from .guard import GuardConfig
@@ -108,36 +108,52 @@ class AgentConfig:
         return self.state_dir / "console"
 
 
-# TOML section -> {key: (AgentConfig attribute, type)}
-_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+HOUR, DAY = 3600, 86400
+INTERVAL = (0.1, HOUR)           # a loop's period: more often floods (reports) or spins (the reaper)
+TICK = (0.01, 60.0)
+MAX_DISK_BYTES_PER_SECOND = 2**40    # 1 TiB/s: past any disk; 0 is no cap
+MAX_DISK_IOPS = 10**9
+MAX_NET_BYTES_PER_SECOND = 125 * 10**9   # 1 Tbit/s: past any link; 0 is no cap
+
+# TOML section -> {key: (AgentConfig attribute, type[, (low, high)])}: every number has its
+# inclusive range, checked (finite) by check_config; a number without one fails at import.
+_SCHEMA: dict[str, dict[str, tuple]] = {
     "agent": {"id": ("agent_id", str), "listen": ("listen", str), "state_dir": ("state_dir", Path),
               "image_dir": ("image_dir", Path), "log_level": ("log_level", str)},
     "libvirt": {"uri": ("libvirt_uri", str), "domain_type": ("domain_type", str)},
-    "lifecycle": {"grace_seconds": ("grace_seconds", int),
-                  "reap_interval_seconds": ("reap_interval_seconds", float),
-                  "unfinished_launch_seconds": ("unfinished_launch_seconds", float),
-                  "console_keep_seconds": ("console_keep_seconds", float),
-                  "console_budget_mib": ("console_budget_mib", int)},
+    "lifecycle": {"grace_seconds": ("grace_seconds", int, (0, HOUR)),
+                  "reap_interval_seconds": ("reap_interval_seconds", float, INTERVAL),
+                  "unfinished_launch_seconds": ("unfinished_launch_seconds", float, (0, DAY)),
+                  "console_keep_seconds": ("console_keep_seconds", float, (0, MAX_CONSOLE_KEEP_SECONDS)),
+                  "console_budget_mib": ("console_budget_mib", int, CONSOLE_BUDGET_MIB)},
     "cgroup": {"root": ("cgroup_root", Path)},
+    # the kernel's ranges: cpu.shares (v1) and cpu.weight (v2)
     "priority": {"use_cpu_idle": ("use_cpu_idle", bool),
-                 "foreground_weight_v1": ("foreground_weight_v1", int),
-                 "foreground_weight_v2": ("foreground_weight_v2", int),
-                 "volunteer_weight_v1": ("volunteer_weight_v1", int),
-                 "volunteer_weight_v2": ("volunteer_weight_v2", int),
-                 "reconcile_interval_seconds": ("reconcile_interval_seconds", float)},
-    "guard": {"enabled": ("guard_enabled", bool), "period_seconds": ("guard_period_seconds", float),
-              "slice_ms": ("guard_slice_ms", float), "tick_seconds": ("guard_tick_seconds", float),
-              "idle_tick_seconds": ("guard_idle_tick_seconds", float)},
-    "disk": {"foreground_weight": ("disk_foreground_weight", int), "volunteer_weight": ("disk_volunteer_weight", int),
-             "volunteer_bytes_per_second": ("disk_volunteer_bytes_per_second", int),
-             "volunteer_iops": ("disk_volunteer_iops", int)},
+                 "foreground_weight_v1": ("foreground_weight_v1", int, (2, 262144)),
+                 "foreground_weight_v2": ("foreground_weight_v2", int, (1, 10000)),
+                 "volunteer_weight_v1": ("volunteer_weight_v1", int, (2, 262144)),
+                 "volunteer_weight_v2": ("volunteer_weight_v2", int, (1, 10000)),
+                 "reconcile_interval_seconds": ("reconcile_interval_seconds", float, INTERVAL)},
+    "guard": {"enabled": ("guard_enabled", bool), "period_seconds": ("guard_period_seconds", float, INTERVAL),
+              "slice_ms": ("guard_slice_ms", float, (1, HOUR * 1000)),
+              "tick_seconds": ("guard_tick_seconds", float, TICK),
+              "idle_tick_seconds": ("guard_idle_tick_seconds", float, TICK)},
+    # libvirt's blkiotune weight range
+    "disk": {"foreground_weight": ("disk_foreground_weight", int, (100, 1000)),
+             "volunteer_weight": ("disk_volunteer_weight", int, (100, 1000)),
+             "volunteer_bytes_per_second": ("disk_volunteer_bytes_per_second", int, (0, MAX_DISK_BYTES_PER_SECOND)),
+             "volunteer_iops": ("disk_volunteer_iops", int, (0, MAX_DISK_IOPS))},
     "network": {"attach": ("network_attach", str),
-                "volunteer_to_guest_bytes_per_second": ("network_volunteer_to_guest_bytes_per_second", int),
-                "volunteer_from_guest_bytes_per_second": ("network_volunteer_from_guest_bytes_per_second", int)},
-    "metrics": {"listen": ("metrics_listen", str), "sample_seconds": ("metrics_sample_seconds", float)},
-    "controller": {"address": ("controller_address", str), "report_seconds": ("controller_report_seconds", float),
+                "volunteer_to_guest_bytes_per_second": ("network_volunteer_to_guest_bytes_per_second", int,
+                                                        (0, MAX_NET_BYTES_PER_SECOND)),
+                "volunteer_from_guest_bytes_per_second": ("network_volunteer_from_guest_bytes_per_second", int,
+                                                          (0, MAX_NET_BYTES_PER_SECOND))},
+    "metrics": {"listen": ("metrics_listen", str), "sample_seconds": ("metrics_sample_seconds", float, INTERVAL)},
+    "controller": {"address": ("controller_address", str),
+                   "report_seconds": ("controller_report_seconds", float, INTERVAL),
                    "advertise": ("advertise_address", str)},
 }
+NUMBER_KEYS = number_keys(_SCHEMA)
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> AgentConfig:
@@ -156,44 +172,12 @@ def load_config(path: Path) -> AgentConfig:
 
 
 def check_config(config: AgentConfig, source: str) -> None:
+    check_numbers(config, _SCHEMA, source)   # first: every rule below may compare numbers
     if config.domain_type not in DOMAIN_TYPES:
         raise ConfigError(f"{source}: libvirt.domain_type must be one of {', '.join(DOMAIN_TYPES)}, "
                           f"not {config.domain_type!r}")
-    if not 0 <= config.grace_seconds <= 3600:
-        raise ConfigError(f"{source}: lifecycle.grace_seconds must be within 0..3600")
-    if not 0 <= config.unfinished_launch_seconds <= 86400:
-        raise ConfigError(f"{source}: lifecycle.unfinished_launch_seconds must be within 0..86400")
-    if not 0 <= config.console_keep_seconds <= MAX_CONSOLE_KEEP_SECONDS:
-        raise ConfigError(f"{source}: lifecycle.console_keep_seconds must be within 0..{MAX_CONSOLE_KEEP_SECONDS} "
-                          "(0: a console log goes with its domain)")
-    low, high = CONSOLE_BUDGET_MIB
-    if not low <= config.console_budget_mib <= high:
-        raise ConfigError(f"{source}: lifecycle.console_budget_mib is {config.console_budget_mib}; it must be "
-                          f"within {low}..{high} (MiB for all console logs together)")
-    for key, value in (("lifecycle.reap_interval_seconds", config.reap_interval_seconds),
-                       ("priority.reconcile_interval_seconds", config.reconcile_interval_seconds),
-                       ("guard.period_seconds", config.guard_period_seconds),
-                       ("guard.slice_ms", config.guard_slice_ms),
-                       ("guard.tick_seconds", config.guard_tick_seconds),
-                       ("guard.idle_tick_seconds", config.guard_idle_tick_seconds),
-                       ("metrics.sample_seconds", config.metrics_sample_seconds),
-                       ("controller.report_seconds", config.controller_report_seconds)):
-        if value <= 0:
-            raise ConfigError(f"{source}: {key} must be positive")
     if config.guard_slice_ms >= config.guard_period_seconds * 1000:
         raise ConfigError(f"{source}: guard.slice_ms must be shorter than guard.period_seconds")
-    for key, value, low, high in (("foreground_weight_v1", config.foreground_weight_v1, 2, 262144),
-                                  ("volunteer_weight_v1", config.volunteer_weight_v1, 2, 262144),
-                                  ("foreground_weight_v2", config.foreground_weight_v2, 1, 10000),
-                                  ("volunteer_weight_v2", config.volunteer_weight_v2, 1, 10000)):
-        if not low <= value <= high:
-            raise ConfigError(f"{source}: priority.{key} must be within {low}..{high} (the kernel's range)")
-    for key in ("foreground_weight", "volunteer_weight"):
-        if not 100 <= getattr(config, f"disk_{key}") <= 1000:
-            raise ConfigError(f"{source}: disk.{key} must be within 100..1000 (libvirt's blkiotune range)")
-    for key in ("volunteer_bytes_per_second", "volunteer_iops"):
-        if getattr(config, f"disk_{key}") < 0:
-            raise ConfigError(f"{source}: disk.{key} must be 0 (no cap) or more")
     check_listen(config.listen, "agent.listen", source)
     try:
         ids.node_id(config.agent_id, "agent.id")
@@ -202,21 +186,31 @@ def check_config(config: AgentConfig, source: str) -> None:
     if not re.fullmatch(r"none|ethernet|(bridge|network):[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", config.network_attach):
         raise ConfigError(f"{source}: network.attach {config.network_attach!r} must be none, ethernet, "
                           "bridge:NAME or network:NAME")
-    for key in ("to_guest", "from_guest"):
-        if getattr(config, f"network_volunteer_{key}_bytes_per_second") < 0:
-            raise ConfigError(f"{source}: network.volunteer_{key}_bytes_per_second must be 0 (no cap) or more")
-    if config.metrics_listen and not HOST_PORT.fullmatch(config.metrics_listen):
-        raise ConfigError(f"{source}: metrics.listen {config.metrics_listen!r} must be HOST:PORT, or \"\" for off")
+    if config.metrics_listen:
+        check_address(config.metrics_listen, "metrics.listen", source, port_zero=True)
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
+    check_controller_addresses(config, source)
+    check_tls(config.tls, config.listen, source)
+
+
+def check_controller_addresses(config: AgentConfig, source: str) -> None:
+    """Where the agent reports to and where it says it is reached: each HOST:PORT and nothing
+    else (host_port_problem), so neither can send a gRPC client to a socket or a resolver."""
     for key, address in (("controller.address", config.controller_address),
                          ("controller.advertise", config.advertise_address)):
-        if address and not HOST_PORT.fullmatch(address):
-            raise ConfigError(f"{source}: {key} {address!r} must be HOST:PORT")
-    if config.controller_address and config.listen.startswith("unix:") and not config.advertise_address:
+        if address:
+            check_address(address, key, source)
+    if not config.controller_address:
+        return
+    if config.listen.startswith("unix:") and not config.advertise_address:
         raise ConfigError(f"{source}: an agent on a unix socket needs controller.advertise, the HOST:PORT "
                           "the controller can reach it at")
-    check_tls(config.tls, config.listen, source)
+    if not config.advertise_address:   # made from listen and this host's name: checked as reported
+        problem = host_port_problem(config.reachable_address)
+        if problem:
+            raise ConfigError(f"{source}: the address reported to the controller, {config.reachable_address[:80]!r} "
+                              f"(from agent.listen), must be HOST:PORT: {problem}; set controller.advertise")
 
 
 def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from gleaner_common.ids import InvalidField, bounded
+
 HOUR = 3600
 DAY = 86400
 MONTH_DAYS = 30
@@ -56,18 +58,12 @@ class ReserveSettings:
 
     def validate(self) -> ReserveSettings:
         """The settings, or ReserveError naming the first field at fault."""
-        _whole("static_nodes", self.static_nodes, least=0)
+        for field, (kind, low, high) in NUMBER_RANGES.items():
+            (_whole if kind is int else _seconds)(field, getattr(self, field), low, high)
         if not isinstance(self.predictive, PredictiveMode):
             raise ReserveError("predictive", f"must be one of {', '.join(m.value for m in PredictiveMode)}")
-        _whole("slot_seconds", self.slot_seconds, least=MIN_SLOT_SECONDS)
-        if self.slot_seconds > DAY or DAY % self.slot_seconds:
+        if DAY % self.slot_seconds:
             raise ReserveError("slot_seconds", f"must divide a day ({DAY} s) evenly, not {self.slot_seconds}")
-        _whole("utc_offset_seconds", self.utc_offset_seconds, least=-DAY // 2)
-        if self.utc_offset_seconds > DAY // 2:
-            raise ReserveError("utc_offset_seconds", "must be within 12 hours of UTC")
-        _seconds("wait_seconds", self.wait_seconds, most=DAY)
-        _seconds("lead_seconds", self.lead_seconds, most=DAY)
-        _whole("max_waiting", self.max_waiting, least=0)
         if not isinstance(self.drain, bool):
             raise ReserveError("drain", f"must be true or false, not {self.drain!r}")
         return self
@@ -93,22 +89,36 @@ class ReserveSettings:
         return cls(**fields).validate()
 
 
+# Every number among the settings: (type, low, high), inclusive. Seconds are finite (NaN and the
+# infinities are within no range).
+NUMBER_RANGES: dict[str, tuple[type, float, float]] = {
+    "static_nodes": (int, 0, MAX_COUNT),
+    "slot_seconds": (int, MIN_SLOT_SECONDS, DAY),        # and divides a day
+    "utc_offset_seconds": (int, -DAY // 2, DAY // 2),    # within 12 hours of UTC
+    "wait_seconds": (float, 0, DAY),
+    "lead_seconds": (float, 0, DAY),
+    "max_waiting": (int, 0, MAX_COUNT),
+}
+
+
 def _whole(field: str, value: Any, least: int, most: int = MAX_COUNT) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ReserveError(field, f"must be a whole number, not {value!r}")
-    if value < least:
-        raise ReserveError(field, f"must be at least {least}, not {value}")
-    if value > most:
-        raise ReserveError(field, f"must be at most {most}, not {value}")
+        raise ReserveError(field, f"must be a whole number within {least}..{most}, not {value!r}")
+    _within(field, value, least, most, "")
 
 
-def _seconds(field: str, value: Any, most: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ReserveError(field, f"must be a finite number of seconds, not {value!r}")
-    if value < 0:
-        raise ReserveError(field, f"must not be negative, not {value:g}")
-    if value > most:
-        raise ReserveError(field, f"must be at most {most:g} s, not {value:g}")
+def _seconds(field: str, value: Any, least: float, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReserveError(field, f"must be a number of seconds within {least}..{most}, not {value!r}")
+    _within(field, value, least, most, " s")
+
+
+def _within(field: str, value: float, least: float, most: float, unit: str) -> None:
+    try:
+        bounded(value, least, most, field)   # the shared rule: NaN and the infinities are outside
+    except InvalidField:
+        raise ReserveError(field, f"must be within {least}..{most}{unit} (a finite number), "   # the bounds are whole
+                                  f"not {value!r}") from None
 
 
 @dataclass(frozen=True)

@@ -126,9 +126,9 @@ def test_impossible_request_is_rejected_and_touches_nothing(pool):
 
 def test_bad_requests_get_clear_errors(pool):
     controller, _agent = pool
-    done = gleanctl(controller, "request", "--image", "../etc/passwd")
+    done = gleanctl(controller, "request", "--vcpus", "1", "--memory", "128", "--image", "../etc/passwd")
     assert done.returncode == 4 and "image" in done.stderr
-    done = gleanctl(controller, "request", "--request-id", "e2e-1", "--vcpus", "2")
+    done = gleanctl(controller, "request", "--request-id", "e2e-1", "--vcpus", "2", "--memory", "128")
     assert done.returncode == 4 and "already used" in done.stderr
     done = gleanctl(controller, "backfill", "set", "termination_policy=oldest")
     assert done.returncode == 4 and "termination_policy" in done.stderr
@@ -259,8 +259,8 @@ def test_extra_nodes_on_the_test_driver_take_placements(pool, test_env):
                                                                      owner="carol", request_id="e2e-fake"), timeout=60)
         assert reply.outcome == "placed", reply.reason
         assert reply.lease.node_id in ("fake1", "fake2") and not reply.preempted
-        gleanctl(controller, "reserve", "fake1", "--whole-node")
-        gleanctl(controller, "reserve", "fake2", "--whole-node")
+        gleanctl(controller, "reserve", "set", "fake1", "--whole-node")
+        gleanctl(controller, "reserve", "set", "fake2", "--whole-node")
         reserves = json.loads(gleanctl(controller, "--json", "reserve").stdout)["reserves"]
         assert {r["node_id"] for r in reserves if r["whole_node"]} == {"fake1", "fake2"}
     finally:

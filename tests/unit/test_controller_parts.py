@@ -93,7 +93,7 @@ def test_controller_config_round_trips_and_is_strict():
     with pytest.raises(ConfigError, match="vm_name_prefix"):
         check_config(ControllerConfig(listen="unix:/c.sock", tls=TlsConfig(insecure=True), vm_name_prefix="a/b"), "t")
     for field in ("agent_timeout_seconds", "down_after_seconds"):
-        with pytest.raises(ConfigError, match=f"{field} must be a positive, finite number, not inf"):   # TOML has inf
+        with pytest.raises(ConfigError, match=f"{field} must be within .* \\(a finite number\\), not inf"):   # TOML has inf
             check_config(ControllerConfig(listen="unix:/c.sock", tls=TlsConfig(insecure=True),
                                           **{field: float("inf")}), "t")
 
@@ -395,7 +395,7 @@ def test_gleanctl_reserve_node_option_reaches_a_node_named_like_an_action(tmp_pa
     pool.ingest(controller_pb2.NodeReport(node_id="set", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
                                           images=["tiny"]))
     try:
-        assert gleanctl_main(target + ["reserve", "--node", "set", "--vcpus", "1"]) == 0
+        assert gleanctl_main(target + ["reserve", "set", "--node", "set", "--vcpus", "1"]) == 0
         assert pool.ledger.reserve_for("set").vcpus == 1 and "set" in capsys.readouterr().out
         assert gleanctl_main(target + ["reserve", "a", "--node", "set"]) == EXIT_USAGE
         assert "name the node once: 'a' and --node 'set'" in capsys.readouterr().err
@@ -633,14 +633,14 @@ def test_a_failing_store_answers_unavailable_naming_it_not_unknown_or_internal(t
 
 
 @pytest.mark.parametrize("args, field", [
-    (["request", "--owner", "eve\nmallory"], "owner"),
-    (["request", "--image", "../etc/passwd"], "image"),
-    (["request", "--request-id", "r/1"], "request_id"),
-    (["request", "--vcpus", "0"], "vcpus"),
-    (["request", "--memory", str(2**40)], "memory_mib"),
+    (["request", "--vcpus", "1", "--memory", "128", "--owner", "eve\nmallory"], "owner"),
+    (["request", "--vcpus", "1", "--memory", "128", "--image", "../etc/passwd"], "image"),
+    (["request", "--vcpus", "1", "--memory", "128", "--request-id", "r/1"], "request_id"),
+    (["request", "--vcpus", "0", "--memory", "128"], "vcpus"),
+    (["request", "--vcpus", "1", "--memory", str(2**40)], "memory_mib"),
     (["release", "od/../x"], "lease_id"),
-    (["reserve", "Node_1", "--vcpus", "1"], "node_id"),
-    (["reserve", "node1", "--vcpus", "100000"], "vcpus"),
+    (["reserve", "set", "Node_1", "--vcpus", "1"], "node_id"),
+    (["reserve", "set", "node1", "--vcpus", "100000"], "vcpus"),
     (["reserve", "unhint", "--label", "a b"], "label"),
 ])
 def test_gleanctl_checks_arguments_before_calling(args, field, capsys):
@@ -649,7 +649,8 @@ def test_gleanctl_checks_arguments_before_calling(args, field, capsys):
     target = ["--controller", f"127.0.0.1:{free_port()}", "--insecure", "--timeout", "2"]
     assert gleanctl_main(target + args) == EXIT_INVALID
     assert f"invalid argument {field}:" in capsys.readouterr().err
-    fine = {"request": ["request"], "release": ["release", "od-1"], "reserve": ["reserve", "node1", "--vcpus", "1"]}
+    fine = {"request": ["request", "--vcpus", "1", "--memory", "128"], "release": ["release", "od-1"],
+            "reserve": ["reserve", "set", "node1", "--vcpus", "1"]}
     assert gleanctl_main(target + fine[args[0]]) == EXIT_UNREACHABLE  # valid arguments do go out
 
 
@@ -677,18 +678,18 @@ def test_a_request_no_node_can_boot_is_refused_before_any_backfill_vm_is_preempt
     from controller.gleanctl import EXIT_REFUSED
     agents = SlowAgents()
     pool, server, target = serve_pool(tmp_path, agents, [lease(f"bf{i}", launched_at=1000.0 + i) for i in range(2)],
-                                      min_memory_mib=64)
+                                      min_memory_mib=160)
     try:
-        for args, why in ((["--image", "missing"], "no up node has image 'missing'"),
-                          (["--memory", "32"], "32 MiB is less than the smallest VM")):
-            assert gleanctl_main(target + ["--json", "request", *args]) == EXIT_REFUSED
+        for args, why in ((["--memory", "128", "--image", "missing"], "no up node has image 'missing'"),
+                          (["--memory", "128"], "128 MiB is less than the smallest VM")):
+            assert gleanctl_main(target + ["--json", "request", "--vcpus", "1", *args]) == EXIT_REFUSED
             reply = json.loads(capsys.readouterr().out)
             assert reply["outcome"] == "rejected" and why in reply["reason"] and not reply.get("preempted")
         time.sleep(0.5)   # a victim's stop would have begun by now
         assert agents.terminated == [] and agents.launched == []
         assert sorted((l.lease_id, l.state) for l in pool.live_leases()) == [("bf0", "running"), ("bf1", "running")]
         # the node really was full: a request it can boot does preempt
-        assert gleanctl_main(target + ["--json", "request", "--memory", "128"]) == 0
+        assert gleanctl_main(target + ["--json", "request", "--vcpus", "1", "--memory", "192"]) == 0
         assert [p["lease_id"] for p in json.loads(capsys.readouterr().out)["preempted"]] == ["bf1"]
     finally:
         server.stop(grace=1)
