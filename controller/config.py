@@ -158,8 +158,8 @@ def check_bulkheads(config: ControllerConfig, source: str) -> None:
     """The agent calls' bounds (controller.bulkheads), beyond each key's range: a node never
     takes every thread, and keeps one for stops and on-demand launches."""
     if config.agent_calls_per_node >= config.agent_calls:
-        raise ConfigError(f"{source}: controller.agent_calls_per_node must be within 2..agent_calls-1 "
-                          f"({config.agent_calls - 1}), not {config.agent_calls_per_node!r}")
+        raise ConfigError(f"{source}: controller.agent_calls_per_node ({config.agent_calls_per_node}) must be "
+                          f"less than controller.agent_calls ({config.agent_calls}): one node never takes every call")
 
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,

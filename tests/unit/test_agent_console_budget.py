@@ -115,8 +115,8 @@ def test_a_domain_running_again_since_the_scan_keeps_its_log(tmp_path):
 
 @pytest.mark.parametrize("value", [0, 15, 1024 * 1024 + 1, -1])
 def test_the_budget_is_bounded(value):
-    with pytest.raises(ConfigError, match=rf"agent.toml: lifecycle.console_budget_mib is {value}; it must be "
-                                          r"within 16\.\.1048576"):
+    with pytest.raises(ConfigError, match=rf"agent.toml: lifecycle.console_budget_mib must be within "
+                                          rf"16\.\.1048576 \(a finite number\), not {value}"):
         check_config(AgentConfig(console_budget_mib=value), "agent.toml")
 
 
