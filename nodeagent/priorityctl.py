@@ -41,6 +41,7 @@ class PriorityController:
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
         self._at_risk: set[str] = set()
+        self._no_vcpus: set[str] = set()           # domains whose vCPU threads were not found yet (logged once)
         self._slow_tick_at = -math.inf             # monotonic time of the next step that samples every volunteer
 
     def setting(self, cls: PriorityClass) -> cgroups.CpuSetting:
@@ -63,6 +64,7 @@ class PriorityController:
     def forget(self, name: str) -> None:
         self.groups.forget(name)
         self._schedstat.pop(name, None)
+        self._no_vcpus.discard(name)
         with self._lock:
             self._boosted.pop(name, None)
             self._samples.pop(name, None)
@@ -73,7 +75,10 @@ class PriorityController:
             try:
                 samples[name] = cgroups.read_schedstat(self._schedstat_paths(name))
             except (FileNotFoundError, ProcessLookupError):
-                self._schedstat.pop(name, None)  # threads changed: look again next tick
+                # Threads changed: look again next tick; counters of other threads do not continue these.
+                self._schedstat.pop(name, None)
+                with self._lock:
+                    self._samples.pop(name, None)
         return samples
 
     def _schedstat_paths(self, name: str) -> list:
@@ -82,8 +87,20 @@ class PriorityController:
             group = self.groups.find(name)
             if group is None:
                 raise FileNotFoundError(name)
-            paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version, self.proc)
+            paths = cgroups.vcpu_schedstat_paths(group, self.facts.version, self.proc)
+            if paths is None:   # still starting: its vCPU threads are not in their groups yet
+                self._note_no_vcpus(name, group)
+                raise FileNotFoundError(name)
+            self._schedstat[name] = paths
+            self._no_vcpus.discard(name)
         return paths
+
+    def _note_no_vcpus(self, name: str, group: Path) -> None:
+        """Say once per domain that the guard cannot read it yet, rather than skip it silently."""
+        if name not in self._no_vcpus:
+            self._no_vcpus.add(name)
+            log_event(log, "guard.no_vcpu_threads", domain=name, group=str(group),
+                      note="not judged until libvirt has put its vCPU threads in vcpuN groups")
 
     def guard_interval(self) -> float:
         """Seconds until the next guard step: the fast tick while a volunteer is raised or close

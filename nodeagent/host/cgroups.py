@@ -217,15 +217,33 @@ def _task_ids(group: Path, version: int) -> list[int]:
         return []
 
 
-def vcpu_schedstat_paths(group: Path, version: int, proc: Path = PROC) -> list[Path]:
-    """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups).
+def vcpu_groups(group: Path) -> list[Path]:
+    """A domain's vcpuN groups: right under its group (libvirt without systemd) or under the
+    nested libvirt/ group libvirt makes inside a systemd machine scope."""
+    found = []
+    for parent in (group, group / "libvirt"):
+        if parent.is_dir():
+            found += [g for g in parent.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
+    return sorted(found)
+
+
+def vcpu_schedstat_paths(group: Path, version: int, proc: Path = PROC) -> list[Path] | None:
+    """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups),
+    or None while libvirt has not yet put each of them there.
 
     vCPU threads live as long as the domain, so callers keep this list and read it often:
     the starvation guard reads the kernel's numbers rather than libvirt's, whose vCPU
-    statistics ask QEMU's monitor, which a starved volunteer answers late.
+    statistics ask QEMU's monitor, which a starved volunteer answers late. Hence None during
+    start-up: libvirt starts QEMU with every thread in emulator/ (measured: about 0.5 s, longer
+    on a busy host) and only then makes vcpuN/ and moves each vCPU thread in. A list taken
+    then holds no vCPU thread, reads as a guest that never wants CPU, and, kept, hid a starving
+    volunteer from the guard for the whole of its life.
     """
-    vcpu_groups = [g for g in group.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
-    return [proc / str(tid) / "schedstat" for sub in vcpu_groups or [group] for tid in _task_ids(sub, version)]
+    groups = vcpu_groups(group)
+    tids = [_task_ids(sub, version) for sub in groups]
+    if not groups or not all(tids):
+        return None
+    return [proc / str(tid) / "schedstat" for ids in tids for tid in ids]
 
 
 def read_schedstat(paths: list[Path]) -> tuple[int, int]:
