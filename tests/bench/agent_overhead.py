@@ -23,7 +23,10 @@ guard.boost and guard.release lines the agent logged during the window; the repo
 controller received from the node (ListNodes polled on the controller every 0.5 s, a report
 counted when last_report_age shows a new arrival), the longest gap between them, and the
 controller's node.suspect/down/up lines in the window; the starved volunteers' CPU seconds per
-guard period (the guard aims at guard_slice_s each). Before and after the window, outside it,
+guard period (the guard aims at guard_slice_s each): on average over the window (libvirt's CPU
+time), and in every whole period of the window for every starved volunteer (the kernel's
+cpuacct of its vcpuN groups, read at each period boundary). The benchmark exits 1 when any
+starved volunteer got less than MIN_SLICE_FRACTION (0.8) of the slice in any period. Before and after the window, outside it,
 the agent is asked for ListDomains (volunteer CPU times) and GetMetrics (domains in its metrics,
 host busy cores, and its self-reported CPU: one 1 s sample of its own CPU time, which the kernel
 counts in 10 ms ticks, so it reads 0 or a multiple of about 1%).
@@ -57,13 +60,14 @@ from controller.config import ControllerConfig
 from nodeagent.config import AgentConfig, load_config
 from nodeagent.inventory import FULL_REFRESH_PASSES
 from protos import agent_pb2, controller_pb2
-from tests.agentproc import (AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request, remove_test_domains,
-                             unique_name, wait_for, wait_for_console)
+from tests.agentproc import (AgentProcess, LabEnv, domain_cgroup_dir, exit_cleanly_on_sigterm, launch_request,
+                             remove_test_domains, unique_name, wait_for, wait_for_console)
 from tests.controllerproc import ControllerProcess, agent_settings
 
 DEFAULTS = AgentConfig()
 CONTROLLER_DEFAULTS = ControllerConfig()
 HOG = "gleaner.workload=hog"
+MIN_SLICE_FRACTION = 0.8   # the goal: every starved volunteer gets at least this much of its slice in every period
 
 
 def refresh_cycles(config: AgentConfig) -> tuple[float, float]:
@@ -142,6 +146,54 @@ def domain_cpu_ns(stub) -> dict[str, int]:
     return {d.name: d.cpu_time_ns for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains}
 
 
+def vcpu_cpu_ns(name: str) -> int:
+    """A domain's vCPU time as the kernel counts it (cpuacct of its vcpuN groups, or of the whole
+    domain where libvirt made none): read from outside, never by asking the agent."""
+    group = domain_cgroup_dir(name, "cpuacct")
+    vcpus = sorted(group.glob("vcpu*/cpuacct.usage")) or [group / "cpuacct.usage"]
+    return sum(int(path.read_text()) for path in vcpus)
+
+
+class PeriodSampler:
+    """Reads the starved volunteers' vCPU time at every guard period boundary of the window, so
+    each volunteer gets a figure for every period (a mean over the window would hide a volunteer
+    starved in some periods, or two starved throughout beside three fed ones)."""
+
+    def __init__(self, names: list[str], period: float) -> None:
+        self.names, self.period = names, period
+        self.marks: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "PeriodSampler":
+        self.marks.append((time.monotonic(), self._read()))
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _read(self) -> dict[str, int]:
+        return {name: vcpu_cpu_ns(name) for name in self.names}
+
+    def _run(self) -> None:
+        t0 = self.marks[0][0]
+        k = 1
+        while not self._stop.wait(max(0.0, t0 + k * self.period - time.monotonic())):
+            self.marks.append((time.monotonic(), self._read()))
+            k += 1
+
+    def per_period(self) -> dict[str, list[float]]:
+        """CPU seconds of each volunteer in each whole period, scaled to exactly one period
+        (a mark taken late on a busy host would otherwise credit the extra time)."""
+        out: dict[str, list[float]] = {name: [] for name in self.names}
+        for (ta, a), (tb, b) in zip(self.marks, self.marks[1:]):
+            for name in self.names:
+                out[name].append((b[name] - a[name]) / 1e9 * self.period / (tb - ta))
+        return out
+
+
 def count_events(lines: list[str], event: str) -> int:
     return sum(f" event={event} " in f"{line} " for line in lines)
 
@@ -173,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                                    DEFAULTS.controller_report_seconds, "log_level": DEFAULTS.log_level,
                                    "reconcile_interval_seconds": DEFAULTS.reconcile_interval_seconds})
     counter: ReportCounter | None = None
+    sampler: PeriodSampler | None = None
     try:
         controller.start()
         if controller.stub().GetBackfill(controller_pb2.GetBackfillRequest(), timeout=10).enabled:
@@ -226,9 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         dom0, d0 = domain_cpu_ns(stub), time.monotonic()
         print(f"window of {seconds:g} s starts", file=sys.stderr, flush=True)
         log0, ctl_log0 = log_offset(agent), log_offset(controller)
+        sampler = PeriodSampler(starved_names, config.guard_period_seconds).start()
         cpu0, t0 = process.cpu_times(), time.monotonic()
         time.sleep(seconds)
         cpu1, t1 = process.cpu_times(), time.monotonic()
+        sampler.stop()
         log1, ctl_log1 = log_offset(agent), log_offset(controller)
         dom1, d1 = domain_cpu_ns(stub), time.monotonic()
         snap = stub.GetMetrics(agent_pb2.GetMetricsRequest())
@@ -240,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if counter is not None:
             counter.stop()
+        if sampler is not None:
+            sampler.stop()
         agent.stop()
         controller.stop()
         remove_test_domains()
@@ -252,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
           + " ".join(f"{a - t0:.2f}" for a in counter.arrivals if t0 <= a <= t1), file=sys.stderr, flush=True)
     periods = (d1 - d0) / config.guard_period_seconds
     starved_cpu = [(dom1.get(n, 0) - dom0.get(n, 0)) / 1e9 / periods for n in starved_names]
+    slice_s = config.guard_slice_ms / 1000
+    per_period = sampler.per_period()
+    # Every period in the window counts, for every starved volunteer (names in launch order).
+    lowest = [min(per_period[n], default=float("nan")) for n in starved_names]
+    short = {i: [round(c, 3) for c in per_period[n] if c < MIN_SLICE_FRACTION * slice_s]
+             for i, n in enumerate(starved_names)}
+    short = {i: c for i, c in short.items() if c}
     result = {
         "agent_cpu_percent": round(used / (t1 - t0) * 100, 3),
         "agent_self_reported_cpu_percent": round(snap.agent_cpu_percent, 3),
@@ -263,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         "guard_releases": count_events(window_log, "guard.release"),
         "guard_period_s": config.guard_period_seconds, "guard_slice_s": config.guard_slice_ms / 1000,
         "starved_volunteer_cpu_s_per_guard_period": [round(c, 3) for c in starved_cpu],
+        "starved_volunteer_vcpu_s_each_period": [[round(c, 3) for c in per_period[n]] for n in starved_names],
+        "starved_volunteer_vcpu_s_lowest_period": [round(c, 3) for c in lowest],
+        "periods_measured": len(sampler.marks) - 1,
+        "min_slice_fraction_goal": MIN_SLICE_FRACTION,
+        "periods_below_goal": sum(len(c) for c in short.values()),
         "reports_received_by_controller": reports,
         "reports_expected": int((t1 - t0) // config.controller_report_seconds),
         "report_interval_s": config.controller_report_seconds,
@@ -279,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         result["warning"] = warning
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
     print(json.dumps(result))
+    if sampler.marks and len(sampler.marks) < 2:
+        print("FAIL: no whole guard period in the window", file=sys.stderr, flush=True)
+        return 1
+    if short:
+        print(f"FAIL: starved volunteers got less than {MIN_SLICE_FRACTION:g} of the {slice_s:g} s slice in some "
+              f"periods (volunteer index: CPU s in those periods): {short}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
