@@ -24,8 +24,8 @@ controller received from the node (ListNodes polled on the controller every 0.5 
 counted when last_report_age shows a new arrival), the longest gap between them, and the
 controller's node.suspect/down/up lines in the window; the starved volunteers' CPU seconds per
 guard period (the guard aims at guard_slice_s each): on average over the window (libvirt's CPU
-time), and in every whole period of the window for every starved volunteer (the kernel's
-cpuacct of its vcpuN groups, read at each period boundary). The benchmark exits 1 when any
+time), and in every whole period of the window for every starved volunteer (the kernel's time
+on CPU of the threads in its vcpuN groups, read at each period boundary). The benchmark exits 1 when any
 starved volunteer got less than MIN_SLICE_FRACTION (0.8) of the slice in any period. Before and after the window, outside it,
 the agent is asked for ListDomains (volunteer CPU times) and GetMetrics (domains in its metrics,
 host busy cores, and its self-reported CPU: one 1 s sample of its own CPU time, which the kernel
@@ -52,6 +52,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from itertools import zip_longest
 
@@ -148,11 +149,14 @@ def domain_cpu_ns(stub) -> dict[str, int]:
 
 
 def vcpu_cpu_ns(name: str) -> int:
-    """A domain's vCPU time as the kernel counts it (cpuacct of its vcpuN groups, or of the whole
-    domain where libvirt made none): read from outside, never by asking the agent."""
-    group = domain_cgroup_dir(name, "cpuacct")
-    vcpus = sorted(group.glob("vcpu*/cpuacct.usage")) or [group / "cpuacct.usage"]
-    return sum(int(path.read_text()) for path in vcpus)
+    """A domain's vCPU time as the kernel counts it: the time on CPU of the threads in its vcpuN
+    groups (/proc/<tid>/schedstat; libvirt makes no cpuacct group on these hosts). Read from
+    outside, never by asking the agent, and found without the agent's code."""
+    group = domain_cgroup_dir(name, "cpu")
+    tids = [tid for tasks in sorted(group.glob("vcpu*/tasks")) for tid in tasks.read_text().split()]
+    if not tids:
+        raise SystemExit(f"no vCPU thread in {group}/vcpu*/tasks")
+    return sum(int(Path(f"/proc/{tid}/schedstat").read_text().split()[0]) for tid in tids)
 
 
 class PeriodSampler:
