@@ -37,6 +37,11 @@ class PriorityController:
         self.weights = weights
         self.guard = guard
         self._lock = threading.Lock()
+        # Held from reading a domain's effective class to writing it to the cgroup, and by the
+        # guard from a boost or release decision to its write: a reconcile pass that read "not
+        # raised" just before a boost must not write idle after it (the volunteer then sat idle,
+        # the guard believing it raised, until the next pass).
+        self._apply_lock = threading.RLock()
         self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
@@ -56,10 +61,11 @@ class PriorityController:
 
     def apply(self, name: str, cls: PriorityClass) -> list[str]:
         """Put the domain's cgroup in the class's CPU setting; returns what changed."""
-        group = self.groups.find(name)
-        if group is None:
-            raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
-        return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
+        with self._apply_lock:
+            group = self.groups.find(name)
+            if group is None:
+                raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
+            return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
 
     def forget(self, name: str) -> None:
         self.groups.forget(name)
@@ -128,26 +134,27 @@ class PriorityController:
             if name not in cpu:
                 continue
             ran_ns, waited_ns = cpu[name]
-            with self._lock:
-                samples = self._samples.setdefault(name, deque())
-                samples.append((now, ran_ns, waited_ns))
-                trim(samples, now, period)
-                action = decide(samples, now, name in self._boosted, self.guard)
-                if at_risk(samples, now, self.guard):
-                    self._at_risk.add(name)
-                else:
-                    self._at_risk.discard(name)
-                if action is GuardAction.BOOST:
-                    self._boosted[name] = ran_ns
-                elif action is GuardAction.RELEASE:
-                    started = self._boosted.pop(name)
-            if action is GuardAction.NONE:
-                continue
-            try:
-                self.apply(name, cls)
-            except (OSError, ValueError) as exc:
-                log_event(log, "guard.apply_failed", logging.WARNING, domain=name, error=str(exc))
-                continue
+            with self._apply_lock:
+                with self._lock:
+                    samples = self._samples.setdefault(name, deque())
+                    samples.append((now, ran_ns, waited_ns))
+                    trim(samples, now, period)
+                    action = decide(samples, now, name in self._boosted, self.guard)
+                    if at_risk(samples, now, self.guard):
+                        self._at_risk.add(name)
+                    else:
+                        self._at_risk.discard(name)
+                    if action is GuardAction.BOOST:
+                        self._boosted[name] = ran_ns
+                    elif action is GuardAction.RELEASE:
+                        started = self._boosted.pop(name)
+                if action is GuardAction.NONE:
+                    continue
+                try:
+                    self.apply(name, cls)
+                except (OSError, ValueError) as exc:
+                    log_event(log, "guard.apply_failed", logging.WARNING, domain=name, error=str(exc))
+                    continue
             if action is GuardAction.BOOST:
                 self.events.publish(Event("guard.boost", name, f"ran less than {self.guard.slice_ms:g} ms in "
                                           f"the last {period:g} s; raised to normal priority",

@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=None,
                         help="the measured window; by default the XML refresh cycle plus 10 s (at least 310)")
+    parser.add_argument("--keep-log", type=Path, default=None,
+                        help="copy the agent's log here before the run's files are removed")
     parser.add_argument("--starve-cpu", type=int, default=max(os.sched_getaffinity(0)),
                         help="host CPU the starved volunteers and the foreground hog are pinned to")
     args = parser.parse_args(argv)
@@ -315,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         if sampler is not None:
             sampler.stop()
         agent.stop()
+        if args.keep_log is not None and agent.log_path.exists():
+            shutil.copyfile(agent.log_path, args.keep_log)
         controller.stop()
         remove_test_domains()
         env.remove()
@@ -342,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         "volunteers": volunteers, "starved_volunteers": starved, "starve_cpu": args.starve_cpu,
         "guard_boosts": count_events(window_log, "guard.boost"),
         "guard_releases": count_events(window_log, "guard.release"),
+        # A pass that put back a starved volunteer's CPU setting: the guard's books and the cgroup disagreed.
+        "starved_cpu_drift_corrections": sum(" event=drift.corrected " in f"{l} " and "cpu." in l
+                                             and any(n in l for n in starved_names) for l in window_log),
         "guard_period_s": config.guard_period_seconds, "guard_slice_s": config.guard_slice_ms / 1000,
         "starved_volunteer_cpu_s_per_guard_period": [round(c, 3) for c in starved_cpu],
         "starved_volunteer_vcpu_s_each_period": [[round(c, 3) for c in per_period[n]] for n in starved_names],
