@@ -2,9 +2,13 @@
 
 A volunteer at minimal priority can starve beside busy foreground VMs. With a period p
 and a slice e: if over the last p seconds the volunteer ran less than e, raise it to
-normal priority until it has run e over the last p, then lower it again. Every window of
-p then holds about e of its CPU time (less at most what one tick of sampling lets slip),
-and the foreground loses about e/p of a CPU to it, no more.
+normal priority until it has run e over the last p, then lower it again; judged a lookahead L
+ahead: the CPU time that leaves the window within the next L seconds (its oldest part) is
+not counted. Without L, the CPU a volunteer got in a burst left the window as fast as it had
+come while the guard noticed only at its next tick: every window held e less one tick at the
+raised rate (0.125 s of a 0.5 s slice at half a CPU; 0.39 s per period measured). With L of
+two ticks every window of p holds e when the raised rate holds steady, and the foreground
+loses about e/(p - L) of a CPU to it (5.3 % rather than 5 % by default), no more.
 
 "Ran less than e" only counts when the volunteer wanted more: an idle guest also runs
 little. So a volunteer is starved when it ran less than e although what it ran plus the
@@ -33,30 +37,37 @@ class GuardConfig:
     slice_ms: float = 500.0        # e: 5% of a CPU, enough for heartbeats and a login shell
     tick_seconds: float = 0.25     # reading a raised or at-risk volunteer: bounds how far a boost overshoots e
     idle_tick_seconds: float = 1.0  # reading every other one: a starving VM waits at most this much longer
+    lookahead_seconds: float = 0.5  # L: judge the window as it will be this much later (two fast ticks)
 
 
 Sample = tuple[float, int, int]
 
 
-def window(samples: "Sequence[Sample]", now: float, period: float) -> tuple[int, int] | None:
-    """(CPU ns run, ns spent waiting to run) over the last `period` seconds, or None while the
-    samples do not reach back that far (a freshly launched VM is not judged on part of a period)."""
+def window(samples: "Sequence[Sample]", now: float, period: float, lookahead: float = 0.0) -> tuple[int, int] | None:
+    """(CPU ns run, ns spent waiting to run) over the last `period` seconds less its oldest
+    `lookahead` seconds (what will have left it by then), or None while the samples do not
+    reach back a whole period (a freshly launched VM is not judged on part of a period)."""
     if not samples or samples[0][0] > now - period:
         return None
     start = samples[0]
     for sample in samples:
-        if sample[0] > now - period:
+        if sample[0] > now - period + lookahead:
             break
         start = sample
     newest = samples[-1]
     return newest[1] - start[1], newest[2] - start[2]
 
 
+def lookahead(config: GuardConfig) -> float:
+    """L, kept within a quarter of the period however the two are configured."""
+    return min(config.lookahead_seconds, config.period_seconds / 4)
+
+
 def decide(samples: "Sequence[Sample]", now: float, boosted: bool, config: GuardConfig) -> GuardAction:
     """What to do with one volunteer, given its samples in time order (the newest is `now`)
     and whether it is raised now."""
     slice_ns = int(config.slice_ms * 1e6)
-    used = window(samples, now, config.period_seconds)
+    used = window(samples, now, config.period_seconds, lookahead(config))
     if boosted:
         done = used is None or used[0] >= slice_ns or not config.enabled
         return GuardAction.RELEASE if done else GuardAction.NONE
@@ -69,7 +80,7 @@ def decide(samples: "Sequence[Sample]", now: float, boosted: bool, config: Guard
 def at_risk(samples: "Sequence[Sample]", now: float, config: GuardConfig) -> bool:
     """Whether a volunteer needs watching at the fast tick: it wants CPU (its vCPUs waited)
     and its window holds less than twice e, so it could fall below e before a slow tick."""
-    used = window(samples, now, config.period_seconds)
+    used = window(samples, now, config.period_seconds, lookahead(config))
     if used is None:
         return False
     ran, waited = used

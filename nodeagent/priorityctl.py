@@ -37,10 +37,16 @@ class PriorityController:
         self.weights = weights
         self.guard = guard
         self._lock = threading.Lock()
+        # Held from reading a domain's effective class to writing it to the cgroup, and by the
+        # guard from a boost or release decision to its write: a reconcile pass that read "not
+        # raised" just before a boost must not write idle after it (the volunteer then sat idle,
+        # the guard believing it raised, until the next pass).
+        self._apply_lock = threading.RLock()
         self._boosted: dict[str, int] = {}          # domain -> CPU ns when its boost began
         self._samples: dict[str, deque[Sample]] = {}
         self._schedstat: dict[str, list] = {}      # domain -> its vCPU threads' schedstat files
         self._at_risk: set[str] = set()
+        self._no_vcpus: set[str] = set()           # domains whose vCPU threads were not found yet (logged once)
         self._slow_tick_at = -math.inf             # monotonic time of the next step that samples every volunteer
 
     def setting(self, cls: PriorityClass) -> cgroups.CpuSetting:
@@ -55,14 +61,16 @@ class PriorityController:
 
     def apply(self, name: str, cls: PriorityClass) -> list[str]:
         """Put the domain's cgroup in the class's CPU setting; returns what changed."""
-        group = self.groups.find(name)
-        if group is None:
-            raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
-        return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
+        with self._apply_lock:
+            group = self.groups.find(name)
+            if group is None:
+                raise FileNotFoundError(f"no cgroup for domain {name} under {self.cgroup_root}")
+            return cgroups.apply_cpu(group, self.facts.version, self.setting(self.effective_class(name, cls)))
 
     def forget(self, name: str) -> None:
         self.groups.forget(name)
         self._schedstat.pop(name, None)
+        self._no_vcpus.discard(name)
         with self._lock:
             self._boosted.pop(name, None)
             self._samples.pop(name, None)
@@ -73,7 +81,10 @@ class PriorityController:
             try:
                 samples[name] = cgroups.read_schedstat(self._schedstat_paths(name))
             except (FileNotFoundError, ProcessLookupError):
-                self._schedstat.pop(name, None)  # threads changed: look again next tick
+                # Threads changed: look again next tick; counters of other threads do not continue these.
+                self._schedstat.pop(name, None)
+                with self._lock:
+                    self._samples.pop(name, None)
         return samples
 
     def _schedstat_paths(self, name: str) -> list:
@@ -82,8 +93,20 @@ class PriorityController:
             group = self.groups.find(name)
             if group is None:
                 raise FileNotFoundError(name)
-            paths = self._schedstat[name] = cgroups.vcpu_schedstat_paths(group, self.facts.version, self.proc)
+            paths = cgroups.vcpu_schedstat_paths(group, self.facts.version, self.proc)
+            if paths is None:   # still starting: its vCPU threads are not in their groups yet
+                self._note_no_vcpus(name, group)
+                raise FileNotFoundError(name)
+            self._schedstat[name] = paths
+            self._no_vcpus.discard(name)
         return paths
+
+    def _note_no_vcpus(self, name: str, group: Path) -> None:
+        """Say once per domain that the guard cannot read it yet, rather than skip it silently."""
+        if name not in self._no_vcpus:
+            self._no_vcpus.add(name)
+            log_event(log, "guard.no_vcpu_threads", domain=name, group=str(group),
+                      note="not judged until libvirt has put its vCPU threads in vcpuN groups")
 
     def guard_interval(self) -> float:
         """Seconds until the next guard step: the fast tick while a volunteer is raised or close
@@ -111,26 +134,27 @@ class PriorityController:
             if name not in cpu:
                 continue
             ran_ns, waited_ns = cpu[name]
-            with self._lock:
-                samples = self._samples.setdefault(name, deque())
-                samples.append((now, ran_ns, waited_ns))
-                trim(samples, now, period)
-                action = decide(samples, now, name in self._boosted, self.guard)
-                if at_risk(samples, now, self.guard):
-                    self._at_risk.add(name)
-                else:
-                    self._at_risk.discard(name)
-                if action is GuardAction.BOOST:
-                    self._boosted[name] = ran_ns
-                elif action is GuardAction.RELEASE:
-                    started = self._boosted.pop(name)
-            if action is GuardAction.NONE:
-                continue
-            try:
-                self.apply(name, cls)
-            except (OSError, ValueError) as exc:
-                log_event(log, "guard.apply_failed", logging.WARNING, domain=name, error=str(exc))
-                continue
+            with self._apply_lock:
+                with self._lock:
+                    samples = self._samples.setdefault(name, deque())
+                    samples.append((now, ran_ns, waited_ns))
+                    trim(samples, now, period)
+                    action = decide(samples, now, name in self._boosted, self.guard)
+                    if at_risk(samples, now, self.guard):
+                        self._at_risk.add(name)
+                    else:
+                        self._at_risk.discard(name)
+                    if action is GuardAction.BOOST:
+                        self._boosted[name] = ran_ns
+                    elif action is GuardAction.RELEASE:
+                        started = self._boosted.pop(name)
+                if action is GuardAction.NONE:
+                    continue
+                try:
+                    self.apply(name, cls)
+                except (OSError, ValueError) as exc:
+                    log_event(log, "guard.apply_failed", logging.WARNING, domain=name, error=str(exc))
+                    continue
             if action is GuardAction.BOOST:
                 self.events.publish(Event("guard.boost", name, f"ran less than {self.guard.slice_ms:g} ms in "
                                           f"the last {period:g} s; raised to normal priority",

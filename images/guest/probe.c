@@ -12,6 +12,11 @@
  *       (GLEANER-DISKPROBE-RAW us=a,b,...), then p50/p99/max (GLEANER-DISKPROBE n=...).
  *   gleaner-probe diskhog DEVICE
  *       write 1 MiB blocks (O_DIRECT) over the device as fast as it goes; print MiB/s.
+ *   gleaner-probe wakeup [sleep_us] [batch]
+ *       cyclictest-style: sleep until an absolute CLOCK_MONOTONIC deadline sleep_us ahead
+ *       (clock_nanosleep, TIMER_ABSTIME) and time how late it wakes past the deadline; every
+ *       `batch` wake-ups print every lateness of the batch in the order measured
+ *       (GLEANER-WAKEUP-RAW us=a,b,...), then p50/p99/max (GLEANER-WAKEUP n=...).
  *
  * Times are in whole microseconds (truncated). Only the burst (or the write+read pair) is
  * timed; the sleeps and the printing are not. After printing, the probe waits for the console
@@ -19,7 +24,10 @@
  * timed sample.
  *
  * The probe measures what a latency-sensitive foreground tenant feels: a burst that takes
- * longer than when alone was delayed by someone else on the same CPU.
+ * longer than when alone was delayed by someone else on the same CPU. The wake-up probe
+ * measures the other half, what a request to an idle foreground VM feels: how long after its
+ * timer is due the guest runs again (the host must wake QEMU, which must inject the timer
+ * interrupt, and the guest kernel must schedule the sleeper).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -141,6 +149,27 @@ static int probe(uint64_t burst_us, uint64_t sleep_ms, int batch)
     }
 }
 
+static int wakeup(uint64_t sleep_us, int batch)
+{
+    uint64_t *samples = calloc((size_t)batch, sizeof *samples);
+    if (!samples)
+        return 1;
+    printf("GLEANER-WAKEUP start sleep_us=%llu batch=%d\n", (unsigned long long)sleep_us, batch);
+    fflush(stdout);
+    for (;;) {
+        for (int i = 0; i < batch; i++) {
+            uint64_t due = now_ns() + sleep_us * 1000ull;
+            struct timespec at = { (time_t)(due / 1000000000ull), (long)(due % 1000000000ull) };
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) != 0)
+                ; /* EINTR: sleep on to the same deadline */
+            uint64_t woke = now_ns();
+            samples[i] = woke > due ? woke - due : 0;
+        }
+        report_raw("GLEANER-WAKEUP", samples, batch);
+        report("GLEANER-WAKEUP", samples, batch);
+    }
+}
+
 static int diskprobe(const char *device, uint64_t sleep_ms, int batch)
 {
     int fd = open(device, O_RDWR | O_DIRECT | O_SYNC);
@@ -223,7 +252,16 @@ int main(int argc, char **argv)
     }
     if (argc >= 3 && strcmp(argv[1], "diskhog") == 0)
         return diskhog(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "wakeup") == 0) {
+        uint64_t sleep_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000;
+        int batch = argc > 3 ? atoi(argv[3]) : 200;
+        if (sleep_us == 0 || batch < 2) {
+            fprintf(stderr, "gleaner-probe: sleep_us must be > 0 and batch >= 2\n");
+            return 2;
+        }
+        return wakeup(sleep_us, batch);
+    }
     fprintf(stderr, "usage: gleaner-probe hog | probe [burst_us] [sleep_ms] [batch] | "
-                    "diskprobe DEVICE [sleep_ms] [batch] | diskhog DEVICE\n");
+                    "diskprobe DEVICE [sleep_ms] [batch] | diskhog DEVICE | wakeup [sleep_us] [batch]\n");
     return 2;
 }

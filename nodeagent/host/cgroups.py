@@ -34,26 +34,80 @@ def detect(root: Path) -> CgroupFacts:
     return CgroupFacts(version=version, cpu_idle=any((p / "cpu.idle").is_file() for p in candidates))
 
 
-def _machine_dir_patterns(name: str) -> list[re.Pattern[str]]:
-    """libvirt's names for a domain's group: without systemd 'qemu-ID-NAME.libvirt-qemu' under
-    machine/; with systemd 'machine-qemu\\x2dID\\x2dNAME.scope' under machine.slice/."""
-    escaped = name.replace("-", "\\x2d")
-    return [re.compile(rf"(qemu-)?\d+-{re.escape(name)}\.libvirt-qemu"),
-            re.compile(rf"machine-qemu\\x2d\d+\\x2d{re.escape(escaped)}\.scope")]
+MACHINE_NAME_MAX = 64   # libvirt's machine names stop growing at HOST_NAME_MAX characters
+_HOSTNAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_MACHINE_DIR = re.compile(r"(?:qemu-)?(\d+)-.*\.libvirt-qemu")
+_SCOPE_DIR = re.compile(r"machine-qemu\\x2d(\d+)\\x2d.*\.scope")
 
 
-def domain_cgroup(root: Path, version: int, name: str, controller: str = "cpu") -> Path | None:
-    """The cgroup directory libvirt made for domain `name` (in `controller`'s hierarchy on v1)."""
+def machine_name(domain_id: int, name: str, limit: int = MACHINE_NAME_MAX) -> str:
+    """The machine name libvirt derives from a domain's id and name (virDomainDriverGenerateMachineName):
+    'qemu-ID-' then the name's characters a host name may hold ('_' and others dropped, runs of
+    '.' and '-' kept as their first), cut at 64 characters, without trailing '-' or '.'. A long
+    name is cut shorter once the id has more digits, so one domain's group name can change
+    from one start to the next."""
+    out = f"qemu-{domain_id}-"
+    skip = True
+    for char in name:
+        if len(out) >= limit:
+            break
+        if char in ".-":
+            if not skip:
+                out += char
+                skip = True
+            continue
+        skip = False
+        if char in _HOSTNAME_CHARS:
+            out += char
+    return out.rstrip("-.")
+
+
+def _domain_dir_id(entry: str, name: str) -> int | None:
+    """The domain id in a machine/ or machine.slice/ entry if the entry is domain `name`'s group
+    by its name: without systemd 'MACHINE.libvirt-qemu', with systemd 'machine-MACHINE.scope'
+    ('-' escaped as \\x2d)."""
+    match = _MACHINE_DIR.fullmatch(entry)
+    if match:
+        domain_id = int(match.group(1))
+        machine = machine_name(domain_id, name)
+        return domain_id if entry in (f"{machine}.libvirt-qemu",
+                                      f"{machine.removeprefix('qemu-')}.libvirt-qemu") else None
+    match = _SCOPE_DIR.fullmatch(entry)
+    if match:
+        domain_id = int(match.group(1))
+        machine = machine_name(domain_id, name)
+        return domain_id if entry == f"machine-{machine.replace('-', chr(92) + 'x2d')}.scope" else None
+    return None
+
+
+def domain_cgroup(root: Path, version: int, name: str, controller: str = "cpu", proc: Path = PROC) -> Path | None:
+    """The cgroup directory libvirt made for domain `name` (in `controller`'s hierarchy on v1).
+    A name cut short in its machine name may be another domain's whose name begins alike: such
+    a group is taken only if its QEMU was started as this guest (-name guest=NAME)."""
     base = root if version == 2 else root / controller
-    patterns = _machine_dir_patterns(name)
     for machine in ("machine", "machine.slice"):
         parent = base / machine
         if not parent.is_dir():
             continue
         for entry in parent.iterdir():
-            if entry.is_dir() and any(p.fullmatch(entry.name) for p in patterns):
+            domain_id = _domain_dir_id(entry.name, name) if entry.is_dir() else None
+            if domain_id is None:
+                continue
+            cut = machine_name(domain_id, name) != machine_name(domain_id, name, limit=10**6)
+            if not cut or _runs_guest(entry, name, proc):
                 return entry
     return None
+
+
+def _runs_guest(group: Path, name: str, proc: Path) -> bool:
+    for pid in group_pids(group):
+        try:
+            args = read_small(proc / str(pid) / "cmdline").split("\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if any(arg == f"guest={name}" or arg.startswith(f"guest={name},") for arg in args):
+            return True
+    return False
 
 
 class GroupFinder:
@@ -217,15 +271,33 @@ def _task_ids(group: Path, version: int) -> list[int]:
         return []
 
 
-def vcpu_schedstat_paths(group: Path, version: int, proc: Path = PROC) -> list[Path]:
-    """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups).
+def vcpu_groups(group: Path) -> list[Path]:
+    """A domain's vcpuN groups: right under its group (libvirt without systemd) or under the
+    nested libvirt/ group libvirt makes inside a systemd machine scope."""
+    found = []
+    for parent in (group, group / "libvirt"):
+        if parent.is_dir():
+            found += [g for g in parent.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
+    return sorted(found)
+
+
+def vcpu_schedstat_paths(group: Path, version: int, proc: Path = PROC) -> list[Path] | None:
+    """/proc/<tid>/schedstat of the domain's vCPU threads (those libvirt put in vcpuN/ groups),
+    or None while libvirt has not yet put each of them there.
 
     vCPU threads live as long as the domain, so callers keep this list and read it often:
     the starvation guard reads the kernel's numbers rather than libvirt's, whose vCPU
-    statistics ask QEMU's monitor, which a starved volunteer answers late.
+    statistics ask QEMU's monitor, which a starved volunteer answers late. Hence None during
+    start-up: libvirt starts QEMU with every thread in emulator/ (measured: about 0.5 s, longer
+    on a busy host) and only then makes vcpuN/ and moves each vCPU thread in. A list taken
+    then holds no vCPU thread, reads as a guest that never wants CPU, and, kept, hid a starving
+    volunteer from the guard for the whole of its life.
     """
-    vcpu_groups = [g for g in group.iterdir() if g.is_dir() and re.fullmatch(r"vcpu\d+", g.name)]
-    return [proc / str(tid) / "schedstat" for sub in vcpu_groups or [group] for tid in _task_ids(sub, version)]
+    groups = vcpu_groups(group)
+    tids = [_task_ids(sub, version) for sub in groups]
+    if not groups or not all(tids):
+        return None
+    return [proc / str(tid) / "schedstat" for ids in tids for tid in ids]
 
 
 def read_schedstat(paths: list[Path]) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """CPU interference: a foreground latency probe beside a volunteer CPU hog on one host CPU.
 
-    python -m tests.bench.interference [--phase-seconds 15] [--rounds 3] [--cpu 1]
+    python -m tests.bench.interference [--phase-seconds 15] [--rounds 5] [--cpu 1] [--probe both|burst|wakeup]
 
 Both real domains are pinned to the same host CPU. The probe guest (gleaner-probe probe
 2000,10,100) runs bursts of fixed CPU work, calibrated once at its start to take about 2 ms
@@ -15,10 +15,23 @@ p50/p99/max (GLEANER-PROBE n=...), then waits for the serial console to drain be
 next burst. The SETTLE_SECONDS after each phase switch are not measured either, and the
 first batch printed after a phase's window opens is dropped (it may have begun earlier).
 
+The wake-up probe (--probe wakeup or both, the default) is a second foreground guest on the
+same host CPU (gleaner-probe wakeup 1000,500), cyclictest-style: it sleeps until an absolute
+CLOCK_MONOTONIC deadline 1 ms ahead (clock_nanosleep, TIMER_ABSTIME) and one sample is how late
+it woke past that deadline, read inside the guest. That is what a request to an idle
+foreground VM feels: the host must run QEMU, which injects the timer interrupt, and the guest
+must run its sleeper. It is printed in batches of 500 like the burst probe (GLEANER-WAKEUP-RAW,
+GLEANER-WAKEUP). Only one probe runs at a time: in every phase window the burst probe is
+measured with the wake-up guest suspended, then the wake-up probe with the burst guest
+suspended, each for --phase-seconds. wakeup_volunteer_ratio and wakeup_default_ratio are the
+pooled p99 beside the volunteer (default) hog over the pooled p99 alone; the benchmark exits 1
+when wakeup_volunteer_ratio exceeds 1.05 or wakeup_default_ratio is not above 1.2 (a probe that
+sees no difference beside a default-priority hog cannot see interference at all).
+
 Phases: "alone" (the hog's domain suspended through libvirt), "volunteer" (the hog in
 Gleaner's volunteer class) and "default" (the hog promoted to the foreground class:
 libvirt's default priority, cpu.shares 1024, no cpu.idle). They alternate in that order,
---rounds times, each phase measured for --phase-seconds per round, so a slow drift of the
+--rounds times (5 by default), each phase measured for --phase-seconds per round, so a slow drift of the
 shared host falls on all phases alike. The hog boots while promoted (at idle priority beside
 the probe it would boot slowly), before the first round.
 
@@ -55,9 +68,16 @@ PROBE_LINE = re.compile(r"GLEANER-PROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(
 DISKPROBE_LINE = re.compile(r"GLEANER-DISKPROBE n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)\r?\n")
 PROBE_RAW_LINE = re.compile(r"GLEANER-PROBE-RAW us=([\d,]+)\r?\n")
 DISKPROBE_RAW_LINE = re.compile(r"GLEANER-DISKPROBE-RAW us=([\d,]+)\r?\n")
-RAW_LINES = {PROBE_LINE.pattern: PROBE_RAW_LINE, DISKPROBE_LINE.pattern: DISKPROBE_RAW_LINE}
+WAKEUP_LINE = re.compile(r"GLEANER-WAKEUP n=\d+ p50_us=(\d+) p99_us=(\d+) max_us=(\d+)\r?\n")
+WAKEUP_RAW_LINE = re.compile(r"GLEANER-WAKEUP-RAW us=([\d,]+)\r?\n")
+RAW_LINES = {PROBE_LINE.pattern: PROBE_RAW_LINE, DISKPROBE_LINE.pattern: DISKPROBE_RAW_LINE,
+             WAKEUP_LINE.pattern: WAKEUP_RAW_LINE}
 SETTLE_SECONDS = 3.0
 PHASES = ("alone", "volunteer", "default")  # the order within each round
+WAKEUP_SLEEP_US, WAKEUP_BATCH = 1000, 500
+# The wake-up goals: beside a volunteer hog the foreground wakes as on time as alone (p99 within
+# 5%), and beside a default-priority hog it wakes measurably later (else the probe sees nothing).
+WAKEUP_VOLUNTEER_GOAL, WAKEUP_DEFAULT_FLOOR = 1.05, 1.2
 
 
 def percentile(samples: Sequence[float], pct: float) -> float:
@@ -163,49 +183,122 @@ def alternate(rounds: int, enter: Callable[[str], None], measure_phase: Callable
     return windows
 
 
+class Foreground:
+    """The probe guests: while one is measured the others are suspended, so no probe delays another."""
+
+    def __init__(self, names: dict[str, str]):
+        self.conn = libvirt.open(LIBVIRT_URI)
+        self.doms = {probe: self.conn.lookupByName(name) for probe, name in names.items()}
+
+    def only(self, probe: str) -> None:
+        for other, dom in self.doms.items():
+            paused = dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED
+            if other != probe and not paused:
+                dom.suspend()
+        if self.doms[probe].state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+            self.doms[probe].resume()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+PROBE_LINES = {"burst": PROBE_LINE, "wakeup": WAKEUP_LINE}
+PROBE_CMDLINES = {"burst": "gleaner.workload=probe gleaner.probe=2000,10,100",
+                  "wakeup": f"gleaner.workload=wakeup gleaner.wakeup={WAKEUP_SLEEP_US},{WAKEUP_BATCH}"}
+PROBE_STARTS = {"burst": "GLEANER-PROBE start", "wakeup": "GLEANER-WAKEUP start"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phase-seconds", type=float, default=15.0, help="per phase per round (default 15)")
-    parser.add_argument("--rounds", type=int, default=3, help="alone/volunteer/default repetitions (default 3)")
-    parser.add_argument("--cpu", default="1", help="host CPU both domains are pinned to")
+    parser.add_argument("--phase-seconds", type=float, default=15.0, help="per phase per round per probe (default 15)")
+    parser.add_argument("--rounds", type=int, default=5, help="alone/volunteer/default repetitions (default 5)")
+    parser.add_argument("--cpu", default="1", help="host CPU all domains are pinned to")
+    parser.add_argument("--probe", choices=("both", "burst", "wakeup"), default="both",
+                        help="the burst probe, the wake-up probe, or both taking turns (default)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.rounds < 3:
         print(f"WARNING: --rounds {args.rounds}: fewer than 3 alternations, a drift of the host can pass "
               "for a difference between phases", file=sys.stderr)
+    probes = ("burst", "wakeup") if args.probe == "both" else (args.probe,)
     exit_cleanly_on_sigterm()
     env = LabEnv.create()
     agent = AgentProcess(env, name="bench-interference").start()
-    switch = None
+    switch = foreground = None
     try:
         stub = agent.stub()
-        fg, vol = unique_name("probe"), unique_name("hog")
-        reply = stub.LaunchDomain(launch_request(fg, agent_pb2.ROLE_ON_DEMAND, cpuset=args.cpu,
-                                                 kernel_cmdline="gleaner.workload=probe gleaner.probe=2000,10,100"))
-        console = Path(reply.domain.console_log)
-        wait_for_console(console, "GLEANER-PROBE start", timeout=120)
+        names = {probe: unique_name(f"probe-{probe}") for probe in probes}
+        consoles = {}
+        for probe, name in names.items():
+            reply = stub.LaunchDomain(launch_request(name, agent_pb2.ROLE_ON_DEMAND, cpuset=args.cpu,
+                                                     kernel_cmdline=PROBE_CMDLINES[probe]))
+            consoles[probe] = Path(reply.domain.console_log)
+            wait_for_console(consoles[probe], "GLEANER-READY", timeout=120)
+            if "unknown workload" in consoles[probe].read_text(errors="replace"):
+                raise SystemExit(f"the guest image has no {probe} probe: rebuild it (python3 images/build.py)")
+            wait_for_console(consoles[probe], PROBE_STARTS[probe], timeout=60)
+        foreground = Foreground(names)
 
         # The hog boots while promoted: at idle priority beside the probe it would boot slowly.
+        vol = unique_name("hog")
         hog = stub.LaunchDomain(launch_request(vol, agent_pb2.ROLE_BACKFILL, cpuset=args.cpu,
                                                kernel_cmdline="gleaner.workload=hog"))
         set_class(stub, vol, agent_pb2.ROLE_ON_DEMAND)
         wait_for_console(hog.domain.console_log, "GLEANER-HOG", timeout=120)
         switch = HogSwitch(stub, vol)
-        windows = alternate(args.rounds, switch.enter, lambda _phase, _round: measure(console, args.phase_seconds))
+
+        def measure_phase(_phase: str, _round: int) -> dict:
+            windows = {}
+            for probe in probes:
+                foreground.only(probe)
+                windows[probe] = measure(consoles[probe], args.phase_seconds, PROBE_LINES[probe])
+            return windows
+        windows = alternate(args.rounds, switch.enter, measure_phase)
         host = stub.DescribeHost(agent_pb2.DescribeHostRequest())
     finally:
-        if switch is not None:
-            switch.close()
+        for part in (switch, foreground):
+            if part is not None:
+                part.close()
         agent.stop()
         remove_test_domains()
         env.remove()
-    stats = {phase: phase_stats(windows[phase]) for phase in PHASES}
-    result = {**phase_summary(stats["alone"], stats["default"], stats["volunteer"]), "rounds": args.rounds,
-        "volunteer_mechanism": "cpu.idle" if host.cpu_idle_supported else "lowest cpu weight",
-        "domain_type": host.domain_type, "pinned_cpu": args.cpu, "phase_seconds": args.phase_seconds}
+    stats = {probe: {phase: phase_stats([w[probe] for w in windows[phase]]) for phase in PHASES} for probe in probes}
+    result: dict = {}
+    if "burst" in stats:
+        result.update(phase_summary(stats["burst"]["alone"], stats["burst"]["default"], stats["burst"]["volunteer"]))
+    failures = []
+    if "wakeup" in stats:
+        wake = wakeup_summary(stats["wakeup"])
+        result.update(wake)
+        if wake["wakeup_volunteer_ratio"] > WAKEUP_VOLUNTEER_GOAL:
+            failures.append(f"wakeup_volunteer_ratio {wake['wakeup_volunteer_ratio']} > {WAKEUP_VOLUNTEER_GOAL}")
+        if wake["wakeup_default_ratio"] <= WAKEUP_DEFAULT_FLOOR:
+            failures.append(f"wakeup_default_ratio {wake['wakeup_default_ratio']} <= {WAKEUP_DEFAULT_FLOOR}: "
+                            "the probe does not see a default-priority hog")
+    result.update({"rounds": args.rounds, "probes": list(probes),
+                   "volunteer_mechanism": "cpu.idle" if host.cpu_idle_supported else "lowest cpu weight",
+                   "domain_type": host.domain_type, "pinned_cpu": args.cpu, "phase_seconds": args.phase_seconds})
     print(json.dumps(result))
-    return 0
+    for failure in failures:
+        print(f"FAIL: {failure}", file=sys.stderr, flush=True)
+    return 1 if failures else 0
+
+
+def wakeup_summary(stats: dict[str, dict]) -> dict:
+    """The wake-up probe's keys: pooled p50/p99 per phase, per-round p99, and the two ratios."""
+    alone = stats["alone"]["p99_all_ms"]
+    summary = {"wakeup_volunteer_ratio": round(stats["volunteer"]["p99_all_ms"] / alone, 3),
+               "wakeup_default_ratio": round(stats["default"]["p99_all_ms"] / alone, 3),
+               "wakeup_volunteer_goal": WAKEUP_VOLUNTEER_GOAL, "wakeup_default_floor": WAKEUP_DEFAULT_FLOOR,
+               "wakeup_sleep_us": WAKEUP_SLEEP_US,
+               "wakeup_samples": {phase: p["samples"] for phase, p in stats.items()}}
+    for phase, p in stats.items():
+        summary[f"wakeup_{phase}_p50_all_ms"] = p["p50_all_ms"]
+        summary[f"wakeup_{phase}_p99_all_ms"] = p["p99_all_ms"]
+        summary[f"wakeup_{phase}_p99_all_rounds_ms"] = p["p99_all_rounds_ms"]
+        summary[f"wakeup_{phase}_worst_batch_p99_ms"] = p["p99_max_ms"]
+    return summary
 
 
 def phase_summary(alone: dict, default: dict, volunteer: dict) -> dict:

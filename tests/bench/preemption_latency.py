@@ -27,11 +27,15 @@ foreground latency probe (as in tests.bench.interference: one sample is the wall
 ~2 ms CPU burst, read inside the guest) and, on the same host CPU, a volunteer CPU hog whose
 guest keeps hogging for NOTICE_WORK_S after its power button (a backfill job using its notice).
 Each round: "alone" (the hog suspended through libvirt) is measured for --phase-seconds, then
-the hog resumes and the agent is asked to terminate it with the controller's notice as grace
+the hog resumes and "volunteer" (the same hog at work in its class, before any notice) is
+measured, then the agent is asked to terminate it with the controller's notice as grace
 (TerminateDomain, grace_seconds=30: exactly the call a victim on notice gets), and the probe is
 measured for --phase-seconds inside that notice (SETTLE_SECONDS after the call). Rounds
-alternate the two phases --rounds times; notice_fg_p99_ratio is the p99 over all the notice
-samples over the p99 over all the alone samples (nearest rank). Prints one JSON object.
+repeat the three phases --rounds times (5 by default), a fresh victim each;
+notice_fg_p99_ratio is the p99 over all the notice samples over the p99 over all the alone
+samples (nearest rank), notice_fg_p99_ratio_rounds the same within each round (the goal,
+NOTICE_GOAL, is 1.05), and notice_vs_volunteer_* set the notice beside the same hog before it:
+what the notice itself adds, apart from a volunteer hog's mere presence. Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ from tests.controllerproc import ControllerProcess, agent_settings
 
 NOTICE_SECONDS = 30   # the controller's default notice_seconds
 NOTICE_WORK_S = 40    # the hog's guest works on past the notice: the agent destroys it at its end
+NOTICE_PHASES = ("alone", "volunteer", "notice")   # the order within each notice round
+NOTICE_GOAL = 1.05    # notice_fg_p99_ratio: a victim on notice costs the foreground at most 5% of its p99
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -126,9 +132,10 @@ def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, 
 
 
 def notice_interference(env: LabEnv, rounds: int, seconds: float, cpu: str) -> dict:
-    """The foreground probe's samples alone and while a volunteer hog is on notice (see above)."""
+    """The foreground probe's samples alone, beside the volunteer hog, and while that hog is on
+    notice (see above)."""
     agent = AgentProcess(env, name="bench-notice").start()
-    windows: dict[str, list] = {"alone": [], "notice": []}
+    windows: dict[str, list] = {phase: [] for phase in NOTICE_PHASES}
     conn = libvirt.open(LIBVIRT_URI)
     try:
         stub = agent.stub()
@@ -147,6 +154,9 @@ def notice_interference(env: LabEnv, rounds: int, seconds: float, cpu: str) -> d
             print(f"round {r + 1}/{rounds}: measuring alone", file=sys.stderr, flush=True)
             windows["alone"].append(measure(console, seconds))
             dom.resume()
+            print(f"round {r + 1}/{rounds}: measuring beside the volunteer, before its notice", file=sys.stderr,
+                  flush=True)
+            windows["volunteer"].append(measure(console, seconds))
             stopping = threading.Thread(target=lambda: stub.TerminateDomain(agent_pb2.TerminateDomainRequest(
                 name=hog, grace_seconds=NOTICE_SECONDS), timeout=NOTICE_SECONDS + 60), daemon=True)
             stopping.start()
@@ -160,10 +170,30 @@ def notice_interference(env: LabEnv, rounds: int, seconds: float, cpu: str) -> d
     finally:
         conn.close()
         agent.stop()
-    alone, notice = phase_stats(windows["alone"]), phase_stats(windows["notice"])
-    return {"notice_fg_p99_ratio": round(notice["p99_all_ms"] / alone["p99_all_ms"], 3),
-            "notice_alone_p99_ms": alone["p99_all_ms"], "notice_p99_ms": notice["p99_all_ms"],
-            "notice_samples": {"alone": alone["samples"], "notice": notice["samples"]},
+    return notice_summary(windows, rounds, seconds)
+
+
+def notice_summary(windows: dict[str, list], rounds: int, seconds: float) -> dict:
+    """Pooled and per-round p99 ratios: notice over alone (the goal), and notice over the same
+    volunteer before its notice (what the notice itself adds)."""
+    stats = {phase: phase_stats(windows[phase]) for phase in NOTICE_PHASES}
+
+    def per_round(over: str, under: str) -> list[float | None]:
+        return [round(a / b, 3) if a and b else None for a, b in
+                zip(stats[over]["p99_all_rounds_ms"], stats[under]["p99_all_rounds_ms"])]
+    by_round = per_round("notice", "alone")
+    return {"notice_fg_p99_ratio": round(stats["notice"]["p99_all_ms"] / stats["alone"]["p99_all_ms"], 3),
+            "notice_fg_p99_ratio_rounds": by_round,
+            "notice_fg_p99_goal": NOTICE_GOAL,
+            "notice_rounds_over_goal": sum(r is not None and r > NOTICE_GOAL for r in by_round),
+            "notice_vs_volunteer_p99_ratio": round(stats["notice"]["p99_all_ms"] / stats["volunteer"]["p99_all_ms"], 3),
+            "notice_vs_volunteer_p99_ratio_rounds": per_round("notice", "volunteer"),
+            "notice_volunteer_p99_ratio": round(stats["volunteer"]["p99_all_ms"] / stats["alone"]["p99_all_ms"], 3),
+            "notice_alone_p99_ms": stats["alone"]["p99_all_ms"], "notice_p99_ms": stats["notice"]["p99_all_ms"],
+            "notice_volunteer_p99_ms": stats["volunteer"]["p99_all_ms"],
+            **{f"notice_{phase}_p99_rounds_ms": stats[phase]["p99_all_rounds_ms"] for phase in NOTICE_PHASES},
+            **{f"notice_{phase}_p50_ms": stats[phase]["p50_all_ms"] for phase in NOTICE_PHASES},
+            "notice_samples": {phase: stats[phase]["samples"] for phase in NOTICE_PHASES},
             "notice_rounds": rounds, "notice_phase_seconds": seconds}
 
 
@@ -176,7 +206,7 @@ def instant_summary(instant: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="alone/notice repetitions (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="alone/volunteer/notice repetitions (default 5)")
     parser.add_argument("--phase-seconds", type=float, default=15.0, help="per phase per round (default 15); "
                         f"with the settling it must fit in the {NOTICE_SECONDS} s notice")
     parser.add_argument("--cpu", default="1", help="host CPU the probe and the victim are pinned to")
