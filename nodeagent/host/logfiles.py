@@ -121,18 +121,8 @@ def remove_domain_files(console_dir: Path, name: str, kinds: Iterable[str]) -> i
 def expired_names(console_dir: Path, now: float, keep_seconds: float) -> list[str]:
     """The domain names whose files virtlogd last wrote more than `keep_seconds` before `now`
     (wall clock): the newest file counts, so a log being rotated is never half taken."""
-    newest: dict[str, float] = {}
-    try:
-        entries = list(os.scandir(console_dir))
-    except OSError:
-        return []
-    for entry in entries:
-        ours = _ours(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
-        if ours is not None:
-            name, mtime = ours[0], ours[1].st_mtime
-            newest[name] = max(newest.get(name, mtime), mtime)
     cutoff = now - keep_seconds
-    return sorted(name for name, mtime in newest.items() if mtime < cutoff)
+    return sorted(item.name for item in all_logs(console_dir) if item.newest < cutoff)
 
 
 def remove_files(paths: Iterable[Path]) -> int:
