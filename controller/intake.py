@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from .core.bucket import Bucket
+
 
 @dataclass(frozen=True)
 class IntakeSettings:
@@ -28,27 +30,6 @@ class IntakeSettings:
     report_mib_per_minute: float = 8.0   # bytes, per node: a report of 4,096 VMs is about 0.6 MiB, of 100 VMs 15 KiB
     strikes: int = 20                  # reports over budget in a row: the stream is ended
     penalty_seconds: float = 10.0      # ... and the node opens no report stream for this long
-
-
-class Bucket:
-    """A token bucket: `rate` tokens a second, at most `burst` held."""
-
-    __slots__ = ("rate", "burst", "tokens", "at")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
-
-    def wait(self, amount: float, now: float) -> float:
-        """Seconds until `amount` tokens are held (0: they are now; nothing is taken)."""
-        self.tokens = min(self.burst, self.tokens + max(now - self.at, 0.0) * self.rate)
-        self.at = now
-        return max(min(amount, self.burst) - self.tokens, 0.0) / self.rate
-
-    def take(self, amount: float, now: float) -> bool:
-        if self.wait(amount, now) > 0:
-            return False
-        self.tokens -= min(amount, self.burst)
-        return True
 
 
 class ReportRefused(Exception):

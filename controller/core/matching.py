@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from .books import NodeState
+from .bucket import Bucket
 from .records import (NOT_YET_LAUNCHED, VICTIM, ZERO, Audit, Effect, Launch, Lease,
                       ReportedVmLike, ReportLike, Size, Stop, VmRole, Write, launch_time, replace)
 
@@ -22,7 +23,7 @@ class ReportMatching:
         self.refused: OrderedDict[str, str] = OrderedDict()
         self._redrive_nodes: set[str] = set()   # nodes with unfinished business when the books were loaded
         self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
-        self._adoptions: dict[str, tuple[float, float]] = {}   # node -> (adoptions it may still make, when)
+        self._adoptions: dict[str, Bucket] = {}   # node -> the adoptions it may still make
         self._cleanups_pruned_at = 0.0
 
     def report(self, report: ReportLike, now: float) -> list[Effect]:
@@ -100,7 +101,7 @@ class ReportMatching:
         mine = dict(named)   # as they were before this report (matching re-books some)
         seen, unexplained = set(), ZERO
         budget = self._adoption_budget(node.node_id, now)
-        may_adopt, deferred = min(budget, self.settings.adoptions_per_report), 0
+        may_adopt, deferred = min(budget.tokens, self.settings.adoptions_per_report), 0
         for vm in reported:
             seen.add(vm.name)
             lease = mine.get(vm.name)
@@ -125,10 +126,10 @@ class ReportMatching:
             write, adopted = self._adopt_or_refuse(node, vm, now)
             effects.append(write)
             if adopted:
-                may_adopt, budget = may_adopt - 1, budget - 1
+                may_adopt -= 1
+                budget.take(1, now)
             else:
                 unexplained += size
-        self._adoptions[node.node_id] = (budget, now)
         if deferred and self._say_once(f"vm.adoption_deferred:{node.node_id}:{int(now // 3600)}"):
             effects.append(Write(events=(Audit("vm.adoption_deferred", node.node_id, detail=dict(
                 vms=deferred, per_report=self.settings.adoptions_per_report,
@@ -174,12 +175,15 @@ class ReportMatching:
         for name in [n for n, at in self._cleanup_at.items() if at < now - retire]:
             del self._cleanup_at[name]
 
-    def _adoption_budget(self, node_id: str, now: float) -> float:
-        """How many VMs this node's report may adopt: at most adoptions_per_report, and a node's
-        budget of adoptions_per_hour refills over the hour (one agent cannot fill the store)."""
+    def _adoption_budget(self, node_id: str, now: float) -> Bucket:
+        """This node's adoptions: adoptions_per_hour, refilled over the hour (one agent cannot fill
+        the store); a report takes at most adoptions_per_report of them."""
         per_hour = self.settings.adoptions_per_hour
-        left, at = self._adoptions.get(node_id, (float(per_hour), now))
-        return min(per_hour, left + max(now - at, 0.0) * per_hour / 3600)
+        bucket = self._adoptions.get(node_id)
+        if bucket is None:
+            bucket = self._adoptions[node_id] = Bucket(per_hour / 3600, per_hour, now)
+        bucket.wait(0, now)   # refilled to now
+        return bucket
 
     def _clean_up(self, node: NodeState, vm: ReportedVmLike, now: float) -> list[Effect]:
         """A VM of ours whose lease ended still runs: no VM runs outside the books, so it is stopped
