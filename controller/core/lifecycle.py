@@ -41,8 +41,10 @@ class Lifecycle:
             return []   # the report already settled it, or it ended meanwhile
         if lease.state == "cancelling":
             if not ok:
-                return [self._end(lease, "ended", f"released before it started; the launch failed: {detail}", now)]
-            return self._stop(lease, self.backfill.grace_seconds, now, "released while starting", launched=now)
+                why = "preempted" if lease.end_reason.startswith("preempted") else "released"
+                return [self._end(lease, "ended", f"{why} before it started; the launch failed: {detail}", now)] + \
+                    self._start_waiting(lease.node_id, now)   # a request may wait for its room
+            return self._stop_cancelled(lease, now, launched=now)
         if not ok:
             detail_of = dict(vm=lease.vm_name, reason=detail)
             if lease.role == "backfill":
@@ -113,6 +115,14 @@ class Lifecycle:
                                       launched_at=lease.launched_at or launched), now)
         return [Write(updated=(stopping,), events=(Audit("vm.stopping", lease.node_id, lease.lease_id, dict(
             vm=lease.vm_name, reason=reason, grace_s=grace, force=force)),)), self._ask_stop(stopping, grace, force)]
+
+    def _stop_cancelled(self, lease: Lease, now: float, launched: float) -> list[Effect]:
+        """A VM released (or preempted) while it started has launched: stop it, a preempted one as
+        the victim it is (its stop is then a preemption, with its work lost)."""
+        if lease.end_reason.startswith("preempted"):
+            return self._stop(lease, self.backfill.grace_seconds, now, lease.end_reason, state="preempting",
+                              launched=launched)
+        return self._stop(lease, self.backfill.grace_seconds, now, "released while starting", launched=launched)
 
     def _start_waiting(self, node_id: str, now: float) -> list[Effect]:
         """Waiting on-demand leases of this node whose victims are all gone start now."""

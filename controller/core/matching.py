@@ -111,8 +111,7 @@ class ReportMatching:
                     effects.append(Write(updated=(recovered,), events=(Audit(
                         "vm.recovered", node.node_id, lease.lease_id, dict(vm=vm.name)),)))
                 elif lease.state == "cancelling":
-                    effects += self._stop(lease, self.backfill.grace_seconds, now, "released while starting",
-                                          launched=vm.launched_at or now)
+                    effects += self._stop_cancelled(lease, now, launched=vm.launched_at or now)
                 continue
             size = Size(vm.vcpus, vm.memory_mib)
             if vm.name in self.retired:

@@ -16,11 +16,11 @@ from operator import attrgetter
 
 import numpy as np
 
-from .records import ZERO, Policy, Size, plain_init
+from .records import ZERO, Policy, Size, VmRole, plain_init
 
 
 _launched_at = attrgetter("launched_at")
-from .snapshot import NodeView, Pool, VmView, allocated, is_victim, rows_where
+from .snapshot import NodeArrays, NodeView, Pool, VmView, allocated, is_victim, rows_where
 
 
 @plain_init
@@ -239,20 +239,47 @@ def _fewest_then_least_work(pool: Pool, feasible: np.ndarray, want: Size) -> Ite
 
 
 def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT, seed: int = 0) -> Decision:
-    """Where an on-demand VM of size `want` goes, and which backfill VMs must make room."""
+    """Where an on-demand VM of size `want` goes, and which backfill VMs must make room.
+
+    Backfill is invisible to the choice of node: the nodes are compared by what on-demand VMs hold
+    alone (every backfill VM counted as free), best fit, so that on-demand VMs pack and whole
+    nodes stay whole for large requests. The best-fit nodes whose on-demand state is identical
+    (the same capacity, the same on-demand allocation) tie: any of them leaves the pool's on-demand
+    future the same, so with the same requests and releases the pool never serves on-demand worse
+    with backfill than without. Only among those does backfill decide: free room first (best fit),
+    then the cheapest victims by the termination policy, then, if only backfill VMs starting or
+    stopping hold the room, those (the launch waits for them)."""
     if want.vcpus <= 0 or want.memory_mib <= 0:
         return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
-    can_host = c.up & (c.unpinned_vcpus >= want.vcpus) & (c.unpinned_memory >= want.memory_mib)
-    fits = rows_where(can_host & (c.room_vcpus >= want.vcpus) & (c.room_memory >= want.memory_mib))
-    if len(fits):  # best fit, the least spare vCPUs then memory then id: keep large holes for large requests
-        # (the spare room is the room less `want`: the rooms sort as it would)
+    can_host = rows_where(c.up & (c.od_room_vcpus >= want.vcpus) & (c.od_room_memory >= want.memory_mib))
+    if not len(can_host):
+        return Reject(_infeasible_reason(pool, want))
+    tied = on_demand_best_fit(c, can_host)
+    fits = tied[(c.room_vcpus[tied] >= want.vcpus) & (c.room_memory[tied] >= want.memory_mib)]
+    if len(fits):  # best fit on the free room too, the least spare vCPUs then memory then id
         best_fit = np.lexsort((c.name_rank[fits], c.room_memory[fits], c.room_vcpus[fits]))[0]
         return Place(pool.nodes[fits[best_fit]].node_id)
-    feasible = rows_where(can_host)
-    if not len(feasible):
-        return Reject(_infeasible_reason(pool, want))
-    rng = random.Random(seed)
+    return _cheapest_victims(pool, tied, want, policy, random.Random(seed)) or _through_transit(pool, tied, want)
+
+
+ON_DEMAND_STATE = ("od_room_vcpus", "od_room_memory", "capacity_vcpus", "capacity_memory")
+
+
+def on_demand_best_fit(columns: NodeArrays, rows: np.ndarray) -> np.ndarray:
+    """The rows among `rows` that are the best fit for on-demand (the least on-demand room left,
+    by vCPUs then memory, then the smallest node) and so tie: their on-demand state (capacity,
+    and capacity less the on-demand room) is the same. In row order."""
+    for name in ON_DEMAND_STATE:
+        values = getattr(columns, name)[rows]
+        rows = rows[values == values.min()]
+    return rows
+
+
+def _cheapest_victims(pool: Pool, feasible: np.ndarray, want: Size, policy: Policy,
+                      rng: random.Random) -> Preempt | None:
+    """Among the rows `feasible`, the node whose preemptible VMs make room at the least cost by the
+    policy (None: no node's preemptible VMs cover what it lacks)."""
     best = None
     if policy is Policy.MOST_RECENT or \
             (policy is Policy.IDLE_FIRST and pool.columns.ladder_sizes[feasible].all()):   # ladders on its clock
@@ -270,10 +297,30 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
             option = (_victim_cost(victims, policy, pool.now), node.node_id, victims)
             if best is None or option[:2] < best[:2]:
                 best = option
-    if best is None:  # cannot happen while NodeView sums match the VMs; say so rather than crash
-        return Reject("the pool's books do not add up: a node has room on paper but no VMs to stop")
+    if best is None:
+        return None
     _, node_id, victims = best
     return Preempt(node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
+
+
+def _through_transit(pool: Pool, tied: np.ndarray, want: Size) -> Decision:
+    """Backfill VMs starting or stopping hold the room on every tied node: the first of them (by
+    id) takes those VMs, then its preemptible ones youngest first, as victims; the launch waits
+    for them (a starting one is stopped once its launch is answered). Its work lost is that of
+    its preemptible victims: the others have none yet, or are already being stopped."""
+    now = pool.now
+    for row in tied[np.argsort(pool.columns.name_rank[tied], kind="stable")].tolist():
+        node = pool.nodes[row]
+        backfill = [vm for vm in pool.on_node(node.node_id) if vm.role is VmRole.BACKFILL]
+        transit = sorted((vm for vm in backfill if not vm.preemptible), key=lambda vm: vm.vm_id)
+        order = transit + termination_order([vm for vm in backfill if vm.preemptible], Policy.MOST_RECENT, now,
+                                            random.Random(0))
+        victims = _victims_in_order(backfill, want - node.room, order)
+        if victims is not None:
+            return Preempt(node.node_id, tuple(vm.vm_id for vm in victims),
+                           sum(vm.work(now) for vm in victims if vm.preemptible))
+    # cannot happen while NodeView sums match the VMs; say so rather than crash
+    return Reject("the pool's books do not add up: a node has room on paper but no VMs to stop")
 
 
 def _infeasible_reason(pool: Pool, want: Size) -> str:
@@ -283,7 +330,7 @@ def _infeasible_reason(pool: Pool, want: Size) -> str:
         down = len(pool.nodes)
         return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
     # the most room counting backfill as free, by vCPUs then memory (capacity - pinned, the largest)
-    vcpus, memory = c.unpinned_vcpus[up], c.unpinned_memory[up]
+    vcpus, memory = c.od_room_vcpus[up], c.od_room_memory[up]
     best_vcpus = int(vcpus.max())
     best_memory = int(memory[vcpus == best_vcpus].max())
     return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from .policy import Decision, Preempt, Reject, place_on_demand
-from .records import (IN_TRANSIT, Ask, Audit, Effect, Launch, Lease, RequestRecord,
+from .records import (Ask, Audit, Effect, Launch, Lease, RequestRecord,
                       Size, VmRole, Write, replace, stable_seed, work)
 from .reserves import (may_wait, wait_decision)
-from .snapshot import IDLE, Pool, room_after_transit
+from .snapshot import IDLE, Pool
 
 
 class Requests:
@@ -41,35 +41,12 @@ class Requests:
         return self._reject(ask, decision.reason, now, (timer() - started) * 1000)
 
     def _wait_until(self, ask: Ask, now: float) -> float | None:
-        """When the wait for room of a request that has none now ends, or None: rejected at once.
-        It waits for the wait window W (if any), and, whatever W, for backfill VMs that hold room it
-        would fit in but cannot be preempted yet (starting or stopping), until their deadlines: an
-        on-demand request is never turned away because backfill was mid-launch or mid-stop."""
-        if len(self.waiting) >= self.reserve_settings.max_waiting:
+        """When the wait for room of a request that has none now ends (the wait window W), or None:
+        rejected at once. Backfill never makes a request wait: placement counts every backfill VM,
+        starting and stopping ones too, as free room."""
+        if may_wait(len(self.waiting), self.reserve_settings) is not None:
             return None
-        window = now + self.reserve_settings.wait_seconds if may_wait(len(self.waiting), self.reserve_settings) \
-            is None else None
-        transit = self._transit_deadline(ask, now)
-        ends = [t for t in (window, transit) if t is not None]
-        return max(ends) if ends else None
-
-    def _transit_deadline(self, ask: Ask, now: float) -> float | None:
-        """The latest deadline of the backfill VMs IN_TRANSIT on the nodes where the request would
-        fit once those VMs are done (None: no such node)."""
-        want = Size(ask.vcpus, ask.memory_mib)
-        unable = self._unable(ask.memory_mib, ask.image)
-        latest = None
-        views = self._node_views   # fresh: the snapshot just refreshed them
-        for node_id in self._in_transit:
-            view = views.get(node_id)   # None: a node not heard from since a restart
-            if view is None or node_id in unable or \
-                    not room_after_transit(view, self._vm_views[node_id], want):
-                continue
-            for lease in self.by_node[node_id].values():
-                if lease.role == "backfill" and lease.state in IN_TRANSIT:
-                    deadline = lease.deadline if lease.deadline is not None else now + self.settings.launch_timeout
-                    latest = deadline if latest is None else max(latest, deadline)
-        return latest
+        return now + self.reserve_settings.wait_seconds
 
     def _place(self, ask: Ask, pool: Pool) -> Decision:
         want = Size(ask.vcpus, ask.memory_mib)
@@ -158,12 +135,17 @@ class Requests:
         if isinstance(decision, Reject):
             raise ValueError(f"request {ask.request_id}: a rejection cannot be booked ({decision.reason})")
         node = decision.node_id
-        victims = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
-        path = "free" if not victims else ("instant" if self._fits_beside(node, want) else "after_victims")
+        named = [self.leases[v] for v in decision.victims] if isinstance(decision, Preempt) else []
+        victims = [v for v in named if v.state == "running"]   # preemptible now: stopped for this request
+        # backfill VMs starting or already stopping whose room it needs too: waited for (stop_in_transit)
+        transit = [v for v in named if v.state != "running"]
+        path = "free" if not named else \
+            ("instant" if not transit and self._fits_beside(node, want) else "after_victims")
         s = self.settings
         stop_grace = s.notice_seconds if path == "instant" else self.backfill.grace_seconds
-        # An instant victim's stop is asked once the launch is answered (Stop.after_launch).
-        victim_deadline = now + stop_grace + s.stop_timeout + (s.launch_timeout if path == "instant" else 0)
+        # An instant victim's stop is asked once the launch is answered (Stop.after_launch); a VM
+        # still starting is stopped once its own launch is answered.
+        victim_deadline = now + stop_grace + s.stop_timeout + (s.launch_timeout if path == "instant" or transit else 0)
         state, deadline = ("waiting", victim_deadline + s.launch_timeout) if path == "after_victims" else \
             ("starting", now + s.launch_timeout)
         lease = self._new_lease(VmRole.ON_DEMAND, node, want, ask.image, ask.owner, state, now, deadline,
@@ -175,24 +157,47 @@ class Requests:
         self._book(lease, now)
         for v in stopped:
             self._book(v, now)
+        cancelled, transit_effects = self._stop_in_transit(transit, cause, ask.request_id, victim_deadline, now)
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "pending",
-                               lease.lease_id, node, tuple(v.lease_id for v in victims), "", created_at,
+                               lease.lease_id, node, tuple(v.lease_id for v in named), "", created_at,
                                decided_ms, path)
         self._remember(record)
         events = [Audit("request.placed", node, lease.lease_id, dict(
-            request_id=ask.request_id, path=path, policy=policy.value, victims=[v.lease_id for v in victims],
+            request_id=ask.request_id, path=path, policy=policy.value, victims=[v.lease_id for v in named],
             decided_ms=round(record.decided_ms, 3), waited_s=round(now - created_at, 3)))]
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
                                                                   path=path, notice_s=stop_grace,
                                                                   work_lost_vcpu_seconds=round(work(v, now), 1),
                                                                   **detail))
                    for v, detail in zip(victims, seen)]
-        effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped), requests=(record,),
+        events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
+                                                                  path=path, was=v.state, waited_for=True))
+                   for v in transit]
+        effects: list[Effect] = [Write(created=(lease,), updated=tuple(stopped) + cancelled, requests=(record,),
                                        events=tuple(events))]
         if state == "starting":
             effects.append(Launch(lease))
         effects += [self._ask_stop(v, stop_grace, after_launch=path == "instant") for v in stopped]
-        return effects
+        return effects + transit_effects
+
+    def _stop_in_transit(self, transit: list[Lease], cause: str, request_id: str, deadline: float,
+                         now: float) -> tuple[tuple[Lease, ...], list[Effect]]:
+        """Backfill VMs whose room the request needs but that cannot be stopped now: one still
+        starting is cancelled (stopped as a victim once its launch is answered: Lifecycle.launch_done);
+        one lost is asked to stop; one already stopping is only waited for (the request's record
+        names it, so its lease waits: Lifecycle._start_waiting)."""
+        booked: list[Lease] = []
+        effects: list[Effect] = []
+        for v in transit:
+            if v.state == "starting":
+                booked.append(self._book(replace(v, state="cancelling", deadline=max(v.deadline or now, deadline),
+                                                 request_id=request_id, end_reason=f"preempted: {cause}"), now))
+            elif v.state == "lost":
+                stopping = self._book(replace(v, state="preempting", deadline=deadline, request_id=request_id,
+                                              end_reason=f"preempted: {cause}"), now)
+                booked.append(stopping)
+                effects.append(self._ask_stop(stopping, self.backfill.grace_seconds))
+        return tuple(booked), effects
 
     def _busy_detail(self, lease: Lease, now: float) -> dict[str, Any]:
         """Under idle_first, what the guest or the CPU figures said of a victim (its view, before

@@ -68,10 +68,18 @@ class NodeView:
     on_demand_memory_mib: int = 0          # memory on-demand VMs hold
     oldest_victim_at: float | None = None  # launch time of the oldest preemptible VM (recycling)
     victim_ladder: VictimLadder | None = None  # preemptible VMs newest first (placement's bound)
+    # the part of `pinned` that backfill VMs starting or stopping hold: backfill's room all the same,
+    # so on-demand placement counts it as free (it is waited for, never a reason to go elsewhere)
+    in_transit: Size = ZERO
 
     @property
     def room(self) -> Size:
         return self.capacity - self.allocated
+
+    @property
+    def on_demand_room(self) -> Size:
+        """The room as on-demand placement sees it: every backfill VM counted as free."""
+        return self.capacity - self.pinned + self.in_transit
 
 
 @dataclass(frozen=True)
@@ -163,10 +171,10 @@ class NodeArrays:
         self.capacity_vcpus, self.capacity_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.pinned_vcpus, self.pinned_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.allocated_vcpus, self.allocated_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
-        # capacity less allocated (NodeView.room), and less pinned (the room preemption can make):
-        # kept per row, so placement does not subtract every node's columns per request
+        # capacity less allocated (NodeView.room), and less what on-demand VMs hold (NodeView.on_demand_room,
+        # the room placement sees): kept per row, so placement does not subtract every node's columns per request
         self.room_vcpus, self.room_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
-        self.unpinned_vcpus, self.unpinned_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
+        self.od_room_vcpus, self.od_room_memory = np.zeros(count, np.int64), np.zeros(count, np.int64)
         self.oldest_victim_at = np.full(count, np.nan)
         self._oldest: float | None = math.nan   # their minimum (NaN: no victim; None: to be read again)
         self.ladder_length = np.zeros(count, np.int64)
@@ -191,8 +199,8 @@ class NodeArrays:
         self.allocated_vcpus[i], self.allocated_memory[i] = node.allocated.vcpus, node.allocated.memory_mib
         self.room_vcpus[i] = node.capacity.vcpus - node.allocated.vcpus
         self.room_memory[i] = node.capacity.memory_mib - node.allocated.memory_mib
-        self.unpinned_vcpus[i] = node.capacity.vcpus - node.pinned.vcpus
-        self.unpinned_memory[i] = node.capacity.memory_mib - node.pinned.memory_mib
+        self.od_room_vcpus[i] = node.capacity.vcpus - node.pinned.vcpus + node.in_transit.vcpus
+        self.od_room_memory[i] = node.capacity.memory_mib - node.pinned.memory_mib + node.in_transit.memory_mib
         self._set_oldest(i, math.nan if node.oldest_victim_at is None else node.oldest_victim_at)
         self.backfill_vms[i] = node.backfill_vms
         ladder = _ladder(node)
@@ -281,6 +289,7 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
     # of allocated(), max() and min() over the same VMs in the same order.
     victims = []
     all_vcpus = all_memory = pinned_vcpus = pinned_memory = backfill_vcpus = backfill_vms = on_demand_memory = 0
+    transit_vcpus = transit_memory = 0
     newest = oldest = None
     backfill_role = VmRole.BACKFILL
     for vm in vms:
@@ -298,6 +307,8 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
                 if oldest is None or at < oldest:
                     oldest = at
                 continue
+            transit_vcpus += size.vcpus
+            transit_memory += size.memory_mib
         else:
             if vm.role is VmRole.ON_DEMAND:
                 on_demand_memory += size.memory_mib
@@ -305,7 +316,7 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
         pinned_memory += size.memory_mib
     return replace(
         node, allocated=unexplained + Size(all_vcpus, all_memory),
-        pinned=unexplained + Size(pinned_vcpus, pinned_memory),
+        pinned=unexplained + Size(pinned_vcpus, pinned_memory), in_transit=Size(transit_vcpus, transit_memory),
         newest_victim_at=newest, backfill_vcpus=backfill_vcpus, backfill_vms=backfill_vms,
         on_demand_memory_mib=on_demand_memory, oldest_victim_at=oldest,
         victim_ladder=VictimLadder.of(victims, any(vm.busy_since is not None for vm in victims)))

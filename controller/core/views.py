@@ -36,12 +36,13 @@ class _NodeVms:
     order) and their sums, kept as leases are booked: a rebuild of the node's view reads these
     rather than walking every lease of the node (policy.summed's figures, exactly)."""
     __slots__ = ("views", "vcpus", "memory", "pinned_vcpus", "pinned_memory", "backfill_vcpus", "backfill_vms",
-                 "on_demand_memory", "victims_changed")
+                 "on_demand_memory", "victims_changed", "transit_vcpus", "transit_memory")
 
     def __init__(self) -> None:
         self.views: dict[str, VmView] = {}   # lease id -> its view
         self.vcpus = self.memory = self.pinned_vcpus = self.pinned_memory = 0
         self.backfill_vcpus = self.backfill_vms = self.on_demand_memory = 0
+        self.transit_vcpus = self.transit_memory = 0   # backfill VMs starting or stopping
         self.victims_changed = True   # the victims' ladder must be read afresh from the views
 
     def add(self, vm: VmView) -> None:
@@ -63,6 +64,8 @@ class _NodeVms:
             if vm.preemptible:   # a victim: it counts in the ladder, not in what is pinned
                 self.victims_changed = True
                 return
+            self.transit_vcpus += vcpus
+            self.transit_memory += memory
         else:
             self.on_demand_memory += memory
         self.pinned_vcpus += vcpus
@@ -82,7 +85,7 @@ class _NodeVms:
         allocated, pinned = Size(self.vcpus, self.memory), Size(self.pinned_vcpus, self.pinned_memory)
         if unexplained is not ZERO and unexplained != ZERO:   # room taken outside any lease (rare)
             allocated, pinned = unexplained + allocated, unexplained + pinned
-        return replace(bare, allocated=allocated, pinned=pinned,
+        return replace(bare, allocated=allocated, pinned=pinned, in_transit=Size(self.transit_vcpus, self.transit_memory),
                        newest_victim_at=newest, backfill_vcpus=self.backfill_vcpus, backfill_vms=self.backfill_vms,
                        on_demand_memory_mib=self.on_demand_memory, oldest_victim_at=oldest, victim_ladder=ladder)
 

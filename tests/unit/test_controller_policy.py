@@ -154,21 +154,23 @@ def pools(draw):
                 break
             used += size
             role = draw(st.sampled_from(list(VmRole)))
-            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000))))
+            # now and then a backfill VM starting or stopping (not preemptible now)
+            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000)),
+                              preemptible=draw(st.integers(0, 5)) > 0))
     want = Size(draw(st.integers(1, 8)), draw(st.integers(64, 8192)))
     return Pool.of(tuple(nodes), tuple(vms), NOW), want
 
 
 def free_after_backfill(pool: Pool) -> dict[str, Size]:
-    """Each up node's room with every preemptible backfill VM gone, summed here by hand
-    (independently of the policy's own sums and helpers)."""
+    """Each up node's room with every backfill VM gone (starting and stopping ones too), summed
+    here by hand (independently of the policy's own sums and helpers)."""
     room = {}
     for n in pool.nodes:
         if not n.up:
             continue
         vcpus, memory = n.capacity.vcpus, n.capacity.memory_mib
         for v in pool.vms:
-            if v.node_id == n.node_id and not (v.role is VmRole.BACKFILL and v.preemptible):
+            if v.node_id == n.node_id and v.role is not VmRole.BACKFILL:
                 vcpus, memory = vcpus - v.size.vcpus, memory - v.size.memory_mib
         room[n.node_id] = Size(vcpus, memory)
     return room
@@ -189,7 +191,8 @@ def crowded_pools(draw):
             if not (used + size).fits_in(n.capacity):
                 break
             used += size
-            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000))))
+            vms.append(VmView(f"{n.node_id}-v{j}", n.node_id, role, size, NOW - draw(st.floats(0, 10_000)),
+                              preemptible=draw(st.integers(0, 7)) > 0))
         # Top the node up with backfill until (almost) nothing is free.
         left = n.capacity - used
         for j in range(8, 8 + left.vcpus):
@@ -218,34 +221,60 @@ def placement_cases():
     return st.one_of(pools(), crowded_pools())
 
 
+def on_demand_room(pool: Pool, node: NodeView) -> Size:
+    """The node's room with every backfill VM gone (what on-demand placement compares nodes by)."""
+    return node.capacity - allocated([v for v in pool.on_node(node.node_id) if v.role is not VmRole.BACKFILL])
+
+
+def tied_best_fit(pool: Pool, want: Size) -> list[NodeView]:
+    """The definition: among up nodes whose on-demand room holds the request, those with the least
+    on-demand room (vCPUs, then memory), then the smallest capacity: all with the same on-demand state."""
+    able = [n for n in pool.nodes if n.up and want.fits_in(on_demand_room(pool, n))]
+    if not able:
+        return []
+
+    def key(n: NodeView) -> tuple:
+        room = on_demand_room(pool, n)
+        return (room.vcpus, room.memory_mib, n.capacity.vcpus, n.capacity.memory_mib)
+    best = min(key(n) for n in able)
+    return [n for n in able if key(n) == best]
+
+
 def check_placement(pool: Pool, want: Size, policy: Policy, seed: int) -> None:
     decision = place_on_demand(pool, want, policy, seed)
     up = {n.node_id: n for n in pool.nodes if n.up}
+    tied = tied_best_fit(pool, want)
     if isinstance(decision, Reject):
         # nothing could host it even with every backfill VM gone
-        assert all(not want.fits_in(n.capacity - allocated([v for v in pool.on_node(i) if not is_victim(v)])) for i, n in up.items())
+        assert not tied
+        assert all(not want.fits_in(on_demand_room(pool, n)) for n in up.values())
         return
-    assert decision.node_id in up
+    # the node is one of the best fits for on-demand, whatever backfill runs where
+    assert decision.node_id in {n.node_id for n in tied}
     on_node = pool.on_node(decision.node_id)
     room = up[decision.node_id].capacity - allocated(on_node)
     if isinstance(decision, Place):
         assert want.fits_in(room)
         return
-    assert not any(want.fits_in(n.capacity - allocated(pool.on_node(i))) for i, n in up.items())
+    # no tied node had free room
+    assert not any(want.fits_in(n.capacity - allocated(pool.on_node(n.node_id))) for n in tied)
     victims = [v for v in on_node if v.vm_id in decision.victims]
     assert len(victims) == len(decision.victims) > 0
     assert all(v.role is VmRole.BACKFILL for v in victims)   # on-demand VMs are never victims
     assert want.fits_in(room + allocated(victims))
     for spared in victims:  # minimal: no victim could have been spared
         assert not want.fits_in(room + allocated([v for v in victims if v is not spared]))
-    if policy is not Policy.ANY:  # no other node offered a cheaper victim set
-        rng = random.Random(0)
-        costs = []
-        for i, n in up.items():
-            others = [v for v in pool.on_node(i) if is_victim(v)]
-            found = choose_victims(others, want - (n.capacity - allocated(pool.on_node(i))), policy, NOW, rng)
-            if found is not None:
-                costs.append(_victim_cost(found, policy, NOW))
+    rng = random.Random(0)
+    costs = []
+    for n in tied:
+        others = [v for v in pool.on_node(n.node_id) if is_victim(v)]
+        found = choose_victims(others, want - (n.capacity - allocated(pool.on_node(n.node_id))), policy, NOW, rng)
+        if found is not None:
+            costs.append(_victim_cost(found, policy, NOW))
+    if not all(is_victim(v) for v in victims):   # backfill in transit waited for only where no tied node had victims
+        assert not costs
+        return
+    if policy is not Policy.ANY:  # no other tied node offered a cheaper victim set
         assert _victim_cost(victims, policy, NOW) <= min(costs)
     age = {Policy.MOST_RECENT: VmView.runtime, Policy.IDLE_FIRST: VmView.at_risk}.get(policy)
     if age is not None:  # no spared backfill VM on the node is younger (on the policy's clock) than a needed victim

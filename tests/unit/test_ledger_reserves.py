@@ -262,28 +262,42 @@ def starting_backfill_everywhere() -> tuple[Ledger, list[Launch]]:
     return ledger, launches
 
 
-def test_a_request_held_up_only_by_starting_backfill_waits_for_it_without_a_window():
+def test_a_request_held_up_only_by_starting_backfill_is_booked_at_once_and_waits_for_it():
+    """Backfill is invisible to placement: room held by a backfill VM still starting is the
+    request's at once (its lease booked, waiting), the starting VM is stopped as a victim once
+    its launch is answered, and the on-demand VM launches when that stop is confirmed."""
     ledger, launches = starting_backfill_everywhere()
     effects = ledger.request(Ask(2, 512, "tiny", "bob", "r1"), T0 + 1)
-    assert not events(effects, "request.rejected")
-    [queued] = events(effects, "request.queued")
-    deadline = max(l.lease.deadline for l in launches)
-    assert queued.detail["deadline"] == deadline == ledger.pending("r1").wait_until
-    confirm(ledger, launches, T0 + 2)   # the launches are answered: the backfill VMs run, preemptible
-    effects = ledger.tick(T0 + 3)
+    assert not events(effects, "request.rejected") and not events(effects, "request.queued")
     [placed] = events(effects, "request.placed")
-    assert placed.detail["request_id"] == "r1" and ledger.pending("r1").victims and not ledger.waiting
+    record = ledger.pending("r1")
+    assert placed.detail["path"] == "after_victims" and len(record.victims) >= 1 and not ledger.waiting
+    victims = [ledger.leases[v] for v in record.victims]
+    assert all(v.state == "cancelling" and v.end_reason.startswith("preempted: ") for v in victims)
+    [waiting] = [l for l in ledger.leases.values() if l.role == "on_demand"]
+    assert waiting.state == "waiting" and {v.node_id for v in victims} == {waiting.node_id}
+    assert not [e for e in effects if isinstance(e, Launch)]   # nothing launches beside the starting VMs
+    for i, victim in enumerate(victims):   # each launch answered: stopped, as a preemption
+        stop_effects = ledger.launch_done(victim.lease_id, True, "", T0 + 2)
+        [stop] = [e for e in stop_effects if isinstance(e, Stop)]
+        assert stop.lease.lease_id == victim.lease_id and ledger.leases[victim.lease_id].state == "preempting"
+        done = ledger.stop_done(victim.lease_id, "clean_shutdown", True, 1.0, "", T0 + 3)
+        assert events(done, "vm.preempted")
+        launched = [e.lease.lease_id for e in done if isinstance(e, Launch)]
+        assert launched == ([waiting.lease_id] if i == len(victims) - 1 else [])   # only once all are gone
+    assert ledger.leases[waiting.lease_id].state == "starting"
 
 
-def test_a_request_waiting_for_backfill_in_transit_is_rejected_at_the_transits_deadline():
-    ledger, launches = starting_backfill_everywhere()
+def test_a_starting_victim_whose_launch_fails_lets_the_waiting_request_start():
+    ledger, _launches = starting_backfill_everywhere()
     ledger.request(Ask(2, 512, "tiny", "bob", "r1"), T0 + 1)
-    deadline = ledger.pending("r1").wait_until
-    assert not events(ledger.tick(deadline - 1), "request.rejected")
-    rejected = events(ledger.tick(deadline + 1), "request.rejected")
-    assert [e.detail["request_id"] for e in rejected] == ["r1"] and not ledger.waiting
-    assert rejected[0].detail["reason"].startswith(
-        f"no room after {deadline - (T0 + 1):g} s waiting for backfill VMs starting or stopping: ")
+    victim_ids = ledger.pending("r1").victims
+    [waiting] = [l for l in ledger.leases.values() if l.role == "on_demand"]
+    for i, victim_id in enumerate(victim_ids):
+        effects = ledger.launch_done(victim_id, False, "no such image", T0 + 2)
+        assert victim_id not in ledger.leases or ledger.leases[victim_id].state == "ended"
+        launched = [e.lease.lease_id for e in effects if isinstance(e, Launch)]
+        assert launched == ([waiting.lease_id] if i == len(victim_ids) - 1 else [])
 
 
 def test_a_request_no_transit_could_make_room_for_is_still_rejected_at_once():
