@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -246,7 +247,9 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     nodes stay whole for large requests. The best-fit nodes whose on-demand state is identical
     (the same capacity, the same on-demand allocation) tie: any of them leaves the pool's on-demand
     future the same, so with the same requests and releases the pool never serves on-demand worse
-    with backfill than without. Only among those does backfill decide: free room first (best fit),
+    with backfill than without. Nodes that hold on-demand VMs are each unique (their VMs leave at
+    their own times): among those the one whose VMs came first is taken, backfill or not; so
+    backfill decides only among best-fit nodes with no on-demand VM: free room first (best fit),
     then the cheapest victims by the termination policy, then, if only backfill VMs starting or
     stopping hold the room, those (the launch waits for them)."""
     if want.vcpus <= 0 or want.memory_mib <= 0:
@@ -256,6 +259,8 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     if not len(can_host):
         return Reject(_infeasible_reason(pool, want))
     tied = on_demand_best_fit(c, can_host)
+    if len(tied) > 1 and _holds_on_demand(c, tied[0]):
+        tied = tied[[_placed_first(pool, tied)]]
     fits = tied[(c.room_vcpus[tied] >= want.vcpus) & (c.room_memory[tied] >= want.memory_mib)]
     if len(fits):  # best fit on the free room too, the least spare vCPUs then memory then id
         best_fit = np.lexsort((c.name_rank[fits], c.room_memory[fits], c.room_vcpus[fits]))[0]
@@ -274,6 +279,25 @@ def on_demand_best_fit(columns: NodeArrays, rows: np.ndarray) -> np.ndarray:
         values = getattr(columns, name)[rows]
         rows = rows[values == values.min()]
     return rows
+
+
+def _holds_on_demand(columns: NodeArrays, row: int) -> bool:
+    return bool(columns.od_room_vcpus[row] < columns.capacity_vcpus[row] or
+                columns.od_room_memory[row] < columns.capacity_memory[row])
+
+
+def _placed_first(pool: Pool, tied: np.ndarray) -> int:
+    """Which of these nodes (equal on-demand allocations, not empty) takes the request: the one
+    whose on-demand VMs came first (the earliest booked, then its request id). Nodes equal in
+    allocation but holding different VMs are not interchangeable (their VMs leave at different
+    times), so backfill may not choose between them; this choice reads only the on-demand VMs,
+    and so is the one the pool makes with or without backfill. (Room no lease explains, alone
+    on a node, comes after any on-demand VM; then the node id.)"""
+    def first(row: int) -> tuple:
+        node = pool.nodes[row]
+        placed = [vm.placed for vm in pool.on_node(node.node_id) if vm.role is VmRole.ON_DEMAND]
+        return (min(placed) if placed else (math.inf, ""), node.node_id)
+    return min(range(len(tied)), key=lambda i: first(int(tied[i])))
 
 
 def _cheapest_victims(pool: Pool, feasible: np.ndarray, want: Size, policy: Policy,

@@ -95,6 +95,9 @@ class VmView:
     # idle, None if not known (then since its launch). Set by the ledger only while the policy is
     # idle_first.
     busy_since: float | None = None
+    # An on-demand VM: when its lease was booked and for which request. Placement tells apart nodes
+    # whose on-demand allocations are equal by their VMs' order (the same with or without backfill).
+    placed: tuple[float, str] = (0.0, "")
 
     def runtime(self, now: float) -> float:
         return max(now - self.launched_at, 0.0)

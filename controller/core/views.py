@@ -147,6 +147,8 @@ class Views:
         vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role],
                            size=shared_size(vcpus, memory), launched_at=lease.launched_at or lease.created_at,
                            preemptible=lease.role == "backfill" and state == "running")
+        if lease.role == "on_demand":
+            vm.__dict__["placed"] = (lease.created_at, lease.request_id)
         if self._tracks_cpu and lease.role == "backfill":
             vm.__dict__["busy_since"] = self._busy_since.get(lease.lease_id)
         vms.add(vm)

@@ -136,6 +136,7 @@ class Simulation:
         self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
+        self.placed_at: dict[str, float] = {}   # lease -> when its request was placed (release_on_schedule)
         self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
         self.arrived = self.queued = self.released = self.drained = 0
         self.waits: list[float] = []   # placed requests' waits, arrival to launch
@@ -301,8 +302,11 @@ class Simulation:
         request = self.by_lease.get(lease.lease_id)
         if request is not None and self.ledger.leases.get(lease.lease_id, lease).state == "running":
             self.waits.append(self.now - request.at)
-            if request.lifetime is not None and self.now + request.lifetime < self.end:
-                self.at(self.now + request.lifetime, self._release, lease.lease_id)
+            if request.lifetime is not None:
+                ends = self.now + request.lifetime if not self.settings.release_on_schedule else \
+                    max(self.placed_at.pop(lease.lease_id) + self.settings.launch_seconds + request.lifetime, self.now)
+                if ends < self.end:
+                    self.at(ends, self._release, lease.lease_id)
         self.report(node)
 
     def _stopping(self, stop: Stop) -> None:
@@ -435,6 +439,8 @@ class Simulation:
         elif record.lease_id:
             del self.unanswered[record.request_id]
             self.by_lease[record.lease_id] = request
+            if self.settings.release_on_schedule:
+                self.placed_at[record.lease_id] = self.now
 
     def _release(self, lease_id: str, force: bool = True) -> None:
         """Release a lease: forced at the end of its request's lifetime; without force, a scripted

@@ -57,6 +57,11 @@ class SimSettings:
     # or idle, and the agents report it (ReportedVm.work_state, work_for_s); off: they say
     # nothing, as older guests
     guest_work_channel: bool = False
+    # On: an on-demand VM is released `lifetime` after its placement plus launch_seconds (its
+    # launch without victims to wait for), not after its own launch: the release comes when it
+    # would without backfill, so that runs with and without backfill differ by placement alone
+    # (tests/bench/simulate.py; a launch that waited for victims lives that much shorter).
+    release_on_schedule: bool = False
 
     def __post_init__(self) -> None:
         if self.pool and self.nodes != sum(g.count for g in self.pool):

@@ -85,8 +85,8 @@ TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 AZURE = "azure_packing_2020/vm_entry_list_5000.csv.gz"
 RESERVED_NODES = 12               # Balancer: a reserve of 12 nodes ended on-demand rejections
 NIMBUS_UTILIZATION = 0.8382
-LOST_WORK_GOAL = 0.03
-WALL_GOAL_S = 60.0
+JOB_LOST_GOAL = 0.043   # the month's job time lost under the earlier placement rule (issue 24)
+SERVED_GOAL = 0.9999    # on-demand vCPU-time with backfill over without (see goals())
 NO_BACKFILL = "no_backfill"   # the baseline entry: the same requests with backfill off
 # Task-level backfill: the serial jobs of the SDSC SP2 trace (mean run time about 2 h), stretched
 # and tiled to ask for half the pool's vCPUs on average, so the HTC queue rarely runs dry, as
@@ -140,10 +140,22 @@ def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: Back
     summary = sim.run()
     cpu = time.process_time() - cpu
     result = entry(summary["figures"], cpu, reserved_nodes=len(reserves))
-    result.update(guest_work_channel=sim_settings.guest_work_channel)
+    result.update(guest_work_channel=sim_settings.guest_work_channel, outcomes=request_outcomes(sim))
     if reserve_settings != ReserveSettings() or hints:
         result.update(reserve_settings=reserve_settings.as_dict(), hints=len(hints or ()))
     return result
+
+
+def request_outcomes(sim: Simulation) -> dict[str, frozenset[str]]:
+    """The ids of the requests the run placed (a lease was booked for them) and of those it
+    rejected: what the per-request comparison with the run without backfill reads."""
+    placed, rejected = set(), set()
+    for record in sim.store.requests.values():
+        if record.outcome == "rejected":
+            rejected.add(record.request_id)
+        elif record.lease_id:
+            placed.add(record.request_id)
+    return dict(placed=frozenset(placed), rejected=frozenset(rejected))
 
 
 def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any]:
@@ -166,42 +178,48 @@ def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any
         sim_events_per_s=f["sim_events_per_s"])
 
 
-def goals(default: dict[str, Any], timed: dict[str, Any], days: float, nodes: int) -> dict[str, Any]:
-    """The issue's goals. Utilization and lost work as Nimbus measured them (cycles running an
-    on-demand VM or an HTC job; the running jobs' progress a preemption throws away), from the
-    task-level default run; the month's wall time from the VM-level default run (the decisions
-    alone, the figure earlier sessions measured)."""
-    month = days >= 30 and nodes >= 1000 and timed["complete"]
+def goals(default: dict[str, Any], entries: dict[str, dict[str, Any]], month: bool) -> dict[str, Any]:
+    """The issue's goals. The promise, over every entry: no request that the run without
+    backfill placed is rejected, and on-demand is served at least as much. Utilization and lost
+    work as Nimbus measured them (cycles running an on-demand VM or an HTC job; the running jobs'
+    progress a preemption throws away), from the task-level default run; the job loss goal is
+    the month's (4.3 %, what the earlier rule lost there)."""
+    with_backfill = {name: e for name, e in entries.items() if name != NO_BACKFILL and "same_run_as" not in e}
+    beyond = {name: e["rejected_beyond_no_backfill"] for name, e in with_backfill.items()}
+    served = {name: e["on_demand_served_vs_no_backfill"] for name, e in with_backfill.items()}
     return dict(
-        wall_under_60_s=dict(measured_s=timed["wall_s"], runs_s=timed["wall_s_runs"],
-                             met=month and timed["wall_s"] < WALL_GOAL_S,
-                             note="the median of the VM-level default runs" if month else
-                             "the default run did not cover a month of 1,000 nodes"),
+        promise=dict(rejected_beyond_no_backfill=beyond, on_demand_served_vs_no_backfill=served,
+                     met=all(v == 0 for v in beyond.values()) and
+                     all(v is not None and v >= SERVED_GOAL for v in served.values()),
+                     note=f"every entry with backfill: 0 requests rejected that the run without backfill placed, "
+                          f"and at least {SERVED_GOAL} of its on-demand vCPU-time (launches that wait for their "
+                          f"victims start seconds later; what that costs is within {1 - SERVED_GOAL:g})"),
         utilization_at_least_nimbus=dict(measured=default["utilization_working"], goal=NIMBUS_UTILIZATION,
                                          met=(default["utilization_working"] or 0) >= NIMBUS_UTILIZATION,
                                          allocated=default["utilization"]),
-        lost_work_under_3_percent=dict(measured=default["job_lost_share"], goal=LOST_WORK_GOAL,
-                                       met=default["job_lost_share"] is not None and
-                                       default["job_lost_share"] < LOST_WORK_GOAL,
-                                       vm_level=default["lost_work_share"]),
-        no_rejection_due_to_backfill=dict(
-            measured=default["rejected_due_to_backfill"], beyond_no_backfill=default["rejected_beyond_no_backfill"],
-            on_demand_served_vs_no_backfill=default["on_demand_served_vs_no_backfill"],
-            met=default["rejected_due_to_backfill"] == 0 and default["rejected_beyond_no_backfill"] is not None
-            and default["rejected_beyond_no_backfill"] <= 0,
-            note="measured: rejected while backfill held room the request would have fit in; "
-                 "beyond_no_backfill: rejected past the same requests with backfill off (None: a run "
-                 "stopped early)"),
+        job_lost_at_most_before=dict(measured=default["job_lost_share"], goal=JOB_LOST_GOAL,
+                                     met=default["job_lost_share"] is not None and
+                                     default["job_lost_share"] <= JOB_LOST_GOAL,
+                                     applies=month, vm_level=default["lost_work_share"],
+                                     note="the goal is the month's (1,000 nodes, 30 days); elsewhere for reading"),
+        preemptions=default["preemptions"], on_demand_wait_p99_s=default["on_demand_wait_p99_s"],
     )
 
 
-def against_baseline(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """A run's rejections past those of the same requests with backfill off, and the on-demand
-    vCPU-time it served as a share of what that run served."""
+def against_baseline(result: dict[str, Any], baseline: dict[str, Any],
+                     base: dict[str, frozenset[str]] | None) -> dict[str, Any]:
+    """A run beside the same requests with backfill off: `rejected_beyond_no_backfill`, the
+    requests that run placed and this one rejected, one by one (not a difference of totals,
+    which a request placed here and rejected there would hide); the on-demand vCPU-time it served
+    as a share of what that run served; and, for reading, the difference of the totals."""
     served = baseline["utilization_on_demand"]
-    if not (result["complete"] and baseline["complete"]):   # stopped early: over different spans
+    outcomes = result.pop("outcomes", None)
+    if not (result["complete"] and baseline["complete"]) or outcomes is None or base is None:
         return dict(result, rejected_beyond_no_backfill=None, on_demand_served_vs_no_backfill=None)
-    return dict(result, rejected_beyond_no_backfill=result["rejected"] - baseline["rejected"],
+    beyond = sorted(base["placed"] & outcomes["rejected"])
+    return dict(result, rejected_beyond_no_backfill=len(beyond), rejected_beyond_examples=beyond[:5],
+                placed_beyond_no_backfill=len(base["rejected"] & outcomes["placed"]),
+                rejected_difference_of_totals=result["rejected"] - baseline["rejected"],
                 on_demand_served_vs_no_backfill=round(result["utilization_on_demand"] / served, 6) if served else None)
 
 
@@ -219,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"share of the pool's vCPUs the jobs ask for on average (default {JOBS_LOAD})")
     p.add_argument("--timed-runs", type=int, default=3, help="VM-level default runs timed (default 3; the median)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--settings", type=lambda v: [x for x in v.split(",") if x], default=[],
+                   help="SETTING[,SETTING...]: only these beside default and no_backfill (default: all)")
     args = p.parse_args(argv)
     if args.timed_runs < 1:
         p.error(f"--timed-runs must be at least 1, got {args.timed_runs}")
     started = time.perf_counter()
     path = args.traces / AZURE
     sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
-                               max_wall_seconds=args.max_wall_seconds)
+                               max_wall_seconds=args.max_wall_seconds, release_on_schedule=True)
     requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load,
                                        sim_settings.pool_vcpus)
     inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
@@ -236,25 +256,33 @@ def main(argv: list[str] | None = None) -> int:
                        backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(jobs_period, 3),
                        jobs=len(jobs))
     runs = settings_compared(args.nodes, args.days)
+    if args.settings:
+        unknown = set(args.settings) - set(runs)
+        if unknown:
+            p.error(f"--settings: unknown {', '.join(sorted(unknown))}; known: {', '.join(runs)}")
+        runs = {name: run for name, run in runs.items() if name in set(args.settings) | {"default", NO_BACKFILL}}
     timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, **runs["default"])
                       for _ in range(args.timed_runs)), key=lambda r: r["wall_s"])
     timed = dict(timings[(len(timings) - 1) // 2], wall_s_runs=[r["wall_s"] for r in timings])   # the median run
+    timed.pop("outcomes", None)
     results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs,
                                   **runs.pop("default"))}
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=task_inputs, jobs=jobs, **run)
                    for name, run in runs.items()}
         results.update((name, future.result()) for name, future in futures.items())
-    results = {name: against_baseline(result, results[NO_BACKFILL]) for name, result in results.items()}
+    base = results[NO_BACKFILL].get("outcomes")
+    results = {name: against_baseline(result, results[NO_BACKFILL], base) for name, result in results.items()}
     results[BackfillConfig().termination_policy.value] = dict(results["default"], same_run_as="default")
     default = results["default"]
+    month = args.days >= 30 and args.nodes >= 1000
     out = dict(sim_events_per_s=timed["sim_events_per_s"], wall_s=timed["wall_s"], wall_s_runs=timed["wall_s_runs"],
                default_vm_level=timed,
                bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,
                node_cpus=sim_settings.node_cpus, node_memory_mib=sim_settings.node_memory_mib, inputs=task_inputs,
-               goals=goals(default, timed, args.days, args.nodes), **results)
-    print(json.dumps(out, indent=2))
-    return 0
+               goals=goals(default, results, month), **results)
+    print(json.dumps(out, indent=2, default=sorted))
+    return 0 if out["goals"]["promise"]["met"] else 1
 
 
 if __name__ == "__main__":
