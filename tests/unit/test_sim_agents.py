@@ -11,14 +11,14 @@ from tests.unit.test_sim import REQUESTS, scenario
 END = 4000.0
 
 
-def small(agents: AgentModel | None = None, requests=REQUESTS, **settings) -> Simulation:
+def small(model: AgentModel | None = None, requests=REQUESTS, **settings) -> Simulation:
     """The hand-worked scenario of tests/unit/test_sim.py (2 nodes of 4 vCPUs, 1-vCPU backfill)."""
     base = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
                        launch_jitter=0, stop_seconds=5, progress_seconds=0)
     config = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024, grace_seconds=10,
                             termination_policy=Policy.MOST_RECENT)
     return Simulation(requests, SimSettings(**{**base.__dict__, **settings}), config,
-                      LedgerSettings(use_prediction=False), agents=agents)
+                      LedgerSettings(use_prediction=False), agents=model)
 
 
 def without_wall(summary):
