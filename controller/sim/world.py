@@ -62,6 +62,14 @@ class SimSettings:
     # would without backfill, so that runs with and without backfill differ by placement alone
     # (tests/bench/simulate.py; a launch that waited for victims lives that much shorter).
     release_on_schedule: bool = False
+    # the simulated agents (controller/sim/agents.py): "ideal" (every launch and stop succeeds in
+    # the fixed times above, reports arrive at the instant, CPU figures are exact) or "modelled"
+    # (failures, measured time distributions, report lag, sampled CPU); agent_params: the
+    # modelled agents' parameters changed from their defaults, as (name, value) pairs; seed: what
+    # every draw of theirs is hashed with
+    agents: str = "ideal"
+    agent_params: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.pool and self.nodes != sum(g.count for g in self.pool):

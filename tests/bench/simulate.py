@@ -34,6 +34,14 @@ controller.sim.engine.Simulation:
   draining, drain = false: the reserve's nodes only take no new backfill); reserve_wait, a wait window of
   600 s before a request with no room is rejected (controller/core/reserves.py).
 
+The simulated agents are the modelled ones by default (--agents, controller/sim/agents.py:
+launch failures, launch and shutdown times drawn from the lifecycle bench's measures, report lag,
+sampled CPU; every draw per VM and per request, so the no_backfill baseline's on-demand VMs see
+the same draws as every other entry's); --agents ideal gives the fixed times of earlier sessions.
+Foreground demand is the on-demand VMs' vCPUs unless --demand names a per-node CPU series in
+--traces (alibaba_2018/machine_usage.csv.gz, or a Bitbrains tar.gz with --demand-format
+bitbrains); every node then also reports every --demand-report-seconds.
+
 What is timed: `wall_s` and `sim_events_per_s` are those of more runs of the default settings
 with VM-level work (`default_vm_level`: the controller's decisions alone, the run earlier
 sessions timed; its VMs never idle, so past 6.3 days it recycles none early), --timed-runs of
@@ -75,6 +83,7 @@ from controller.core.records import Reserve
 from controller.core.records import BackfillConfig, Policy
 from controller.core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveSettings
 from controller.sim import traces
+from controller.sim.agents import MODELS, agent_model
 from controller.sim.cli import jobs_at_load
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.jobs import JobLevelWork
@@ -86,13 +95,14 @@ AZURE = "azure_packing_2020/vm_entry_list_5000.csv.gz"
 RESERVED_NODES = 12               # Balancer: a reserve of 12 nodes ended on-demand rejections
 NIMBUS_UTILIZATION = 0.8382
 JOB_LOST_GOAL = 0.043   # the month's job time lost under the earlier placement rule (issue 24)
-SERVED_GOAL = 0.9999    # on-demand vCPU-time with backfill over without (see goals())
+SERVED_GOAL = 0.99999   # on-demand vCPU-time with backfill (delay added back) over without, to rounding
 NO_BACKFILL = "no_backfill"   # the baseline entry: the same requests with backfill off
 # Task-level backfill: the serial jobs of the SDSC SP2 trace (mean run time about 2 h), stretched
 # and tiled to ask for half the pool's vCPUs on average, so the HTC queue rarely runs dry, as
 # Nimbus' Condor queue did not while its evaluation lasted.
 JOBS = "swf/SDSC-SP2-1998-4.2-cln.swf.gz"
 JOBS_LOAD = 0.5
+DEMAND = "alibaba_2018/machine_usage.csv.gz"   # per-machine CPU series (--demand)
 
 
 def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any]]:
@@ -127,7 +137,8 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
 def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: BackfillConfig,
             reserves: dict[str, Reserve], inputs: dict[str, Any],
             reserve_settings: ReserveSettings = ReserveSettings(), hints: list[Hint] | None = None,
-            jobs: list[traces.Job] | None = None, sim: dict[str, Any] | None = None) -> dict[str, Any]:
+            jobs: list[traces.Job] | None = None, sim: dict[str, Any] | None = None,
+            demand: list[traces.DemandSeries] | None = None) -> dict[str, Any]:
     """One setting's run; task-level (backfill VMs run `jobs`) unless jobs is None. `sim`: changes
     to the simulator's settings for this run (the guests' work channel)."""
     if sim:
@@ -135,7 +146,7 @@ def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: Back
     work = JobLevelWork(jobs, backfill.vcpus) if jobs is not None else None
     sim = Simulation(requests, sim_settings, backfill, ledger_settings(ControllerConfig()), reserves=reserves,
                      inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None,
-                     reserve_settings=reserve_settings, hints=hints or (), work=work)
+                     reserve_settings=reserve_settings, hints=hints or (), work=work, demand=demand)
     cpu = time.process_time()
     summary = sim.run()
     cpu = time.process_time() - cpu
@@ -149,13 +160,18 @@ def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: Back
 def request_outcomes(sim: Simulation) -> dict[str, frozenset[str]]:
     """The ids of the requests the run placed (a lease was booked for them) and of those it
     rejected: what the per-request comparison with the run without backfill reads."""
-    placed, rejected = set(), set()
+    placed, rejected, started = set(), set(), {}
+    leases = sim.store.leases
     for record in sim.store.requests.values():
         if record.outcome == "rejected":
             rejected.add(record.request_id)
         elif record.lease_id:
             placed.add(record.request_id)
-    return dict(placed=frozenset(placed), rejected=frozenset(rejected))
+            lease = leases.get(record.lease_id)
+            if lease is not None and lease.launched_at is not None:   # (seconds to its launch, vCPUs)
+                started[record.request_id] = (lease.launched_at - lease.created_at, lease.vcpus)
+    return dict(placed=frozenset(placed), rejected=frozenset(rejected), started=started,
+                area=sim.settings.pool_vcpus * sim.end)
 
 
 def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any]:
@@ -186,14 +202,16 @@ def goals(default: dict[str, Any], entries: dict[str, dict[str, Any]], month: bo
     the month's (4.3 %, what the earlier rule lost there)."""
     with_backfill = {name: e for name, e in entries.items() if name != NO_BACKFILL and "same_run_as" not in e}
     beyond = {name: e["rejected_beyond_no_backfill"] for name, e in with_backfill.items()}
-    served = {name: e["on_demand_served_vs_no_backfill"] for name, e in with_backfill.items()}
+    served = {name: e["on_demand_served_with_delay_vs_no_backfill"] for name, e in with_backfill.items()}
     return dict(
         promise=dict(rejected_beyond_no_backfill=beyond, on_demand_served_vs_no_backfill=served,
                      met=all(v == 0 for v in beyond.values()) and
                      all(v is not None and v >= SERVED_GOAL for v in served.values()),
                      note=f"every entry with backfill: 0 requests rejected that the run without backfill placed, "
-                          f"and at least {SERVED_GOAL} of its on-demand vCPU-time (launches that wait for their "
-                          f"victims start seconds later; what that costs is within {1 - SERVED_GOAL:g})"),
+                          f"and its on-demand vCPU-time, with what launches waiting for their victims lost "
+                          f"(on_demand_delay_vcpu_hours) added back, at least {SERVED_GOAL} of that run's (releases "
+                          f"come on schedule, so the delay shortens a VM's life; the raw share is "
+                          f"on_demand_served_vs_no_backfill)"),
         utilization_at_least_nimbus=dict(measured=default["utilization_working"], goal=NIMBUS_UTILIZATION,
                                          met=(default["utilization_working"] or 0) >= NIMBUS_UTILIZATION,
                                          allocated=default["utilization"]),
@@ -217,7 +235,15 @@ def against_baseline(result: dict[str, Any], baseline: dict[str, Any],
     if not (result["complete"] and baseline["complete"]) or outcomes is None or base is None:
         return dict(result, rejected_beyond_no_backfill=None, on_demand_served_vs_no_backfill=None)
     beyond = sorted(base["placed"] & outcomes["rejected"])
+    # on-demand vCPU-time lost to launches that waited for their victims (seconds later than the
+    # same request's launch without backfill): what the served share may lack, and no more
+    delay = sum(max(seconds - base["started"][r][0], 0.0) * vcpus for r, (seconds, vcpus) in
+                outcomes["started"].items() if r in base["started"])
+    delay_share = delay / outcomes["area"] if outcomes["area"] else 0.0
+    served_with_delay = round((result["utilization_on_demand"] + delay_share) / served, 6) if served else None
     return dict(result, rejected_beyond_no_backfill=len(beyond), rejected_beyond_examples=beyond[:5],
+                on_demand_delay_vcpu_hours=round(delay / 3600, 3),
+                on_demand_served_with_delay_vs_no_backfill=served_with_delay,
                 placed_beyond_no_backfill=len(base["rejected"] & outcomes["placed"]),
                 rejected_difference_of_totals=result["rejected"] - baseline["rejected"],
                 on_demand_served_vs_no_backfill=round(result["utilization_on_demand"] / served, 6) if served else None)
@@ -236,19 +262,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backfill-jobs-load", type=float, default=JOBS_LOAD,
                    help=f"share of the pool's vCPUs the jobs ask for on average (default {JOBS_LOAD})")
     p.add_argument("--timed-runs", type=int, default=3, help="VM-level default runs timed (default 3; the median)")
+    p.add_argument("--agents", choices=tuple(MODELS), default="modelled",
+                   help="the simulated agents (controller/sim/agents.py; default modelled: launch failures, "
+                        "measured launch and shutdown times, report lag, sampled CPU; ideal: fixed times)")
+    p.add_argument("--seed", type=int, default=0, help="the modelled agents' draws' seed (default 0)")
+    p.add_argument("--demand", help="foreground CPU demand per node from this series in --traces (e.g. "
+                                    f"{DEMAND}), node i following series i; default: the on-demand VMs' vCPUs")
+    p.add_argument("--demand-format", choices=("bitbrains", "alibaba"), default="alibaba")
+    p.add_argument("--demand-report-seconds", type=float, default=300.0,
+                   help="with --demand: every node reports its foreground this often (default 300; every "
+                        "report of every node is an event: 60 s makes a month of 1,000 nodes 43 million)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--settings", type=lambda v: [x for x in v.split(",") if x], default=[],
                    help="SETTING[,SETTING...]: only these beside default and no_backfill (default: all)")
     args = p.parse_args(argv)
+    if not 1 <= args.demand_report_seconds <= 86400:
+        p.error(f"--demand-report-seconds must be 1 to 86400, got {args.demand_report_seconds:g}")
     if args.timed_runs < 1:
         p.error(f"--timed-runs must be at least 1, got {args.timed_runs}")
     started = time.perf_counter()
     path = args.traces / AZURE
     sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
-                               max_wall_seconds=args.max_wall_seconds, release_on_schedule=True)
+                               max_wall_seconds=args.max_wall_seconds, agents=args.agents, seed=args.seed,
+                               report_seconds=args.demand_report_seconds,
+                               release_on_schedule=True)
     requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load,
                                        sim_settings.pool_vcpus)
-    inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
+    inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3),
+                  agents=args.agents, seed=args.seed)
+    demand: list[traces.DemandSeries] = []
+    if args.demand:
+        demand_path = args.traces / args.demand
+        demand = (traces.alibaba_series if args.demand_format == "alibaba" else traces.bitbrains_series)(demand_path)
+        inputs.update(demand=args.demand, demand_format=args.demand_format, demand_sha256=traces.digest(demand_path),
+                      demand_series=len(demand), demand_report_seconds=args.demand_report_seconds)
     jobs_path = args.traces / args.backfill_jobs
     jobs, jobs_period = jobs_at_load(traces.swf_jobs(jobs_path), BackfillConfig().vcpus, args.days * DAY,
                                      args.backfill_jobs_load, sim_settings.pool_vcpus)
@@ -261,14 +308,16 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"--settings: unknown {', '.join(sorted(unknown))}; known: {', '.join(runs)}")
         runs = {name: run for name, run in runs.items() if name in set(args.settings) | {"default", NO_BACKFILL}}
-    timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, **runs["default"])
+    timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, demand=demand,
+                              **runs["default"])
                       for _ in range(args.timed_runs)), key=lambda r: r["wall_s"])
     timed = dict(timings[(len(timings) - 1) // 2], wall_s_runs=[r["wall_s"] for r in timings])   # the median run
     timed.pop("outcomes", None)
-    results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs,
+    results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs, demand=demand,
                                   **runs.pop("default"))}
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=task_inputs, jobs=jobs, **run)
+        futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=task_inputs, jobs=jobs,
+                                     demand=demand, **run)
                    for name, run in runs.items()}
         results.update((name, future.result()) for name, future in futures.items())
     base = results[NO_BACKFILL].get("outcomes")
@@ -280,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                default_vm_level=timed,
                bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,
                node_cpus=sim_settings.node_cpus, node_memory_mib=sim_settings.node_memory_mib, inputs=task_inputs,
+               agents=agent_model(sim_settings).describe(),
                goals=goals(default, results, month), **results)
     print(json.dumps(out, indent=2, default=sorted))
     return 0 if out["goals"]["promise"]["met"] else 1
