@@ -63,6 +63,7 @@ class LeaseKeys:
 
     def __init__(self) -> None:
         self.keys: dict[str, str] = {}
+        self.leases: dict[str, str] = {}          # key -> lease id
         self.backfill_made: Counter = Counter()   # node -> backfill leases made there
 
     def made(self, lease: Lease) -> str:
@@ -78,6 +79,7 @@ class LeaseKeys:
         else:
             key = f"lease:{lease.lease_id}"
         self.keys[lease.lease_id] = key
+        self.leases[key] = lease.lease_id
         return key
 
     def key(self, lease_id: str) -> str:
@@ -255,7 +257,8 @@ class Recorder:
                 for lease in effect.created:
                     key = self.keys.made(lease)
                     self._emit("lease", key=key, lease=lease.lease_id, role=lease.role, node=lease.node_id,
-                               rid=lease.request_id, vcpus=lease.vcpus, memory_mib=lease.memory_mib)
+                               rid=lease.request_id, vcpus=lease.vcpus, memory_mib=lease.memory_mib,
+                               state=lease.state)
                 for event in effect.events:
                     self._event(event)
             elif type(effect) is Launch:

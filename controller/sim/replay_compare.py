@@ -1,0 +1,228 @@
+"""Two recordings of the same inputs compared (controller/recording.py's format): a live run
+and its replay one by one, and a live run and a prediction in aggregate.
+
+One by one (`compare`). For every on-demand request of the live run, two items:
+- its placement: the outcome (placed, rejected, or still queued), the node and the path (free,
+  instant, after_victims);
+- its victims: the backfill VMs it preempted, as stable keys (bf:NODE#N: the Nth backfill VM the
+  books made on NODE), compared as sets.
+`identical_share` is the share of items the replay reproduced. Each difference comes with what
+explains it (`explain`): the pools already differed before the decision (and how), the victims'
+launches were answered in another order, or the replay asked an agent for something the live
+run never did (its answer was modelled). Beside the items: the backfill VMs made per node
+(refills included), which are not in the share.
+
+In aggregate (`aggregates`): preemptions (victims confirmed stopped), the on-demand wait (from
+the request to its VM's launch answer) at p50 and p99, and the work lost (vCPU-seconds of the
+victims' runtime); `prediction_error` is the largest relative difference.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Audit events after which a lease no longer holds anything on its node (controller.core.lifecycle)
+TERMINAL_EVENTS = frozenset({"vm.preempted", "vm.stopped", "vm.released", "vm.recycled", "vm.drained",
+                             "vm.launch_failed", "vm.stop_expired", "vm.gone", "request.expired"})
+STATE_EVENTS = {"vm.launched": "running", "vm.preempting": "victim", "vm.stopping": "stopping",
+                "vm.cancelling": "cancelling", "request.victims_gone": "starting", "vm.lost": "lost",
+                "vm.recovered": "running"}
+RACE_SECONDS = 0.05   # answers this close together may come in either order
+
+
+@dataclass(frozen=True)
+class Decision:
+    request_id: str
+    outcome: str                   # placed | rejected | queued
+    node: str = ""
+    path: str = ""
+    victims: tuple[str, ...] = ()
+    index: int = -1                # the line of the decision in its recording
+    t: float = 0.0
+
+
+def decisions(lines: Sequence[Mapping[str, Any]]) -> dict[str, Decision]:
+    """Each request's decision: placed (at once or after waiting), rejected, or still queued."""
+    out: dict[str, Decision] = {}
+    for i, line in enumerate(lines):
+        if line.get("kind") != "event":
+            continue
+        event, rid = line["event"], line.get("request_id", "")
+        if event == "request.placed":
+            out[rid] = Decision(rid, "placed", line["node"], line.get("path", ""),
+                                tuple(sorted(line.get("victims", ()))), i, line["t"])
+        elif event == "request.rejected":
+            out[rid] = Decision(rid, "rejected", index=i, t=line["t"])
+        elif event == "request.queued" and rid not in out:
+            out[rid] = Decision(rid, "queued", index=i, t=line["t"])
+    return out
+
+
+class PoolStates:
+    """Each lease's state (by key) after every line of a recording, read from its lease lines and
+    audit events: what each node held when a decision was made."""
+
+    def __init__(self, lines: Sequence[Mapping[str, Any]]) -> None:
+        self.lines = lines
+        self.launched_at: dict[str, float] = {}   # key -> when its launch was answered (vm.launched)
+
+    def before(self, index: int) -> dict[str, tuple[str, str]]:
+        """key -> (node, state) of every live lease just before line `index`."""
+        state: dict[str, tuple[str, str]] = {}
+        for line in self.lines[:index]:
+            kind = line.get("kind")
+            if kind == "lease":
+                state[line["key"]] = (line["node"], line.get("state", "starting"))
+            elif kind == "event" and line.get("key") in state:
+                key, event = line["key"], line["event"]
+                if event in TERMINAL_EVENTS:
+                    del state[key]
+                elif event in STATE_EVENTS:
+                    state[key] = (state[key][0], STATE_EVENTS[event])
+        return state
+
+    def launch_times(self) -> dict[str, float]:
+        if not self.launched_at:
+            self.launched_at = {line["key"]: line["t"] for line in self.lines
+                                if line.get("kind") == "event" and line["event"] == "vm.launched"}
+        return self.launched_at
+
+
+@dataclass
+class Comparison:
+    items: int = 0
+    identical: int = 0
+    differences: list[dict[str, Any]] = field(default_factory=list)
+    backfill_made: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def identical_share(self) -> float:
+        return self.identical / self.items if self.items else 1.0
+
+    @property
+    def unexplained(self) -> int:
+        return sum(1 for d in self.differences if d["explained"] is False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(items=self.items, identical=self.identical, identical_share=round(self.identical_share, 4),
+                    differences=self.differences, unexplained=self.unexplained, backfill_made=self.backfill_made)
+
+
+def compare(live: Sequence[Mapping[str, Any]], replayed: Sequence[Mapping[str, Any]],
+            unrecorded: Sequence[tuple[str, str, float]] = ()) -> Comparison:
+    """The replay's decisions against the live ones, item by item (the module's doc).
+    `unrecorded`: the calls the replay made that the live run had no answer for."""
+    ours, theirs = decisions(live), decisions(replayed)
+    live_states, replay_states = PoolStates(live), PoolStates(replayed)
+    result = Comparison()
+    first: str | None = None
+    for rid, want in sorted(ours.items(), key=lambda item: item[1].index):
+        got = theirs.get(rid, Decision(rid, "absent"))
+        for item, same in (("placement", (want.outcome, want.node, want.path) == (got.outcome, got.node, got.path)),
+                           ("victims", want.victims == got.victims)):
+            if item == "victims" and not (want.victims or got.victims):
+                continue
+            result.items += 1
+            if same:
+                result.identical += 1
+                continue
+            why, explained = explain(want, got, live_states, replay_states, unrecorded, first)
+            result.differences.append(dict(request_id=rid, item=item, live=_shown(want, item),
+                                           replay=_shown(got, item), explanation=why, explained=explained))
+            first = first or rid
+    result.backfill_made = backfill_made(live, replayed)
+    return result
+
+
+def _shown(decision: Decision, item: str) -> Any:
+    if item == "victims":
+        return list(decision.victims)
+    return dict(outcome=decision.outcome, node=decision.node, path=decision.path)
+
+
+def explain(live: Decision, replay: Decision, live_states: PoolStates, replay_states: PoolStates,
+            unrecorded: Sequence[tuple[str, str, float]], first: str | None) -> tuple[str, bool]:
+    """Why a decision differs: (what explains it, whether that is a known cause)."""
+    if replay.outcome == "absent":
+        return "the replay never decided this request (it ended before, or the request never came)", False
+    before_live = live_states.before(live.index)
+    before_replay = replay_states.before(replay.index)
+    if before_live != before_replay:
+        only_live = sorted(f"{k} ({v[1]} on {v[0]})" for k, v in before_live.items() if before_replay.get(k) != v)
+        only_replay = sorted(f"{k} ({v[1]} on {v[0]})" for k, v in before_replay.items() if before_live.get(k) != v)
+        after = f" (after the difference at request {first})" if first else ""
+        return (f"the pools differed before this decision{after}: live had {_few(only_live)}, "
+                f"the replay {_few(only_replay)}"), True
+    calls = [f"{call} of {key}" for call, key, at in unrecorded if at <= replay.t]
+    if calls:
+        return f"the replay asked agents for calls the live run never made, answered by the model: {_few(calls)}", True
+    victims = sorted(set(live.victims) | set(replay.victims))
+    live_at, replay_at = live_states.launch_times(), replay_states.launch_times()
+    if victims and all(v in live_at and v in replay_at for v in victims):
+        live_order = sorted(victims, key=lambda v: live_at[v])
+        replay_order = sorted(victims, key=lambda v: replay_at[v])
+        if live_order != replay_order:
+            gap = min((abs(live_at[a] - live_at[b]) for a in victims for b in victims if a < b), default=0.0)
+            return (f"the candidate victims' launches were answered in another order (live {live_order}, replay "
+                    f"{replay_order}; the closest two live answers {gap * 1000:.1f} ms apart): most_recent "
+                    f"takes the youngest"), gap <= RACE_SECONDS
+    return "the same pool state before the decision, yet another decision", False
+
+
+def _few(items: Sequence[str], limit: int = 6) -> str:
+    if not items:
+        return "nothing else"
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def backfill_made(live: Sequence[Mapping[str, Any]], replayed: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
+    """Backfill VMs the books made per node (refills included), live and replayed."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"live": 0, "replay": 0})
+    for which, lines in (("live", live), ("replay", replayed)):
+        for line in lines:
+            if line.get("kind") == "lease" and line["role"] == "backfill":
+                counts[line["node"]][which] += 1
+    return dict(sorted(counts.items()))
+
+
+# -- aggregates -----------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest rank."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def aggregates(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """preemptions, on-demand wait p50 and p99 (request to launch answer, seconds) and lost work
+    (vCPU-seconds) of a recording."""
+    asked = {line["rid"]: line["t"] for line in lines if line.get("kind") == "request"}
+    waits, preemptions, lost = [], 0, 0.0
+    for line in lines:
+        if line.get("kind") != "event":
+            continue
+        if line["event"] == "vm.preempted":
+            preemptions += 1
+            lost += line.get("work_lost_vcpu_seconds", 0.0)
+        elif line["event"] == "vm.launched" and line.get("role") == "on_demand" and line.get("request_id") in asked:
+            waits.append(line["t"] - asked[line["request_id"]])
+    return dict(preemptions=preemptions, wait_p50_s=percentile(waits, 50), wait_p99_s=percentile(waits, 99),
+                lost_work_vcpu_s=round(lost, 3), placed=len(waits))
+
+
+PREDICTED = ("preemptions", "wait_p50_s", "wait_p99_s", "lost_work_vcpu_s")
+
+
+def prediction_error(live: Mapping[str, Any], predicted: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
+    """The largest relative difference |predicted - live| / live over PREDICTED, and each one
+    (a figure that is 0 live: 0 if predicted 0 too, else 1)."""
+    parts = {}
+    for name in PREDICTED:
+        a, b = live.get(name) or 0.0, predicted.get(name) or 0.0
+        parts[name] = round(abs(b - a) / abs(a), 4) if a else (0.0 if not b else 1.0)
+    return max(parts.values()), parts
