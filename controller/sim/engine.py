@@ -63,6 +63,7 @@ from ..core.records import (DRAINED, VICTIM, Ask, Audit, BackfillConfig, Launch,
                             Policy, RequestRecord, Reserve, Size, Stop, Write)
 from ..core.reserve_settings import Hint, ReserveSettings
 from ..effects import carry_out, fill_wanted
+from .agents import AgentModel, LaunchAnswer, NodeReports, StopAnswer, agent_model, resample
 from .deadlines import DeadlineChecks
 from .figures import Allocation, Timeline, reason_group, summary, summary_figures, summary_header, vm_rows
 from .traces import DemandSeries, OnDemandRequest
@@ -106,9 +107,9 @@ class Simulation:
                  work: BackfillWork | None = None, reserve_planner: ReservePlanner | None = None,
                  inputs: Mapping[str, str] | None = None, reserve_settings: ReserveSettings = ReserveSettings(),
                  hints: Sequence[Hint] = (), script: Sequence[Scripted] = (),
-                 progress: Callable[[float, str], None] | None = None) -> None:
+                 progress: Callable[[float, str], None] | None = None, agents: AgentModel | None = None) -> None:
         """`progress(done, detail)` is called every settings.progress_seconds of wall time with the
-        share of simulated time done (ProgressBar draws it)."""
+        share of simulated time done (ProgressBar draws it). `agents`: by default settings.agents'."""
         self.settings = settings
         self.end = settings.duration
         self.requests = [r for r in requests if r.at < self.end]
@@ -124,6 +125,12 @@ class Simulation:
         self.nodes = pool_nodes(settings, tuple(sorted({settings.on_demand_image, backfill.image})), self.demand)
         self.script = sorted(script, key=lambda step: step.at)
         self.absent = joining_later(self.script, self.nodes)   # nodes that join later: silent until then
+        self.agents = agents or agent_model(settings)
+        self.agents.bind(settings, list(self.nodes))
+        self.vm_class = self.agents.vm_class("backfill")   # what a backfill VM reports its CPU through
+        # when a node whose VM changed reports (the model's report lag)
+        self.reports = NodeReports(self.agents, self.at, lambda node_id: self.report(self.nodes[node_id]),
+                                   self._cpu_report)
         self.now = 0.0
         self.heap: list = []
         self.seq = itertools.count()
@@ -133,7 +140,6 @@ class Simulation:
         self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
         self._answer_at: dict[str, float] = {}   # lease -> when its launch asked in this apply is answered
-        self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
         self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
@@ -274,9 +280,10 @@ class Simulation:
             self.at(event.detail["deadline"], self._safety_tick, False)
 
     def launch(self, launch: Launch) -> None:
-        answered = self.now + self.settings.launch_time(launch.lease.lease_id)
+        answer = self.agents.launch(launch.lease, self.now)
+        answered = self.now + answer.seconds
         self._answer_at.setdefault(launch.lease.lease_id, answered)
-        self.at(answered, self._launched, launch.lease)
+        self.at(answered, self._launched, (launch.lease, answer))
 
     def stop(self, stop: Stop, after: Launch | None) -> None:
         if after is None:
@@ -284,10 +291,15 @@ class Simulation:
         else:   # asked once the node's launch is answered (after _launched)
             self.at(self._answer_at[after.lease.lease_id], self._stopping, stop)
 
-    def _launched(self, lease: Lease) -> None:
+    def _launched(self, arg: tuple[Lease, LaunchAnswer]) -> None:
+        lease, answer = arg
+        if not answer.ok:   # the agent rolled the launch back: no VM, the node's report is as it was
+            self.apply(self.ledger.launch_done(lease.lease_id, False, answer.error, self.now))
+            return
         node = self.nodes[lease.node_id]
         if lease.vm_name not in node.vms:
-            vm = node.vms[lease.vm_name] = SimVm(lease, self.now, self)
+            vm = node.vms[lease.vm_name] = (SimVm if lease.role == "on_demand" else self.vm_class)(
+                lease, self.now, self)
             self.allocated.integrate(self.now)
             if vm.role == "on_demand":
                 node.on_demand_vcpus += vm.vcpus
@@ -303,7 +315,7 @@ class Simulation:
             self.waits.append(self.now - request.at)
             if request.lifetime is not None and self.now + request.lifetime < self.end:
                 self.at(self.now + request.lifetime, self._release, lease.lease_id)
-        self.report(node)
+        self.reports.changed(node.node_id, self.now, whole=True)
 
     def _stopping(self, stop: Stop) -> None:
         lease = stop.lease
@@ -315,16 +327,15 @@ class Simulation:
             self.allocated.integrate(self.now)
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
             self.allocated.backfill -= vm.vcpus
-        if stop.force:
-            seconds, outcome = 0.0, "destroyed_forced"
-        elif self.settings.stop_seconds <= stop.grace_seconds:
-            seconds, outcome = self.settings.stop_seconds, "clean_shutdown"
-        else:
-            seconds, outcome = float(stop.grace_seconds), "destroyed_after_grace"
-        self.at(self.now + seconds, self._stopped, (lease, outcome, seconds))
+        answer = self.agents.stop(lease, stop.grace_seconds, stop.force, self.now)
+        self.at(self.now + answer.seconds, self._stopped, (lease, answer))
 
-    def _stopped(self, arg: tuple[Lease, str, float]) -> None:
-        lease, outcome, seconds = arg
+    def _stopped(self, arg: tuple[Lease, StopAnswer]) -> None:
+        lease, answer = arg
+        seconds, outcome = answer.seconds, answer.outcome
+        if not answer.ok:   # the VM runs on; the ledger asks again after its retry time
+            self.apply(self.ledger.stop_done(lease.lease_id, outcome, False, seconds, answer.error, self.now))
+            return
         node = self.nodes[lease.node_id]
         vm = node.vms.pop(lease.vm_name, None)
         if vm is None:
@@ -341,9 +352,11 @@ class Simulation:
                                    lease.end_reason.startswith(DRAINED))
         self.apply(self.ledger.stop_done(lease.lease_id, outcome, True, seconds, "", self.now))
         if vm is not None:
-            self.report(node)
+            self.reports.changed(node.node_id, self.now, whole=True)
 
     def report(self, node: SimNode) -> None:
+        if not self.agents.exact_cpu:
+            resample(node.vms.values(), self.now)
         self.apply(self.ledger.report(Report(node, node.foreground(self.now)), self.now))
 
     # -- the controller's periodic jobs -------------------------------------------------------------
@@ -372,10 +385,8 @@ class Simulation:
 
     def _cpu_changed(self, vm: SimVm) -> None:
         """A VM turned idle or busy (or its guest said so): its node reports once the event that
-        did it is over."""
-        if vm.node_id not in self.cpu_reports:
-            self.cpu_reports.add(vm.node_id)
-            self.at(self.now, self._cpu_report, vm.node_id)
+        did it is over (NodeReports), or after the model's report lag."""
+        self.reports.changed(vm.node_id, self.now, whole=False)
 
     def _last_tenth(self, vm: SimVm) -> None:
         """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
@@ -394,8 +405,9 @@ class Simulation:
         """Only the VMs' CPU and what their guests say: a whole report would also add a
         foreground sample, and so shorten the prediction window (in samples) that volunteer
         selection reads."""
-        self.cpu_reports.discard(node_id)
         node = self.nodes[node_id]
+        if not self.agents.exact_cpu:
+            resample(node.vms.values(), self.now)
         self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now))
 
     def _deadline(self, lease_id: str) -> None:
@@ -463,6 +475,7 @@ class Simulation:
         ledger, store = self.ledger, self.store
         header = summary_header(self.inputs, self.settings, self.timeline.bucket, ledger.settings, ledger.backfill,
                                 ledger.reserves, ledger.reserve_settings, self.hints, len(self.demand))
+        header["agents"] = self.agents.describe()
         figures = summary_figures(
             pool_vcpus=self.settings.pool_vcpus, end=self.end, od_area=self.allocated.on_demand_area,
             bf_area=self.allocated.backfill_area,

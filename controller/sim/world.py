@@ -57,6 +57,14 @@ class SimSettings:
     # or idle, and the agents report it (ReportedVm.work_state, work_for_s); off: they say
     # nothing, as older guests
     guest_work_channel: bool = False
+    # the simulated agents (controller/sim/agents.py): "ideal" (every launch and stop succeeds in
+    # the fixed times above, reports arrive at the instant, CPU figures are exact) or "modelled"
+    # (failures, measured time distributions, report lag, sampled CPU); agent_params: the
+    # modelled agents' parameters changed from their defaults, as (name, value) pairs; seed: what
+    # every draw of theirs is hashed with
+    agents: str = "ideal"
+    agent_params: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.pool and self.nodes != sum(g.count for g in self.pool):
