@@ -30,7 +30,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from typing import Any
 from ..core.records import BackfillConfig, Lease, LedgerSettings, Write
 from ..core.reserve_settings import ReserveSettings
 from ..recording import LeaseKeys, Recorder, read_recording
+from . import agents as agents_module
 from .agents import MODELS, AgentModel, LaunchAnswer, StopAnswer, agent_model
 from .engine import DAY, Scripted, SimSettings, Simulation
 from .traces import NodeGroup, OnDemandRequest
@@ -315,35 +315,56 @@ def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulati
 # -- prediction -----------------------------------------------------------------------------------
 
 def answer_figures(recording: Recording) -> dict[str, float]:
-    """What the recorded answers say of the agents: launch and stop delays (median, p90), and the
-    share of launches that failed."""
+    """What the recorded answers say of the agents: the on-demand launches' delays (p50, p99: the
+    lane they go through is never queued behind backfill, so these are what a request waits
+    for), the backfill launches' (for the record: a node's backfill launches queue in its lane),
+    the clean stops' delays, and the share of launches that failed."""
     launches = [a for answers in recording.launch_answers.values() for a in answers]
-    stops = [a for answers in recording.stop_answers.values() for a in answers if a["ok"]]
-
-    def q(values: list[float], p: float) -> float:
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else 0.0
-
-    return dict(launch_p50_s=statistics.median([a["delay_s"] for a in launches]) if launches else 0.0,
-                launch_p90_s=q([a["delay_s"] for a in launches], 0.9),
-                stop_p50_s=statistics.median([a["delay_s"] for a in stops]) if stops else 0.0,
-                stop_p90_s=q([a["delay_s"] for a in stops], 0.9),
+    on_demand = [a["delay_s"] for a in launches if a["key"].startswith("od:")]
+    backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
+    stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
+    return dict(launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
+                backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
+                stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
 
 
-def model_settings(recording: Recording, model: str) -> dict[str, Any]:
-    """SimSettings for the simulator's own agents, fitted to the recorded answers where the
-    model reads them: the fixed launch and stop times are the recorded medians."""
-    figures = answer_figures(recording)
-    return dict(agents=model, launch_seconds=max(figures["launch_p50_s"], 1e-3),
-                stop_seconds=max(figures["stop_p50_s"], 1e-3))
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest rank (0.0 for none)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
 
 
-def predict(recording: Recording, model: str | None = None) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
+MIN_SECONDS = 0.01   # the modelled agents' smallest time
+
+
+def model_settings(recording: Recording, model: str, report_seconds: float) -> dict[str, Any]:
+    """SimSettings for the simulator's own agents, fitted to the recorded answers: the ideal
+    agents' fixed launch and stop times are the recorded medians; the modelled agents'
+    distributions (lognormal by median and p99), launch failures and report interval are the
+    recording's and `report_seconds`."""
+    f = answer_figures(recording)
+    settings: dict[str, Any] = dict(agents=model, launch_seconds=max(f["launch_p50_s"], MIN_SECONDS),
+                                    stop_seconds=max(f["stop_p50_s"], MIN_SECONDS))
+    if model == "modelled":
+        fitted = dict(launch_failure=f["launch_failure_share"],
+                      launch_p50_seconds=max(f["launch_p50_s"], MIN_SECONDS),
+                      launch_p99_seconds=max(f["launch_p99_s"], f["launch_p50_s"], MIN_SECONDS),
+                      stop_p50_seconds=max(f["stop_p50_s"], MIN_SECONDS),
+                      stop_p99_seconds=max(f["stop_p99_s"], f["stop_p50_s"], MIN_SECONDS),
+                      report_seconds=report_seconds)
+        known = getattr(getattr(agents_module, "ModelledParams", None), "RANGES", fitted)
+        settings["agent_params"] = tuple((k, v) for k, v in fitted.items() if k in known)
+    return settings
+
+
+def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0
+            ) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
     """The same requests, releases and node arrivals with the simulator's own agents (`model`:
-    "modelled" if it exists, else "ideal") and its own schedule of jobs."""
+    "modelled" if it exists, else "ideal"; fitted by model_settings, `report_seconds`: the live
+    agents' report interval) and its own schedule of jobs."""
     model = model or ("modelled" if "modelled" in MODELS else "ideal")
-    settings = sim_settings(recording, **model_settings(recording, model))
+    settings = sim_settings(recording, **model_settings(recording, model, report_seconds))
     keys = LeaseKeys()
     sim = ReplaySimulation(recording, settings, None, keys, "simulated")
     sim.run()
