@@ -118,6 +118,7 @@ class Recorder:
         self.after: dict[str, list[str]] = {}    # a launch's lease -> stops asked once it is answered
         self.reported: dict[str, tuple[tuple, float]] = {}   # node -> (what its last recorded report said, when)
         self.flushed = time.monotonic()
+        self.flush_seconds = FLUSH_SECONDS
         self.stopped_reason = ""
 
     @classmethod
@@ -158,7 +159,7 @@ class Recorder:
         assert self.out is not None
         self.out.write(line)
         self.used += size
-        if time.monotonic() - self.flushed >= FLUSH_SECONDS:
+        if time.monotonic() - self.flushed >= self.flush_seconds:
             self.out.flush()
             self.flushed = time.monotonic()
 

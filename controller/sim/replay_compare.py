@@ -68,12 +68,13 @@ class PoolStates:
         self.lines = lines
         self.launched_at: dict[str, float] = {}   # key -> when its launch was answered (vm.launched)
 
-    def before(self, index: int) -> dict[str, tuple[str, str]]:
-        """key -> (node, state) of every live lease just before line `index`."""
+    def before(self, index: int, own: str = "") -> dict[str, tuple[str, str]]:
+        """key -> (node, state) of every live lease just before line `index` (`own`: the lease the
+        decision at that line made, written just before it, left out)."""
         state: dict[str, tuple[str, str]] = {}
         for line in self.lines[:index]:
             kind = line.get("kind")
-            if kind == "lease":
+            if kind == "lease" and line["key"] != own:
                 state[line["key"]] = (line["node"], line.get("state", "starting"))
             elif kind == "event" and line.get("key") in state:
                 key, event = line["key"], line["event"]
@@ -82,6 +83,18 @@ class PoolStates:
                 elif event in STATE_EVENTS:
                     state[key] = (state[key][0], STATE_EVENTS[event])
         return state
+
+    def history(self, key: str) -> list[tuple[str, float]]:
+        """What happened to a lease: made, then its audit events, with their times."""
+        out = []
+        for line in self.lines:
+            if line.get("key") != key:
+                continue
+            if line.get("kind") == "lease":
+                out.append(("made", line["t"]))
+            elif line.get("kind") == "event":
+                out.append((line["event"], line["t"]))
+        return out
 
     def launch_times(self) -> dict[str, float]:
         if not self.launched_at:
@@ -147,14 +160,22 @@ def explain(live: Decision, replay: Decision, live_states: PoolStates, replay_st
     """Why a decision differs: (what explains it, whether that is a known cause)."""
     if replay.outcome == "absent":
         return "the replay never decided this request (it ended before, or the request never came)", False
-    before_live = live_states.before(live.index)
-    before_replay = replay_states.before(replay.index)
+    own = f"od:{live.request_id}"
+    before_live = live_states.before(live.index, own)
+    before_replay = replay_states.before(replay.index, own)
     if before_live != before_replay:
-        only_live = sorted(f"{k} ({v[1]} on {v[0]})" for k, v in before_live.items() if before_replay.get(k) != v)
-        only_replay = sorted(f"{k} ({v[1]} on {v[0]})" for k, v in before_replay.items() if before_live.get(k) != v)
-        after = f" (after the difference at request {first})" if first else ""
-        return (f"the pools differed before this decision{after}: live had {_few(only_live)}, "
-                f"the replay {_few(only_replay)}"), True
+        keys = sorted(k for k in set(before_live) | set(before_replay) if before_live.get(k) != before_replay.get(k))
+        shown = "; ".join(f"{k}: live {_state(before_live.get(k))}, replay {_state(before_replay.get(k))}"
+                          for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
+        if first:
+            return f"follows from the difference at request {first}: the pools differed before this decision ({shown})", True
+        histories = {k: (live_states.history(k), replay_states.history(k)) for k in keys}
+        timing = all(_same_but_timing(a, b) for a, b in histories.values())
+        told = "; ".join(f"{k}: live {_timeline(a)} / replay {_timeline(b)}" for k, (a, b) in list(histories.items())[:3])
+        if timing:
+            return (f"the pools differed before this decision only in when answers came, within "
+                    f"{RACE_SECONDS * 1000:.0f} ms ({shown}; {told})"), True
+        return f"the pools differed before this decision ({shown}; {told})", False
     calls = [f"{call} of {key}" for call, key, at in unrecorded if at <= replay.t]
     if calls:
         return f"the replay asked agents for calls the live run never made, answered by the model: {_few(calls)}", True
@@ -164,11 +185,27 @@ def explain(live: Decision, replay: Decision, live_states: PoolStates, replay_st
         live_order = sorted(victims, key=lambda v: live_at[v])
         replay_order = sorted(victims, key=lambda v: replay_at[v])
         if live_order != replay_order:
-            gap = min((abs(live_at[a] - live_at[b]) for a in victims for b in victims if a < b), default=0.0)
+            # the pairs of candidates answered in one order live and the other in the replay
+            swapped = [(a, b) for a in victims for b in victims
+                       if live_at[a] < live_at[b] and replay_at[a] > replay_at[b]]
+            gap = max((live_at[b] - live_at[a] for a, b in swapped), default=0.0)
             return (f"the candidate victims' launches were answered in another order (live {live_order}, replay "
-                    f"{replay_order}; the closest two live answers {gap * 1000:.1f} ms apart): most_recent "
+                    f"{replay_order}; the pairs swapped were up to {gap * 1000:.1f} ms apart live): most_recent "
                     f"takes the youngest"), gap <= RACE_SECONDS
     return "the same pool state before the decision, yet another decision", False
+
+
+def _state(value: tuple[str, str] | None) -> str:
+    return "none" if value is None else f"{value[1]} on {value[0]}"
+
+
+def _timeline(history: list[tuple[str, float]]) -> str:
+    return ", ".join(f"{what} {t:.3f}" for what, t in history) or "never made"
+
+
+def _same_but_timing(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    """The same steps in the same order, each within RACE_SECONDS."""
+    return len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) <= RACE_SECONDS for x, y in zip(a, b))
 
 
 def _few(items: Sequence[str], limit: int = 6) -> str:
