@@ -84,8 +84,10 @@ class LivePool:
         return self.env.root / f"{self.name}-ctl" / "record.jsonl"
 
     def start(self) -> LivePool:
+        # churn_burst above the pool's size: the nodes joining at the start do not defer the first
+        # selection (and so backfill) to the end of the first evaluation interval
         settings = dict(use_prediction=False, record_path=self.recording, agent_backfill_backlog=64,
-                        **self.settings)
+                        churn_burst=max(ControllerConfig().churn_burst, 2 * self.nodes), **self.settings)
         self.controller = ControllerProcess(self.env, name=f"{self.name}-ctl", settings=settings).start()
         width = len(str(self.nodes - 1))
         self.agents = [AgentProcess(self.env, name=f"{self.name}{i:0{width}d}", settings={

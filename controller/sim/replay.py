@@ -315,15 +315,25 @@ def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulati
 # -- prediction -----------------------------------------------------------------------------------
 
 def answer_figures(recording: Recording) -> dict[str, float]:
-    """What the recorded answers say of the agents: the on-demand launches' delays (p50, p99: the
-    lane they go through is never queued behind backfill, so these are what a request waits
-    for), the backfill launches' (for the record: a node's backfill launches queue in its lane),
-    the clean stops' delays, and the share of launches that failed."""
+    """What the recording says of the agents and the controller's own time:
+    - booking_s: from a request to its launch being asked (the decision and its commit; the
+      median over requests launched at once, the free and instant paths);
+    - launch_p50_s, launch_p99_s: the on-demand launches' delays (the lane they go through is
+      never queued behind backfill, so these are what a request waits for), plus booking_s;
+    - backfill_launch_p50_s, backfill_launch_p99_s: the backfill launches' delays, for the record
+      (a node's backfill launches queue in its agent-call lane);
+    - stop_p50_s, stop_p99_s: the clean stops' delays; launch_failure_share."""
+    asked = {line["key"]: line["t"] for line in recording.lines if line["kind"] == "launch"}
+    at_once = [line for line in recording.lines if line["kind"] == "event" and line["event"] == "request.placed"
+               and line.get("path") in ("free", "instant")]
+    requested = {r["rid"]: r["t"] for r in recording.requests}
+    booking = quantile([asked[p["key"]] - requested[p["request_id"]] for p in at_once
+                        if p["key"] in asked and p["request_id"] in requested], 0.5)
     launches = [a for answers in recording.launch_answers.values() for a in answers]
-    on_demand = [a["delay_s"] for a in launches if a["key"].startswith("od:")]
+    on_demand = [a["delay_s"] + booking for a in launches if a["key"].startswith("od:")]
     backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
     stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
-    return dict(launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
+    return dict(booking_s=booking, launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
                 backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
                 stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
@@ -336,20 +346,22 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 MIN_SECONDS = 0.01   # the modelled agents' smallest time
+MAX_JITTER = 1.98    # the ideal agents' launch times: launch_seconds x (1 +- jitter/2), above 0
 
 
 def model_settings(recording: Recording, model: str, report_seconds: float) -> dict[str, Any]:
-    """SimSettings for the simulator's own agents, fitted to the recorded answers: the ideal
-    agents' fixed launch and stop times are the recorded medians; the modelled agents'
-    distributions (lognormal by median and p99), launch failures and report interval are the
-    recording's and `report_seconds`."""
+    """SimSettings for the simulator's own agents, fitted to the recording (answer_figures):
+    the ideal agents' launch time is the on-demand launches' median, spread uniformly
+    (launch_jitter) so that its top reaches their p99 as near as it can, and their stop time the
+    clean stops' median; the modelled agents' lognormal launch and stop times have the recorded
+    median and p99, their launch failures the recorded share, their report interval `report_seconds`."""
     f = answer_figures(recording)
-    settings: dict[str, Any] = dict(agents=model, launch_seconds=max(f["launch_p50_s"], MIN_SECONDS),
+    p50, p99 = max(f["launch_p50_s"], MIN_SECONDS), max(f["launch_p99_s"], f["launch_p50_s"], MIN_SECONDS)
+    settings: dict[str, Any] = dict(agents=model, launch_seconds=p50,
+                                    launch_jitter=min(max((p99 / p50 - 1) / 0.49, 0.0), MAX_JITTER),
                                     stop_seconds=max(f["stop_p50_s"], MIN_SECONDS))
     if model == "modelled":
-        fitted = dict(launch_failure=f["launch_failure_share"],
-                      launch_p50_seconds=max(f["launch_p50_s"], MIN_SECONDS),
-                      launch_p99_seconds=max(f["launch_p99_s"], f["launch_p50_s"], MIN_SECONDS),
+        fitted = dict(launch_failure=f["launch_failure_share"], launch_p50_seconds=p50, launch_p99_seconds=p99,
                       stop_p50_seconds=max(f["stop_p50_s"], MIN_SECONDS),
                       stop_p99_seconds=max(f["stop_p99_s"], f["stop_p50_s"], MIN_SECONDS),
                       report_seconds=report_seconds)

@@ -64,33 +64,30 @@ HOLD_SECONDS = (20.0, 90.0)
 
 
 def record_live(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The live run: returns the recording's path and what the run did."""
+    """The live run: returns a copy of its recording (in --keep, else /tmp) and what the run did."""
     env = LabEnv.create()
     pool = LivePool(env, args.nodes, report_seconds=REPORT_SECONDS)
     started = time.monotonic()
     try:
-        pool.start()
-        cpus, memory = pool.node_size()
-        sizes = sizes_for(cpus, memory)
-        backfill_vms = pool.fill_with_backfill()
-        script = make_script(args.seed, args.seconds, args.every, sizes, HOLD_SECONDS)
-        outcomes = pool.play(script)
-        pool.settle()
+        try:
+            pool.start()
+            cpus, memory = pool.node_size()
+            sizes = sizes_for(cpus, memory)
+            backfill_vms = pool.fill_with_backfill()
+            script = make_script(args.seed, args.seconds, args.every, sizes, HOLD_SECONDS)
+            outcomes = pool.play(script)
+            pool.settle()
+        finally:
+            pool.stop()   # the controller closes its recording as it stops
+        keep = Path(args.keep) if args.keep else Path("/tmp")
+        keep.mkdir(parents=True, exist_ok=True)
+        recording = keep / f"gleaner-replay-{args.seed}-{int(time.time())}.jsonl"
+        recording.write_bytes(pool.recording.read_bytes())
     finally:
-        pool.stop()
-    kept = Path(args.keep) / "record.jsonl" if args.keep else None
-    if kept is not None:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_bytes(pool.recording.read_bytes())
-    recording = kept or Path(pool.recording)
+        env.remove()
     info = dict(nodes=args.nodes, node_cpus=cpus, node_memory_mib=memory, backfill_vms_at_start=backfill_vms,
                 requests=len(script), outcomes=dict(Counter(o.split(":")[0] for o in outcomes.values())),
                 sizes=dict(small=sizes.small, large=sizes.large), live_wall_s=round(time.monotonic() - started, 1))
-    if kept is None:
-        data = recording.read_bytes()
-        env.remove()
-        recording = Path(f"/tmp/gleaner-replay-{args.seed}-{int(time.time())}.jsonl")
-        recording.write_bytes(data)
     return recording, info
 
 
