@@ -43,9 +43,14 @@ numbers their leases differently.
 from __future__ import annotations
 
 import hashlib
+import math
+import random
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Any, ClassVar, NamedTuple
 
+from ..core.idleness import IDLE_CPU_CORES
 from ..core.records import Lease
 from .world import SimSettings, SimVm
 
@@ -175,14 +180,185 @@ class NodeReports:
 
 
 def resample(vms: Iterable[SimVm], now: float) -> None:
-    """Each sampled VM's CPU figure drawn afresh for the report its agent sends now."""
+    """The sampled VMs' CPU figures drawn afresh for the report their agent sends now, where a new
+    sample could change what the ledger decides (SampledVm.near)."""
     for vm in vms:
-        again = getattr(vm, "resample", None)
-        if again is not None:
-            again(now)
+        if getattr(vm, "near", False):
+            vm.resample(now)   # type: ignore[attr-defined]
 
 
-MODELS: dict[str, type[AgentModel]] = {"ideal": IdealAgents}
+# -- the modelled agents ----------------------------------------------------------------------------
+
+Z99 = NormalDist().inv_cdf(0.99)
+
+
+class AgentParamError(ValueError):
+    """A modelled agents' parameter out of its range (`name`: the parameter)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+@dataclass(frozen=True)
+class ModelledParams:
+    """The modelled agents' parameters (docs/simulator.md says where each default comes from).
+    Times are lognormal, fitted to a median and a 99th percentile."""
+    # tests.bench.lifecycle, 30 launches and clean stops of the tiny guest through a real agent
+    # (TCG, the 2-core development host): every one succeeded, which bounds the failure rate only
+    # below 10 % (the rule of three); 1 % is an assumption inside that
+    launch_failure: float = 0.01        # share of launches the agent answers with an error
+    launch_p50_seconds: float = 0.82    # launch_rpc: Launch call to answer (domain defined and started)
+    launch_p99_seconds: float = 1.35    # its largest of 30
+    stop_p50_seconds: float = 1.50      # terminate_rpc: a clean shutdown, Terminate call to answer
+    stop_p99_seconds: float = 2.52      # its largest of 30
+    report_seconds: float = 2.0         # the agents' report interval (nodeagent: report_seconds)
+    # assumptions: an idle tiny guest under TCG uses about 0.01 core (controller/core/idleness.py);
+    # a CPU-bound job keeps a core about 97 % busy beside the guest's kernel and the host's steal
+    cpu_idle_cores: float = 0.01        # an idle guest's CPU (a worker between jobs)
+    cpu_busy_share: float = 0.97        # a busy vCPU's share of a core as the agent samples it
+    cpu_noise_cores: float = 0.02       # standard deviation of one sample, in cores
+
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = dict(
+        launch_failure=(0.0, 0.5), launch_p50_seconds=(0.01, 600.0), launch_p99_seconds=(0.01, 3600.0),
+        stop_p50_seconds=(0.01, 600.0), stop_p99_seconds=(0.01, 3600.0), report_seconds=(0.0, 3600.0),
+        cpu_idle_cores=(0.0, 1.0), cpu_busy_share=(0.1, 1.0), cpu_noise_cores=(0.0, 4.0))
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, float]]) -> ModelledParams:
+        """The parameters with `pairs` (name, value) changed, each checked: a ValueError names the
+        parameter, its value and what is allowed."""
+        changes = dict(pairs)
+        unknown = sorted(set(changes) - set(cls.RANGES))
+        if unknown:
+            raise AgentParamError(unknown[0], f"agent parameter {unknown[0]!r} unknown; the parameters are "
+                                              f"{', '.join(cls.RANGES)}")
+        params = cls(**{k: float(v) for k, v in changes.items()})
+        for name, (low, high) in cls.RANGES.items():
+            value = getattr(params, name)
+            if not (low <= value <= high) or math.isnan(value):
+                raise AgentParamError(name, f"agent parameter {name} = {value:g}: allowed {low:g} to {high:g}")
+        for what in ("launch", "stop"):
+            p50, p99 = getattr(params, f"{what}_p50_seconds"), getattr(params, f"{what}_p99_seconds")
+            if p99 < p50:
+                raise AgentParamError(f"{what}_p99_seconds", f"agent parameter {what}_p99_seconds = {p99:g} is below "
+                                                             f"{what}_p50_seconds = {p50:g}")
+        return params
+
+
+class Lognormal:
+    """A lognormal with the given median and 99th percentile, drawn from a uniform in (0, 1)."""
+    __slots__ = ("mu", "sigma", "inv_cdf")
+
+    def __init__(self, p50: float, p99: float) -> None:
+        self.mu = math.log(p50)
+        self.sigma = (math.log(p99) - self.mu) / Z99
+        self.inv_cdf = NormalDist().inv_cdf
+
+    def __call__(self, u: float) -> float:
+        return math.exp(self.mu + self.sigma * self.inv_cdf(u))
+
+
+class SampledVm(SimVm):
+    """A backfill VM whose CPU figure (cpu_cores, what its agent reports and the ledger judges
+    idleness by) is sampled: its work sets the true figure, and the figure is drawn afresh at each
+    change, and at each report of its node while a sample could fall on either side of
+    IDLE_CPU_CORES (`near`: within 6 standard deviations; farther, a new sample could not change
+    what the ledger decides, and redrawing it at every report would cost a tenth of the run). Its
+    draws come from its own stream, seeded by its name."""
+    __slots__ = ("true_cores", "seen", "agents", "draws", "near")
+
+    def __init__(self, lease: Lease, now: float, clock: Any = None) -> None:
+        self.clock = clock
+        self.agents: ModelledAgents = clock.agents
+        self.draws = random.Random(int(uniform(self.agents.seed, "vm:" + lease.vm_name, "cpu") * 2 ** 53))
+        self.true_cores = self.seen = 0.0
+        self.near = False
+        super().__init__(lease, now, clock)
+
+    @property   # type: ignore[override]   # a property over SimVm's slot: reads give the sample
+    def cpu_cores(self) -> float:
+        return self.seen
+
+    @cpu_cores.setter
+    def cpu_cores(self, value: float) -> None:
+        self.true_cores = value
+        self.seen = self.agents.sampled_cpu(self, value, self.clock.now)
+        self.near = self.agents.near_threshold(value)
+
+    def resample(self, now: float) -> None:
+        self.seen = self.agents.sampled_cpu(self, self.true_cores, now)
+
+
+class ModelledAgents(AgentModel):
+    """Agents as the benchmarks measure them: launches fail now and then, launch and shutdown
+    times are lognormal, a node's report reaches the controller at its next report tick (a phase
+    per node), and CPU figures are samples with noise around an idle floor and a busy share.
+    Every draw is a hash of the seed and what it is about (the module's doc)."""
+
+    name = "modelled"
+    exact_cpu = False
+    immediate_reports = False
+
+    def __init__(self, settings: SimSettings) -> None:
+        super().__init__(settings)
+        self.params = ModelledParams.of(settings.agent_params)
+        self.seed = settings.seed
+        self.launch_time = Lognormal(self.params.launch_p50_seconds, self.params.launch_p99_seconds)
+        self.stop_time = Lognormal(self.params.stop_p50_seconds, self.params.stop_p99_seconds)
+        self.attempts: dict[str, int] = {}   # draw key -> launches (an on-demand request may be launched again)
+        self.stops: dict[str, int] = {}
+        self.phase: dict[str, float] = {}    # node -> its report tick's phase in the interval
+
+    def bind(self, settings: SimSettings, node_ids: Iterable[str]) -> None:
+        super().bind(settings, node_ids)
+        interval = self.params.report_seconds
+        self.phase = {n: uniform(self.seed, "node:" + n, "report_phase") * interval for n in node_ids}
+
+    def launch(self, lease: Lease, now: float) -> LaunchAnswer:
+        key = draw_key(lease)
+        attempt = str(self.attempts.get(key, 0))
+        self.attempts[key] = int(attempt) + 1
+        seconds = self.launch_time(uniform(self.seed, key, attempt, "launch_s"))
+        if uniform(self.seed, key, attempt, "launch_failed") < self.params.launch_failure:
+            return LaunchAnswer(seconds, False, "the domain did not start (modelled launch failure)")
+        return LaunchAnswer(seconds, True)
+
+    def stop(self, lease: Lease, grace_seconds: float, force: bool, now: float) -> StopAnswer:
+        if force:
+            return clean_or_grace(0.0, grace_seconds, True)   # no draw: a destroy is immediate
+        key = draw_key(lease)
+        attempt = str(self.stops.get(key, 0))
+        self.stops[key] = int(attempt) + 1
+        return clean_or_grace(self.stop_time(uniform(self.seed, key, attempt, "stop_s")), grace_seconds, False)
+
+    def report_lag(self, node_id: str, now: float) -> float:
+        """To the node's next report tick: its phase plus whole report intervals."""
+        interval = self.params.report_seconds
+        if not interval:
+            return 0.0
+        return (self.phase[node_id] - now) % interval
+
+    def sampled_cpu(self, vm: SimVm, true_cores: float, now: float) -> float:
+        p = self.params
+        draws = getattr(vm, "draws", None)
+        noise = draws.gauss(0.0, p.cpu_noise_cores) if draws is not None and p.cpu_noise_cores else 0.0
+        # folded at 0 (a figure is never negative, and an idle guest's is never exactly 0), capped at its vCPUs
+        return min(abs(true_cores * p.cpu_busy_share + p.cpu_idle_cores + noise), float(vm.vcpus))
+
+    def near_threshold(self, true_cores: float) -> bool:
+        """Whether a sample of `true_cores` could fall on either side of IDLE_CPU_CORES."""
+        p = self.params
+        return abs(true_cores * p.cpu_busy_share + p.cpu_idle_cores - IDLE_CPU_CORES) < 6 * p.cpu_noise_cores
+
+    def vm_class(self, role: str) -> type[SimVm]:
+        return SampledVm
+
+    def describe(self) -> dict[str, Any]:
+        return dict(model=self.name, seed=self.seed, **asdict(self.params))
+
+
+MODELS: dict[str, type[AgentModel]] = {"ideal": IdealAgents, "modelled": ModelledAgents}
 
 
 def agent_model(settings: SimSettings) -> AgentModel:

@@ -20,6 +20,7 @@ from ..core.records import BackfillConfig, Policy
 from ..core.reserves import validate_hint
 from ..core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveError, ReserveSettings
 from . import traces
+from .agents import MODELS, AgentParamError, ModelledParams
 from .engine import DAY, SimSettings, Simulation
 from .jobs import JobLevelWork
 from .progress import ProgressBar
@@ -34,8 +35,47 @@ COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "req
             "backfill_job_lost_share", "sim_events", "wall_seconds")
 
 
+AGENT_FLAGS = {name: "--" + name.replace("_", "-") for name in ModelledParams.RANGES}
+AGENT_FLAGS["report_seconds"] = "--agent-report-seconds"   # --report-seconds is the demand series' period
+AGENT_HELP = dict(
+    launch_failure="the share of launches that fail",
+    launch_p50_seconds="median seconds from a Launch to the agent's answer",
+    launch_p99_seconds="99th percentile of the same",
+    stop_p50_seconds="median seconds of a clean shutdown (longer than the grace: destroyed at the grace)",
+    stop_p99_seconds="99th percentile of the same",
+    report_seconds="the agents' report interval: a VM's change reaches the controller up to this late (0: "
+                   "at once)",
+    cpu_idle_cores="an idle guest's CPU figure in cores",
+    cpu_busy_share="a busy vCPU's figure as a share of a core",
+    cpu_noise_cores="standard deviation of a CPU sample in cores")
+
+
 class SimUsage(Exception):
     pass
+
+
+def agent_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """SimSettings' agents, agent_params and seed (and the ideal agents' times) from the flags,
+    checked: a parameter of the other model, or out of its range, is a SimUsage naming it."""
+    given = {name: getattr(args, f"agent_{name}") for name in AGENT_FLAGS
+             if getattr(args, f"agent_{name}") is not None}
+    ideal_times = {flag: value for flag, value in (("--launch-seconds", args.launch_seconds),
+                                                   ("--stop-seconds", args.stop_seconds)) if value is not None}
+    if args.agents == "ideal" and given:
+        raise SimUsage(f"{AGENT_FLAGS[next(iter(given))]} sets the modelled agents: it needs --agents modelled")
+    if args.agents != "ideal" and ideal_times:
+        raise SimUsage(f"{next(iter(ideal_times))} is the ideal agents' fixed time: it needs --agents ideal "
+                       f"(the modelled agents' times: --launch-p50-seconds, --stop-p50-seconds...)")
+    for flag, value in ideal_times.items():
+        if not 0 <= value <= 3600:
+            raise SimUsage(f"{flag} {value:g}: allowed 0 to 3600")
+    try:
+        ModelledParams.of(given.items())
+    except AgentParamError as exc:
+        raise SimUsage(f"{AGENT_FLAGS.get(exc.name, exc.name)}: {exc}") from None
+    return dict(agents=args.agents, agent_params=tuple(sorted(given.items())), seed=args.seed,
+                launch_seconds=5.0 if args.launch_seconds is None else args.launch_seconds,
+                stop_seconds=5.0 if args.stop_seconds is None else args.stop_seconds)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,9 +131,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(work_channel=true|false)")
     p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
                                                "prediction and [reserves] settings")
-    p.add_argument("--launch-seconds", type=float, default=5.0, help="a launch takes this long (default 5)")
-    p.add_argument("--stop-seconds", type=float, default=5.0,
-                   help="a clean shutdown takes this long, capped by the stop's grace (default 5)")
+    p.add_argument("--agents", choices=tuple(MODELS), default="modelled",
+                   help="the simulated agents (controller/sim/agents.py). modelled (default): launches fail "
+                        "now and then, launch and shutdown times are lognormal (measured medians and 99th "
+                        "percentiles), a VM's change reaches the controller at its node's next report, CPU "
+                        "figures are noisy samples; the flags below set its parameters. ideal: every launch "
+                        "and stop succeeds in --launch-seconds and --stop-seconds, reports arrive at the "
+                        "instant, CPU figures are exact (the simulator before agent models)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="what the modelled agents' draws are hashed with (default 0); each draw is per VM "
+                        "and per request, so runs with and without backfill see the same ones")
+    for name, flag in AGENT_FLAGS.items():
+        low, high = ModelledParams.RANGES[name]
+        p.add_argument(flag, type=float, dest=f"agent_{name}", metavar=name.rpartition("_")[2].upper()
+                       if name.endswith(("seconds", "cores")) else "VALUE",
+                       help=f"--agents modelled: {AGENT_HELP[name]} (default {getattr(ModelledParams(), name):g}, "
+                            f"{low:g} to {high:g})")
+    p.add_argument("--launch-seconds", type=float, default=None,
+                   help="--agents ideal: a launch takes this long (default 5)")
+    p.add_argument("--stop-seconds", type=float, default=None,
+                   help="--agents ideal: a clean shutdown takes this long, capped by the stop's grace (default 5)")
     p.add_argument("--demand", type=Path, help="foreground CPU demand per node (bitbrains tar.gz or alibaba "
                                                "machine_usage.csv); nodes then report every --report-seconds")
     p.add_argument("--demand-format", choices=("bitbrains", "alibaba"), default="bitbrains")
@@ -105,7 +162,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      "setting is a termination policy (" + ", ".join(x.value for x in Policy) +
                                      ") or a reserve mode over the --config's [reserves]: static=N, "
                                      "predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                                     "drain=true|false (false: a soft reserve), the guests' work channel "
+                                     "drain=true|false (false: a soft reserve), the agents agents=ideal|modelled, the guests' work channel "
                                      "work_channel=true|false (--guest-work-channel), or several joined with "
                                      "'+' (static=12+wait=600, predictive=day+drain=false, "
                                      "idle_first+work_channel=true)")
@@ -163,13 +220,17 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
                 hints.append(parse_hint(value, pool_nodes, hints, reserves.lead_seconds))
             elif key == "drain":
                 reserves = dataclasses.replace(reserves, drain=checks.parse_setting(part, {"drain": bool})[1]).validate()
+            elif key == "agents" and settings is not None:
+                if value not in MODELS:
+                    raise SimUsage(f"--compare {part!r}: agents is one of {', '.join(MODELS)}, not {value!r}")
+                settings = dataclasses.replace(settings, agents=value)
             elif key == "work_channel" and settings is not None:
                 settings = dataclasses.replace(settings, guest_work_channel=checks.parse_setting(
                     part, {"work_channel": bool})[1])
             else:
                 raise SimUsage(f"--compare {part!r}: not a policy ({', '.join(POLICIES)}) nor static=N, "
                                f"predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                               f"drain=true|false, work_channel=true|false")
+                               f"drain=true|false, work_channel=true|false, agents=ideal|modelled")
         except (ValueError, ReserveError) as exc:
             raise SimUsage(f"--compare {part!r}: {exc}") from None
     return backfill, reserves, hints, settings
@@ -282,8 +343,7 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
         inputs.update(demand=str(args.demand), demand_format=args.demand_format,
                       demand_sha256=traces.digest(args.demand))
     jobs = read_jobs(args, backfill, inputs, pool.pool_vcpus)
-    settings = dataclasses.replace(pool, days=args.days, launch_seconds=args.launch_seconds,
-                                   stop_seconds=args.stop_seconds,
+    settings = dataclasses.replace(pool, days=args.days, **agent_settings(args),
                                    selection_interval_seconds=config.selection_interval_seconds,
                                    report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
                                    max_wall_seconds=args.max_wall_seconds,

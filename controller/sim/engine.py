@@ -10,14 +10,19 @@ leases' deadlines are controller/sim/deadlines.py.
 How the live controller is mirrored (controller/service.py and controller/cli.py):
 
 - Every effect the ledger returns is carried out in order: a Write goes to an in-memory Store
-  (its rows, and its audit events counted by kind); a Launch completes ``launch_seconds`` later
-  (the VM then exists on its node and ``ledger.launch_done`` is called); a Stop completes after
-  ``stop_seconds`` capped by its grace (the VM is gone and ``ledger.stop_done`` is called).
+  (its rows, and its audit events counted by kind); a Launch and a Stop go to the simulated
+  agents (an AgentModel, controller/sim/agents.py, which says when and how each is answered):
+  at a launch's answer the VM exists on its node (if it succeeded) and ``ledger.launch_done`` is
+  called; at a stop's the VM is gone and ``ledger.stop_done`` is called. The ideal agents (the
+  default) answer every launch ``launch_seconds`` later and every stop ``stop_seconds`` later
+  capped by its grace; the modelled ones fail some launches and draw the times.
 - ``ledger.fill`` runs every backfill ``retry_seconds`` and right after any Write carrying one of
   the ledger's FILL_EVENTS (a release, a stop, a preemption...), as the live launcher does.
 - ``ledger.select(evaluation=True)`` runs every ``selection_interval_seconds`` (backfill enabled).
 - Reports: a node reports when its VMs change (its foreground CPU being its on-demand vCPUs), or,
-  with demand series, every ``report_seconds`` as well (all nodes in one event). Node failures are
+  with demand series, every ``report_seconds`` as well (all nodes in one event). The agent model
+  says how late a change's report arrives (NodeReports: at once for the ideal agents, at the
+  node's next report tick for the modelled ones). Node failures are
   not modelled, so the ledger's suspect/down timers are set far beyond the run.
 - ``ledger.tick`` runs when a lease's deadline falls due (one event per deadline a Write sets,
   checked in O(1)), and once an hour as a safety net.

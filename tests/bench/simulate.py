@@ -34,6 +34,14 @@ controller.sim.engine.Simulation:
   draining, drain = false: the reserve's nodes only take no new backfill); reserve_wait, a wait window of
   600 s before a request with no room is rejected (controller/core/reserves.py).
 
+The simulated agents are the modelled ones by default (--agents, controller/sim/agents.py:
+launch failures, launch and shutdown times drawn from the lifecycle bench's measures, report lag,
+sampled CPU; every draw per VM and per request, so the no_backfill baseline's on-demand VMs see
+the same draws as every other entry's); --agents ideal gives the fixed times of earlier sessions.
+Foreground demand is the on-demand VMs' vCPUs unless --demand names a per-node CPU series in
+--traces (alibaba_2018/machine_usage.csv.gz, or a Bitbrains tar.gz with --demand-format
+bitbrains); every node then also reports every --demand-report-seconds.
+
 What is timed: `wall_s` and `sim_events_per_s` are those of more runs of the default settings
 with VM-level work (`default_vm_level`: the controller's decisions alone, the run earlier
 sessions timed; its VMs never idle, so past 6.3 days it recycles none early), --timed-runs of
@@ -75,6 +83,7 @@ from controller.core.records import Reserve
 from controller.core.records import BackfillConfig, Policy
 from controller.core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveSettings
 from controller.sim import traces
+from controller.sim.agents import MODELS, agent_model
 from controller.sim.cli import jobs_at_load
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.jobs import JobLevelWork
@@ -93,6 +102,7 @@ NO_BACKFILL = "no_backfill"   # the baseline entry: the same requests with backf
 # Nimbus' Condor queue did not while its evaluation lasted.
 JOBS = "swf/SDSC-SP2-1998-4.2-cln.swf.gz"
 JOBS_LOAD = 0.5
+DEMAND = "alibaba_2018/machine_usage.csv.gz"   # per-machine CPU series (--demand)
 
 
 def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any]]:
@@ -127,7 +137,8 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
 def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: BackfillConfig,
             reserves: dict[str, Reserve], inputs: dict[str, Any],
             reserve_settings: ReserveSettings = ReserveSettings(), hints: list[Hint] | None = None,
-            jobs: list[traces.Job] | None = None, sim: dict[str, Any] | None = None) -> dict[str, Any]:
+            jobs: list[traces.Job] | None = None, sim: dict[str, Any] | None = None,
+            demand: list[traces.DemandSeries] | None = None) -> dict[str, Any]:
     """One setting's run; task-level (backfill VMs run `jobs`) unless jobs is None. `sim`: changes
     to the simulator's settings for this run (the guests' work channel)."""
     if sim:
@@ -135,7 +146,7 @@ def run_one(name: str, requests: list, sim_settings: SimSettings, backfill: Back
     work = JobLevelWork(jobs, backfill.vcpus) if jobs is not None else None
     sim = Simulation(requests, sim_settings, backfill, ledger_settings(ControllerConfig()), reserves=reserves,
                      inputs=inputs, progress=ProgressBar(label=name) if sim_settings.progress_seconds else None,
-                     reserve_settings=reserve_settings, hints=hints or (), work=work)
+                     reserve_settings=reserve_settings, hints=hints or (), work=work, demand=demand)
     cpu = time.process_time()
     summary = sim.run()
     cpu = time.process_time() - cpu
@@ -218,17 +229,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backfill-jobs-load", type=float, default=JOBS_LOAD,
                    help=f"share of the pool's vCPUs the jobs ask for on average (default {JOBS_LOAD})")
     p.add_argument("--timed-runs", type=int, default=3, help="VM-level default runs timed (default 3; the median)")
+    p.add_argument("--agents", choices=tuple(MODELS), default="modelled",
+                   help="the simulated agents (controller/sim/agents.py; default modelled: launch failures, "
+                        "measured launch and shutdown times, report lag, sampled CPU; ideal: fixed times)")
+    p.add_argument("--seed", type=int, default=0, help="the modelled agents' draws' seed (default 0)")
+    p.add_argument("--demand", help="foreground CPU demand per node from this series in --traces (e.g. "
+                                    f"{DEMAND}), node i following series i; default: the on-demand VMs' vCPUs")
+    p.add_argument("--demand-format", choices=("bitbrains", "alibaba"), default="alibaba")
+    p.add_argument("--demand-report-seconds", type=float, default=300.0,
+                   help="with --demand: every node reports its foreground this often (default 300; every "
+                        "report of every node is an event: 60 s makes a month of 1,000 nodes 43 million)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    if not 1 <= args.demand_report_seconds <= 86400:
+        p.error(f"--demand-report-seconds must be 1 to 86400, got {args.demand_report_seconds:g}")
     if args.timed_runs < 1:
         p.error(f"--timed-runs must be at least 1, got {args.timed_runs}")
     started = time.perf_counter()
     path = args.traces / AZURE
     sim_settings = SimSettings(nodes=args.nodes, days=args.days, progress_seconds=0.0 if args.quiet else 30.0,
-                               max_wall_seconds=args.max_wall_seconds)
+                               max_wall_seconds=args.max_wall_seconds, agents=args.agents, seed=args.seed,
+                               report_seconds=args.demand_report_seconds)
     requests, period = stretch_to_load(traces.azure_requests(path), args.days * DAY, args.load,
                                        sim_settings.pool_vcpus)
-    inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3))
+    inputs = dict(requests=AZURE, requests_sha256=traces.digest(path), load=args.load, tile_period_s=round(period, 3),
+                  agents=args.agents, seed=args.seed)
+    demand: list[traces.DemandSeries] = []
+    if args.demand:
+        demand_path = args.traces / args.demand
+        demand = (traces.alibaba_series if args.demand_format == "alibaba" else traces.bitbrains_series)(demand_path)
+        inputs.update(demand=args.demand, demand_format=args.demand_format, demand_sha256=traces.digest(demand_path),
+                      demand_series=len(demand), demand_report_seconds=args.demand_report_seconds)
     jobs_path = args.traces / args.backfill_jobs
     jobs, jobs_period = jobs_at_load(traces.swf_jobs(jobs_path), BackfillConfig().vcpus, args.days * DAY,
                                      args.backfill_jobs_load, sim_settings.pool_vcpus)
@@ -236,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                        backfill_jobs_load=args.backfill_jobs_load, backfill_jobs_tile_period_s=round(jobs_period, 3),
                        jobs=len(jobs))
     runs = settings_compared(args.nodes, args.days)
-    timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, **runs["default"])
+    timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, demand=demand,
+                              **runs["default"])
                       for _ in range(args.timed_runs)), key=lambda r: r["wall_s"])
     timed = dict(timings[(len(timings) - 1) // 2], wall_s_runs=[r["wall_s"] for r in timings])   # the median run
-    results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs,
+    results = {"default": run_one("default", requests, sim_settings, inputs=task_inputs, jobs=jobs, demand=demand,
                                   **runs.pop("default"))}
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=task_inputs, jobs=jobs, **run)
+        futures = {name: pool.submit(run_one, name, requests, sim_settings, inputs=task_inputs, jobs=jobs,
+                                     demand=demand, **run)
                    for name, run in runs.items()}
         results.update((name, future.result()) for name, future in futures.items())
     results = {name: against_baseline(result, results[NO_BACKFILL]) for name, result in results.items()}
@@ -252,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                default_vm_level=timed,
                bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,
                node_cpus=sim_settings.node_cpus, node_memory_mib=sim_settings.node_memory_mib, inputs=task_inputs,
+               agents=agent_model(sim_settings).describe(),
                goals=goals(default, timed, args.days, args.nodes), **results)
     print(json.dumps(out, indent=2))
     return 0

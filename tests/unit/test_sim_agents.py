@@ -6,19 +6,19 @@ from controller.core.records import BackfillConfig, LedgerSettings, Policy
 from controller.sim.agents import AgentModel, IdealAgents, LaunchAnswer, StopAnswer, agent_model
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.traces import OnDemandRequest
-from tests.unit.test_sim import REQUESTS, scenario
+from tests.unit.test_sim import REQUESTS, azure, scenario  # noqa: F401  (azure is a fixture)
 
 END = 4000.0
 
 
-def small(agents: AgentModel | None = None, requests=REQUESTS, **settings) -> Simulation:
+def small(model: AgentModel | None = None, requests=REQUESTS, **settings) -> Simulation:
     """The hand-worked scenario of tests/unit/test_sim.py (2 nodes of 4 vCPUs, 1-vCPU backfill)."""
     base = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
                        launch_jitter=0, stop_seconds=5, progress_seconds=0)
     config = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024, grace_seconds=10,
                             termination_policy=Policy.MOST_RECENT)
     return Simulation(requests, SimSettings(**{**base.__dict__, **settings}), config,
-                      LedgerSettings(use_prediction=False), agents=agents)
+                      LedgerSettings(use_prediction=False), agents=model)
 
 
 def without_wall(summary):
@@ -79,3 +79,28 @@ def test_the_engine_answers_a_failed_launch_through_the_ledgers_failure_path():
     assert all(vm.name != first_backfill for node in sim.nodes.values() for vm in node.vms.values())
     # the ledger filled the room again later (the node's backfill backs off, then resumes)
     assert sim.summary()["figures"]["backfill_vms_launched"] >= base.summary()["figures"]["backfill_vms_launched"] - 1
+
+
+def test_ideal_agents_reproduce_the_fingerprints_recorded_before_agent_models(azure):
+    """The golden fingerprints of tests/data/sim_regression.json were written before agent models
+    existed: the ideal agents, passed explicitly, give them again (every placement, victim and
+    launch time)."""
+    import json
+
+    from controller.config import ControllerConfig, ledger_settings
+    from controller.sim import traces
+    from controller.sim.workload import stretch_to_load
+    from tests.bench import simulate as bench
+    from tests.unit.test_sim_regression import GOLDEN, digest
+
+    golden = json.loads(GOLDEN.read_text())
+    nodes, days = golden["nodes"], golden["days"]
+    requests, _ = stretch_to_load(traces.azure_requests(azure), days * DAY, 0.6, nodes * 16)
+    run = bench.settings_compared(nodes, days)["default"]
+    settings = SimSettings(nodes=nodes, days=days, progress_seconds=0.0)
+    sim = Simulation(requests, settings, run["backfill"], ledger_settings(ControllerConfig()),
+                     reserves=run["reserves"], agents=IdealAgents(settings))
+    summary = sim.run()
+    assert summary["events"] == golden["default"]["events"]
+    assert digest(sim.vm_rows()) == golden["default"]["vm_rows"]
+    assert digest(sim.store.details) == golden["default"]["details"]
