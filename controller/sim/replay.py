@@ -316,10 +316,12 @@ def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulati
 
 def answer_figures(recording: Recording) -> dict[str, float]:
     """What the recording says of the agents and the controller's own time:
-    - booking_s: from a request to its launch being asked (the decision and its commit; the
-      median over requests launched at once, the free and instant paths);
+    - controller_s: the controller's own time on an on-demand launch, which the simulator's
+      books take at once: from the request to its launch being asked (the decision and its
+      commit; over requests launched at once, the free and instant paths), plus from the agent's
+      answer to the lease running (its commit), each the median;
     - launch_p50_s, launch_p99_s: the on-demand launches' delays (the lane they go through is
-      never queued behind backfill, so these are what a request waits for), plus booking_s;
+      never queued behind backfill, so these are what a request waits for), plus controller_s;
     - backfill_launch_p50_s, backfill_launch_p99_s: the backfill launches' delays, for the record
       (a node's backfill launches queue in its agent-call lane);
     - stop_p50_s, stop_p99_s: the clean stops' delays; launch_failure_share."""
@@ -330,10 +332,15 @@ def answer_figures(recording: Recording) -> dict[str, float]:
     booking = quantile([asked[p["key"]] - requested[p["request_id"]] for p in at_once
                         if p["key"] in asked and p["request_id"] in requested], 0.5)
     launches = [a for answers in recording.launch_answers.values() for a in answers]
-    on_demand = [a["delay_s"] + booking for a in launches if a["key"].startswith("od:")]
+    running = {line["key"]: line["t"] for line in recording.lines
+               if line["kind"] == "event" and line["event"] == "vm.launched"}
+    committed = quantile([running[a["key"]] - a["t"] for a in launches
+                          if a["key"].startswith("od:") and a["key"] in running], 0.5)
+    controller = booking + committed
+    on_demand = [a["delay_s"] + controller for a in launches if a["key"].startswith("od:")]
     backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
     stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
-    return dict(booking_s=booking, launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
+    return dict(controller_s=controller, launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
                 backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
                 stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
@@ -370,13 +377,14 @@ def model_settings(recording: Recording, model: str, report_seconds: float) -> d
     return settings
 
 
-def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0
+def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0, seed: int = 0
             ) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
     """The same requests, releases and node arrivals with the simulator's own agents (`model`:
     "modelled" if it exists, else "ideal"; fitted by model_settings, `report_seconds`: the live
-    agents' report interval) and its own schedule of jobs."""
+    agents' report interval; `seed`: what the model's draws are hashed with) and its own
+    schedule of jobs."""
     model = model or ("modelled" if "modelled" in MODELS else "ideal")
-    settings = sim_settings(recording, **model_settings(recording, model, report_seconds))
+    settings = sim_settings(recording, seed=seed, **model_settings(recording, model, report_seconds))
     keys = LeaseKeys()
     sim = ReplaySimulation(recording, settings, None, keys, "simulated")
     sim.run()

@@ -252,6 +252,11 @@ def aggregates(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 lost_work_vcpu_s=round(lost, 3), placed=len(waits))
 
 
+def mean_aggregates(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each figure's mean over runs (of one model with different seeds): the model's expectation."""
+    return {name: round(sum(run[name] or 0.0 for run in runs) / len(runs), 6) for name in runs[0]}
+
+
 PREDICTED = ("preemptions", "wait_p50_s", "wait_p99_s", "lost_work_vcpu_s")
 
 
