@@ -84,16 +84,21 @@ class PoolStates:
                     state[key] = (state[key][0], STATE_EVENTS[event])
         return state
 
-    def history(self, key: str) -> list[tuple[str, float]]:
-        """What happened to a lease: made, then its audit events, with their times."""
+    def history(self, key: str, at: float, window: float) -> list[tuple[str, float]]:
+        """What happened to a lease up to a decision at `at`: made, then its audit events, with
+        their times; and what came of the calls made before it within `window` after (its being
+        made and its launch's answer), which another run may have seen just before the decision."""
         out = []
         for line in self.lines:
+            t = line["t"]
+            if t > at + window:
+                break
             if line.get("key") != key:
                 continue
             if line.get("kind") == "lease":
-                out.append(("made", line["t"]))
-            elif line.get("kind") == "event":
-                out.append((line["event"], line["t"]))
+                out.append(("made", t))
+            elif line.get("kind") == "event" and (t < at or line["event"] == "vm.launched"):
+                out.append((line["event"], t))
         return out
 
     def launch_times(self) -> dict[str, float]:
@@ -169,12 +174,15 @@ def explain(live: Decision, replay: Decision, live_states: PoolStates, replay_st
                           for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
         if first:
             return f"follows from the difference at request {first}: the pools differed before this decision ({shown})", True
-        histories = {k: (live_states.history(k), replay_states.history(k)) for k in keys}
+        # up to a moment after the decision: a step that came just after it in one run and just
+        # before it in the other is the same step
+        histories = {k: (live_states.history(k, live.t, RACE_SECONDS), replay_states.history(k, replay.t, RACE_SECONDS))
+                     for k in keys}
         timing = all(_same_but_timing(a, b) for a, b in histories.values())
         told = "; ".join(f"{k}: live {_timeline(a)} / replay {_timeline(b)}" for k, (a, b) in list(histories.items())[:3])
         if timing:
-            return (f"the pools differed before this decision only in when answers came, within "
-                    f"{RACE_SECONDS * 1000:.0f} ms ({shown}; {told})"), True
+            return (f"the pools differed before this decision only in timing: the same steps, each within "
+                    f"{RACE_SECONDS * 1000:.0f} ms, came on either side of it ({shown}; {told})"), True
         return f"the pools differed before this decision ({shown}; {told})", False
     calls = [f"{call} of {key}" for call, key, at in unrecorded if at <= replay.t]
     if calls:

@@ -36,11 +36,13 @@ own time on it added, which the simulator's books take at once: the booking from
 launch call and the commit of the answer, medians; stop time: the clean stops' p50 and p99;
 launch failures; report interval 0.5 s) and the simulator's own schedule of jobs.
 The prediction is the mean over --seeds runs of the model with different seeds (its expectation;
-the live run is one draw). prediction_error is the largest relative difference, live against
+the live run is one draw; predicted_range_over_seeds gives each figure's lowest and highest run). prediction_error is the largest relative difference, live against
 predicted, of: preemptions
 (victims confirmed stopped), on-demand wait p50 and p99 (request to the launch's answer) and lost
 work (vCPU-seconds of the victims' runtime). Left out of the model: a node's backfill launches
-queue in its agent-call lane live (backfill_launch_p50_s shows it), report lag beyond the
+queue in its agent-call lane live, at most 3 at once (backfill_launch_p50_s shows it; a
+diagnostic, prediction_error_parts_with_lanes, gives each figure's error with the modelled agents
+behind the controller's bulkheads, controller/sim/replay.py LaneAgents), report lag beyond the
 interval, foreground CPU.
 
 Goals: replay_identical_share >= 0.99 with every difference explained, prediction_error <= 0.10;
@@ -57,6 +59,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from controller.config import ControllerConfig
 from controller.sim.replay import answer_figures, load, predict, replay
 from controller.sim.replay_compare import aggregates, compare, mean_aggregates, prediction_error
 from tests.agentproc import LabEnv, exit_cleanly_on_sigterm
@@ -106,8 +109,16 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
     free_jobs = compare(recording.lines, replayed2, sim2.agents.unrecorded)
     runs = [predict(recording, report_seconds=REPORT_SECONDS, seed=seed) for seed in range(args_seeds)]
     _psim = runs[0][0]
-    live, pred = aggregates(recording.lines), mean_aggregates([aggregates(lines) for _sim, lines in runs])
+    per_seed = [aggregates(lines) for _sim, lines in runs]
+    live, pred = aggregates(recording.lines), mean_aggregates(per_seed)
+    spread = {name: [min(run[name] or 0.0 for run in per_seed), max(run[name] or 0.0 for run in per_seed)]
+              for name in pred}
     error, parts = prediction_error(live, pred)
+    # diagnostic, not a goal: the same behind the controller's bulkheads (a node's backfill
+    # launches queue in its lane)
+    config = ControllerConfig()
+    lanes = mean_aggregates([aggregates(predict(recording, report_seconds=REPORT_SECONDS, seed=seed, lanes=(
+        config.agent_calls_per_node, config.agent_calls))[1]) for seed in range(args_seeds)])
     paths = Counter(line.get("path") for line in recording.lines
                     if line.get("kind") == "event" and line["event"] == "request.placed")
     first_request = min((r["t"] for r in recording.requests), default=0.0)
@@ -124,6 +135,8 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
         replay_identical_share_simulated_jobs=round(free_jobs.identical_share, 4),
         unrecorded_calls=len(sim.agents.unrecorded), releases_not_found=len(sim.released_unknown),
         prediction_error=error, prediction_error_parts=parts, live=live, predicted=pred,
+        predicted_range_over_seeds=spread,
+        prediction_error_parts_with_lanes=prediction_error(live, lanes)[1],
         replayed=aggregates(replayed), predicted_agents=_psim.agents.describe(),
         answers=answer_figures(recording), paths=dict(paths), refills=refills,
         recording_lines=len(recording.lines), recording_stopped=recording.stopped or None,
