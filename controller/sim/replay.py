@@ -16,9 +16,8 @@ It records itself as it goes, with the same Recorder, so the replay's decisions 
 ones read alike (controller/sim/replay_compare.py compares them one by one).
 
 `predict(recording)` runs the same requests, releases and node arrivals with the simulator's own
-agents (a model: "modelled" if controller/sim/agents.py has it, with parameters fitted to the
-recorded answers where the model takes them) and its own schedule of jobs, for the aggregate
-figures (replay_compare.aggregates).
+agents ("modelled", fitted to the recording by model_settings) and its own schedule of jobs, for
+the aggregate figures (replay_compare.aggregates).
 
 What a replay leaves out: the live nodes' foreground CPU (the simulated nodes report their
 on-demand vCPUs; record with use_prediction off), report lag (the simulated nodes report the
@@ -46,7 +45,6 @@ from .traces import NodeGroup, OnDemandRequest
 from .world import HeldRoom, SimNode
 
 REPLAY_MARGIN_S = 120.0   # simulated past the recording's last line, for answers still due
-INPUT_KINDS = ("request", "release", "report", "job", "backfill", "launch_answer", "stop_answer")
 
 
 @dataclass(frozen=True)
@@ -79,9 +77,6 @@ class Recording:
     @property
     def span(self) -> float:
         return self.lines[-1]["t"] if self.lines else 0.0
-
-    def at(self, line: Mapping[str, Any]) -> float:
-        return line["t"]
 
 
 def segments(lines: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

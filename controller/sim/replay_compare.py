@@ -166,41 +166,56 @@ def explain(live: Decision, replay: Decision, live_states: PoolStates, replay_st
     if replay.outcome == "absent":
         return "the replay never decided this request (it ended before, or the request never came)", False
     own = f"od:{live.request_id}"
-    before_live = live_states.before(live.index, own)
-    before_replay = replay_states.before(replay.index, own)
+    before_live, before_replay = live_states.before(live.index, own), replay_states.before(replay.index, own)
     if before_live != before_replay:
-        keys = sorted(k for k in set(before_live) | set(before_replay) if before_live.get(k) != before_replay.get(k))
-        shown = "; ".join(f"{k}: live {_state(before_live.get(k))}, replay {_state(before_replay.get(k))}"
-                          for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
-        if first:
-            return f"follows from the difference at request {first}: the pools differed before this decision ({shown})", True
-        # up to a moment after the decision: a step that came just after it in one run and just
-        # before it in the other is the same step
-        histories = {k: (live_states.history(k, live.t, RACE_SECONDS), replay_states.history(k, replay.t, RACE_SECONDS))
-                     for k in keys}
-        timing = all(_same_but_timing(a, b) for a, b in histories.values())
-        told = "; ".join(f"{k}: live {_timeline(a)} / replay {_timeline(b)}" for k, (a, b) in list(histories.items())[:3])
-        if timing:
-            return (f"the pools differed before this decision only in timing: the same steps, each within "
-                    f"{RACE_SECONDS * 1000:.0f} ms, came on either side of it ({shown}; {told})"), True
-        return f"the pools differed before this decision ({shown}; {told})", False
+        return _pools_differed(live, replay, before_live, before_replay, live_states, replay_states, first)
     calls = [f"{call} of {key}" for call, key, at in unrecorded if at <= replay.t]
     if calls:
         return f"the replay asked agents for calls the live run never made, answered by the model: {_few(calls)}", True
+    order = _victims_order(live, replay, live_states, replay_states)
+    if order is not None:
+        return order
+    return "the same pool state before the decision, yet another decision", False
+
+
+def _pools_differed(live: Decision, replay: Decision, before_live: Mapping[str, tuple[str, str]],
+                    before_replay: Mapping[str, tuple[str, str]], live_states: PoolStates,
+                    replay_states: PoolStates, first: str | None) -> tuple[str, bool]:
+    """The pools differed before the decision: after an earlier difference (it follows), or only in
+    the timing of the same steps (each within RACE_SECONDS, on either side of the decision)."""
+    keys = sorted(k for k in set(before_live) | set(before_replay) if before_live.get(k) != before_replay.get(k))
+    shown = "; ".join(f"{k}: live {_state(before_live.get(k))}, replay {_state(before_replay.get(k))}"
+                      for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
+    if first:
+        return f"follows from the difference at request {first}: the pools differed before it ({shown})", True
+    # up to a moment after the decision: a step that came just after it in one run and just
+    # before it in the other is the same step
+    histories = {k: (live_states.history(k, live.t, RACE_SECONDS), replay_states.history(k, replay.t, RACE_SECONDS))
+                 for k in keys}
+    told = "; ".join(f"{k}: live {_timeline(a)} / replay {_timeline(b)}" for k, (a, b) in list(histories.items())[:3])
+    if all(_same_but_timing(a, b) for a, b in histories.values()):
+        return (f"the pools differed before this decision only in timing: the same steps, each within "
+                f"{RACE_SECONDS * 1000:.0f} ms, came on either side of it ({shown}; {told})"), True
+    return f"the pools differed before this decision ({shown}; {told})", False
+
+
+def _victims_order(live: Decision, replay: Decision, live_states: PoolStates,
+                   replay_states: PoolStates) -> tuple[str, bool] | None:
+    """The candidate victims' launches answered in another order (a race if the swapped ones were
+    within RACE_SECONDS live), or None."""
     victims = sorted(set(live.victims) | set(replay.victims))
     live_at, replay_at = live_states.launch_times(), replay_states.launch_times()
-    if victims and all(v in live_at and v in replay_at for v in victims):
-        live_order = sorted(victims, key=lambda v: live_at[v])
-        replay_order = sorted(victims, key=lambda v: replay_at[v])
-        if live_order != replay_order:
-            # the pairs of candidates answered in one order live and the other in the replay
-            swapped = [(a, b) for a in victims for b in victims
-                       if live_at[a] < live_at[b] and replay_at[a] > replay_at[b]]
-            gap = max((live_at[b] - live_at[a] for a, b in swapped), default=0.0)
-            return (f"the candidate victims' launches were answered in another order (live {live_order}, replay "
-                    f"{replay_order}; the pairs swapped were up to {gap * 1000:.1f} ms apart live): most_recent "
-                    f"takes the youngest"), gap <= RACE_SECONDS
-    return "the same pool state before the decision, yet another decision", False
+    if not victims or not all(v in live_at and v in replay_at for v in victims):
+        return None
+    live_order, replay_order = sorted(victims, key=live_at.__getitem__), sorted(victims, key=replay_at.__getitem__)
+    if live_order == replay_order:
+        return None
+    # the pairs of candidates answered in one order live and the other in the replay
+    swapped = [(a, b) for a in victims for b in victims if live_at[a] < live_at[b] and replay_at[a] > replay_at[b]]
+    gap = max((live_at[b] - live_at[a] for a, b in swapped), default=0.0)
+    return (f"the candidate victims' launches were answered in another order (live {live_order}, replay "
+            f"{replay_order}; the pairs swapped were up to {gap * 1000:.1f} ms apart live): most_recent takes "
+            f"the youngest"), gap <= RACE_SECONDS
 
 
 def _state(value: tuple[str, str] | None) -> str:

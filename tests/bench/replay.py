@@ -36,8 +36,8 @@ own time on it added, which the simulator's books take at once: the booking from
 launch call and the commit of the answer, medians; stop time: the clean stops' p50 and p99;
 launch failures; report interval 0.5 s) and the simulator's own schedule of jobs.
 The prediction is the mean over --seeds runs of the model with different seeds (its expectation;
-the live run is one draw; predicted_range_over_seeds gives each figure's lowest and highest run). prediction_error is the largest relative difference, live against
-predicted, of: preemptions
+the live run is one draw; predicted_range_over_seeds gives each figure's lowest and highest run).
+prediction_error is the largest relative difference, live against predicted, of: preemptions
 (victims confirmed stopped), on-demand wait p50 and p99 (request to the launch's answer) and lost
 work (vCPU-seconds of the victims' runtime). Left out of the model: a node's backfill launches
 queue in its agent-call lane live, at most 3 at once (backfill_launch_p50_s shows it; a

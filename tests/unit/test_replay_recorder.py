@@ -6,7 +6,6 @@ The service-level tests run the real PoolService over a real SQLite store, calli
 agent (tests/fake_agents.py, mutual TLS with the lab PKI) that answers at once."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
