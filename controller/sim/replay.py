@@ -310,32 +310,33 @@ def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulati
 # -- prediction -----------------------------------------------------------------------------------
 
 def answer_figures(recording: Recording) -> dict[str, float]:
-    """What the recording says of the agents and the controller's own time:
-    - controller_s: the controller's own time on an on-demand launch, which the simulator's
-      books take at once: from the request to its launch being asked (the decision and its
-      commit; over requests launched at once, the free and instant paths), plus from the agent's
-      answer to the lease running (its commit), each the median;
-    - launch_p50_s, launch_p99_s: the on-demand launches' delays (the lane they go through is
-      never queued behind backfill, so these are what a request waits for), plus controller_s;
+    """What the recording says of the agents, with the controller's own time on a launch (which
+    the simulator's books take at once) added where a request waits for it:
+    - launch_p50_s, launch_p99_s: each on-demand launch's time as its request saw it: the
+      controller's booking (request to launch call: the decision and its commit; for a launch
+      that waited for its victims, the median booking), the agent's answer delay (the lane it goes
+      through is never queued behind backfill), and the commit of the answer (answer to running);
+    - controller_s: the median of the booking plus the commit;
     - backfill_launch_p50_s, backfill_launch_p99_s: the backfill launches' delays, for the record
       (a node's backfill launches queue in its agent-call lane);
     - stop_p50_s, stop_p99_s: the clean stops' delays; launch_failure_share."""
-    asked = {line["key"]: line["t"] for line in recording.lines if line["kind"] == "launch"}
-    at_once = [line for line in recording.lines if line["kind"] == "event" and line["event"] == "request.placed"
-               and line.get("path") in ("free", "instant")]
+    lines = recording.lines
+    asked = {line["key"]: line["t"] for line in lines if line["kind"] == "launch"}
+    running = {line["key"]: line["t"] for line in lines if line["kind"] == "event" and line["event"] == "vm.launched"}
     requested = {r["rid"]: r["t"] for r in recording.requests}
-    booking = quantile([asked[p["key"]] - requested[p["request_id"]] for p in at_once
-                        if p["key"] in asked and p["request_id"] in requested], 0.5)
+    at_once = [line for line in lines if line["kind"] == "event" and line["event"] == "request.placed"
+               and line.get("path") in ("free", "instant")]
+    booked = {line["key"]: asked[line["key"]] - requested[line["request_id"]] for line in at_once
+              if line["key"] in asked and line["request_id"] in requested}
+    booking = quantile(list(booked.values()), 0.5)
     launches = [a for answers in recording.launch_answers.values() for a in answers]
-    running = {line["key"]: line["t"] for line in recording.lines
-               if line["kind"] == "event" and line["event"] == "vm.launched"}
-    committed = quantile([running[a["key"]] - a["t"] for a in launches
-                          if a["key"].startswith("od:") and a["key"] in running], 0.5)
-    controller = booking + committed
-    on_demand = [a["delay_s"] + controller for a in launches if a["key"].startswith("od:")]
+    on_demand = [a for a in launches if a["key"].startswith("od:")]
+    committed = {a["key"]: running[a["key"]] - a["t"] for a in on_demand if a["key"] in running}
+    seen = [booked.get(a["key"], booking) + a["delay_s"] + committed.get(a["key"], 0.0) for a in on_demand]
     backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
     stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
-    return dict(controller_s=controller, launch_p50_s=quantile(on_demand, 0.5), launch_p99_s=quantile(on_demand, 0.99),
+    return dict(controller_s=booking + quantile(list(committed.values()), 0.5),
+                launch_p50_s=quantile(seen, 0.5), launch_p99_s=quantile(seen, 0.99),
                 backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
                 stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)

@@ -31,10 +31,10 @@ the share with the simulator's own schedule of jobs instead of the recorded one
 
 Prediction: the same requests, releases and node arrivals with the simulator's own agents (the
 "modelled" agents of controller/sim/agents.py if present, else "ideal"), their parameters fitted
-to this recording (launch time: the on-demand launches' p50 and p99, each with the controller's
-own time on it added, which the simulator's books take at once: the booking from request to
-launch call and the commit of the answer, medians; stop time: the clean stops' p50 and p99;
-launch failures; report interval 0.5 s) and the simulator's own schedule of jobs.
+to this recording (launch time: the on-demand launches' p50 and p99 as their requests saw them,
+each with the controller's own time on it, which the simulator's books take at once: the booking
+from request to launch call and the commit of the answer; stop time: the clean stops' p50 and
+p99; launch failures; report interval 0.5 s) and the simulator's own schedule of jobs.
 The prediction is the mean over --seeds runs of the model with different seeds (its expectation;
 the live run is one draw; predicted_range_over_seeds gives each figure's lowest and highest run).
 prediction_error is the largest relative difference, live against predicted, of: preemptions
