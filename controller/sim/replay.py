@@ -373,47 +373,15 @@ def model_settings(recording: Recording, model: str, report_seconds: float) -> d
     return settings
 
 
-class LaneAgents(agents_module.ModelledAgents):
-    """The modelled agents behind the live controller's bulkheads (controller/bulkheads.py): a
-    node's backfill launches run at most `per_node - 1` at once, and at most `total - per_node` in
-    the pool, each call as long as the model draws; the others wait their turn, first come first
-    served. The modelled agents alone answer every launch after its own draw, as if no call ever
-    queued. A diagnostic of the prediction (predict(..., lanes=True)), not one of the simulator's
-    models."""
-
-    name = "modelled+lanes"
-
-    def __init__(self, settings: SimSettings, per_node: int, total: int) -> None:
-        super().__init__(settings)
-        self.per_node, self.total = per_node - 1, total - per_node
-        self.node_free: dict[str, list[float]] = {}   # node -> when each of its backfill slots frees
-        self.pool_free: list[float] = [0.0] * self.total
-
-    def launch(self, lease: Lease, now: float) -> LaunchAnswer:
-        answer = super().launch(lease, now)
-        if lease.role != "backfill":
-            return answer
-        slots = self.node_free.setdefault(lease.node_id, [0.0] * self.per_node)
-        mine, pooled = min(range(len(slots)), key=slots.__getitem__), \
-            min(range(len(self.pool_free)), key=self.pool_free.__getitem__)
-        start = max(now, slots[mine], self.pool_free[pooled])
-        slots[mine] = self.pool_free[pooled] = start + answer.seconds
-        return answer._replace(seconds=start + answer.seconds - now)
-
-
-def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0, seed: int = 0,
-            lanes: tuple[int, int] | None = None) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
+def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0, seed: int = 0
+            ) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
     """The same requests, releases and node arrivals with the simulator's own agents (`model`:
     "modelled" if it exists, else "ideal"; fitted by model_settings, `report_seconds`: the live
     agents' report interval; `seed`: what the model's draws are hashed with) and its own
-    schedule of jobs. `lanes` (agent_calls_per_node, agent_calls): the modelled agents behind
-    the controller's bulkheads (LaneAgents), a diagnostic."""
+    schedule of jobs."""
     model = model or ("modelled" if "modelled" in MODELS else "ideal")
     settings = sim_settings(recording, seed=seed, **model_settings(recording, model, report_seconds))
-    agents = None
-    if lanes is not None:
-        agents = LaneAgents(settings, *lanes)
     keys = LeaseKeys()
-    sim = ReplaySimulation(recording, settings, agents, keys, "simulated")
+    sim = ReplaySimulation(recording, settings, None, keys, "simulated")
     sim.run()
     return sim, sim.recorded()

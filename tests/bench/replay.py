@@ -40,10 +40,9 @@ the live run is one draw; predicted_range_over_seeds gives each figure's lowest 
 prediction_error is the largest relative difference, live against predicted, of: preemptions
 (victims confirmed stopped), on-demand wait p50 and p99 (request to the launch's answer) and lost
 work (vCPU-seconds of the victims' runtime). Left out of the model: a node's backfill launches
-queue in its agent-call lane live, at most 3 at once (backfill_launch_p50_s shows it; a
-diagnostic, prediction_error_parts_with_lanes, gives each figure's error with the modelled agents
-behind the controller's bulkheads, controller/sim/replay.py LaneAgents), report lag beyond the
-interval, foreground CPU.
+queue in its agent-call lane live, at most 3 at once (backfill_launch_p50_s and _p99_s show it),
+while the model draws each launch's time alone; foreground CPU. With about 150 requests, p99 is
+the second-largest wait: one slow call on the shared host moves it.
 
 Goals: replay_identical_share >= 0.99 with every difference explained, prediction_error <= 0.10;
 the run must also have made preemptions on both paths and refills. Prints one JSON object; exits
@@ -59,7 +58,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller.config import ControllerConfig
 from controller.sim.replay import answer_figures, load, predict, replay
 from controller.sim.replay_compare import aggregates, compare, mean_aggregates, prediction_error
 from tests.agentproc import LabEnv, exit_cleanly_on_sigterm
@@ -114,11 +112,6 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
     spread = {name: [min(run[name] or 0.0 for run in per_seed), max(run[name] or 0.0 for run in per_seed)]
               for name in pred}
     error, parts = prediction_error(live, pred)
-    # diagnostic, not a goal: the same behind the controller's bulkheads (a node's backfill
-    # launches queue in its lane)
-    config = ControllerConfig()
-    lanes = mean_aggregates([aggregates(predict(recording, report_seconds=REPORT_SECONDS, seed=seed, lanes=(
-        config.agent_calls_per_node, config.agent_calls))[1]) for seed in range(args_seeds)])
     paths = Counter(line.get("path") for line in recording.lines
                     if line.get("kind") == "event" and line["event"] == "request.placed")
     first_request = min((r["t"] for r in recording.requests), default=0.0)
@@ -136,7 +129,6 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
         unrecorded_calls=len(sim.agents.unrecorded), releases_not_found=len(sim.released_unknown),
         prediction_error=error, prediction_error_parts=parts, live=live, predicted=pred,
         predicted_range_over_seeds=spread,
-        prediction_error_parts_with_lanes=prediction_error(live, lanes)[1],
         replayed=aggregates(replayed), predicted_agents=_psim.agents.describe(),
         answers=answer_figures(recording), paths=dict(paths), refills=refills,
         recording_lines=len(recording.lines), recording_stopped=recording.stopped or None,
