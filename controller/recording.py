@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -55,6 +55,10 @@ RECORD_FORMAT = 1
 STOPPED_LINE_BYTES = 512    # kept free under the cap for the line that says the recording stopped
 REPORT_HEARTBEAT_S = 30.0   # an unchanged report is recorded again after this long
 FLUSH_SECONDS = 1.0
+ENDED_KEYS_KEPT = 10_000    # keys of ended leases still known (a late answer may name one)
+# Audit events after which a lease holds nothing any more (controller.core.lifecycle)
+TERMINAL_EVENTS = frozenset({"vm.preempted", "vm.stopped", "vm.released", "vm.recycled", "vm.drained",
+                             "vm.launch_failed", "vm.stop_expired", "vm.gone", "request.expired"})
 
 
 class LeaseKeys:
@@ -62,8 +66,9 @@ class LeaseKeys:
     decisions give the same keys in the live controller and in a replay."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}
-        self.leases: dict[str, str] = {}          # key -> lease id
+        self.keys: dict[str, str] = {}            # live lease id -> key
+        self.leases: dict[str, str] = {}          # key -> live lease id
+        self.ended: OrderedDict[str, str] = OrderedDict()   # the last ENDED_KEYS_KEPT ended: lease id -> key
         self.backfill_made: Counter = Counter()   # node -> backfill leases made there
 
     def made(self, lease: Lease) -> str:
@@ -84,7 +89,17 @@ class LeaseKeys:
 
     def key(self, lease_id: str) -> str:
         """The key of a lease; one the books had before the recording began keeps its id."""
-        return self.keys.get(lease_id) or f"lease:{lease_id}"
+        return self.keys.get(lease_id) or self.ended.get(lease_id) or f"lease:{lease_id}"
+
+    def end(self, lease_id: str) -> None:
+        """The lease ended: its key is kept a while (memory stays bounded however long the run)."""
+        key = self.keys.pop(lease_id, None)
+        if key is None:
+            return
+        self.leases.pop(key, None)
+        self.ended[lease_id] = key
+        while len(self.ended) > ENDED_KEYS_KEPT:
+            self.ended.popitem(last=False)
 
 
 def _guarded(method: Callable) -> Callable:
@@ -284,6 +299,10 @@ class Recorder:
         self._emit("event", event=event.kind, key=self.keys.key(event.lease_id) if event.lease_id else "",
                    node=event.node_id, **{k: v for k, v in detail.items() if k not in ("t", "kind", "event", "key",
                                                                                         "node")})
+        if event.kind in TERMINAL_EVENTS and event.lease_id:
+            self.keys.end(event.lease_id)
+            self.asked.pop(event.lease_id, None)
+            self.after.pop(event.lease_id, None)
 
 
 def read_recording(path: Path) -> list[dict[str, Any]]:

@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# Audit events after which a lease no longer holds anything on its node (controller.core.lifecycle)
-TERMINAL_EVENTS = frozenset({"vm.preempted", "vm.stopped", "vm.released", "vm.recycled", "vm.drained",
-                             "vm.launch_failed", "vm.stop_expired", "vm.gone", "request.expired"})
+from ..recording import TERMINAL_EVENTS
+
 STATE_EVENTS = {"vm.launched": "running", "vm.preempting": "victim", "vm.stopping": "stopping",
                 "vm.cancelling": "cancelling", "request.victims_gone": "starting", "vm.lost": "lost",
                 "vm.recovered": "running"}

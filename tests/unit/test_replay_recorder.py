@@ -6,6 +6,7 @@ The service-level tests run the real PoolService over a real SQLite store, calli
 agent (tests/fake_agents.py, mutual TLS with the lab PKI) that answers at once."""
 from __future__ import annotations
 
+import io
 import logging
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from controller.agents import AgentLinks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
-from controller.core.records import Ask, BackfillConfig, LedgerSettings
+from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings
 from controller.recording import STOPPED_LINE_BYTES, LeaseKeys, Recorder, read_recording
 from controller.service import PoolService
 from controller.store import Store
@@ -117,6 +118,22 @@ def test_lease_keys_are_stable_across_runs_whatever_the_lease_ids():
         assert keys.made(lease(ids[3], "backfill", "n1", owner="adopted")) == f"adopted:vm-{ids[3]}"
     assert first.key("a2") == second.key("yy") == "bf:n1#2"
     assert first.key("never-made") == "lease:never-made"
+
+
+def test_what_the_recorder_keeps_in_memory_stays_bounded():
+    """A long run: every lease made and ended; the keys of ended ones are kept only for a while."""
+    from controller.core.records import Audit, Lease, Write
+    from controller.recording import ENDED_KEYS_KEPT
+    out = io.StringIO()
+    recorder = Recorder(out, 2**40)
+    for n in range(ENDED_KEYS_KEPT + 500):
+        lease = Lease(f"bf-{n}", "backfill", "n1", f"vm-{n}", 1, 128, "tiny", "backfill", "starting", 0.0)
+        recorder.effects([Write(created=(lease,)), Launch(lease)])
+        recorder.effects([Write(events=(Audit("vm.launch_failed", "n1", lease.lease_id, {"reason": "x"}),))])
+    keys = recorder.keys
+    assert not keys.keys and not keys.leases and not recorder.asked
+    assert len(keys.ended) == ENDED_KEYS_KEPT
+    assert keys.key(f"bf-{ENDED_KEYS_KEPT + 499}") == f"bf:n1#{ENDED_KEYS_KEPT + 500}"   # a late answer still named
 
 
 # -- [record] in the configuration --------------------------------------------------------------
