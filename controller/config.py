@@ -47,6 +47,8 @@ class ControllerConfig:
     adoptions_per_report: int = 32
     adoptions_per_hour: int = 256
     retention_days: float = 90.0          # [retention]: ended leases, resolved requests and events
+    record_path: Path | None = None       # [record]: the controller's inputs and outcomes (controller/recording.py)
+    record_max_mib: int = 256             # ... the file's cap
     reserves: ReserveSettings = field(default_factory=ReserveSettings)   # [reserves]: Balancer's reserves
     tls: TlsConfig = field(default_factory=TlsConfig)
 
@@ -86,6 +88,7 @@ _SCHEMA: dict[str, dict[str, tuple]] = {
                 "adoptions_per_report": ("adoptions_per_report", int, (1, 4096)),
                 "adoptions_per_hour": ("adoptions_per_hour", int, (1, 1_000_000))},
     "retention": {"days": ("retention_days", float, (1, 36500))},
+    "record": {"path": ("record_path", Path), "max_mib": ("record_max_mib", int, (1, 1_048_576))},
 }
 NUMBER_KEYS = number_keys(_SCHEMA)
 
@@ -149,6 +152,7 @@ def check_config(config: ControllerConfig, source: str) -> None:
     if config.down_after_seconds <= config.suspect_after_seconds:
         raise ConfigError(f"{source}: liveness.down_after_seconds must be longer than suspect_after_seconds")
     check_bulkheads(config, source)
+    check_record(config.record_path, source)
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)
@@ -160,6 +164,18 @@ def check_bulkheads(config: ControllerConfig, source: str) -> None:
     if config.agent_calls_per_node >= config.agent_calls:
         raise ConfigError(f"{source}: controller.agent_calls_per_node ({config.agent_calls_per_node}) must be "
                           f"less than controller.agent_calls ({config.agent_calls}): one node never takes every call")
+
+
+def check_record(path: Path | None, source: str) -> None:
+    """[record] path: an absolute file name in a directory that exists (opened at start)."""
+    if path is None:
+        return
+    if not path.is_absolute():
+        raise ConfigError(f"{source}: record.path must be an absolute path, not {str(path)!r}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{source}: record.path {str(path)!r}: its directory {str(path.parent)!r} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"{source}: record.path {str(path)!r} is a directory; name a file in it")
 
 
 def with_overrides(config: ControllerConfig, listen: str | None = None, insecure: bool = False,

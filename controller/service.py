@@ -45,6 +45,7 @@ from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
 from .intake import ReportIntake, ReportStream
+from .recording import Recorder
 from .store import LeaseConflict, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ class PoolService:
         self._refused_at: dict[str, float] = {}
         self.intake = ReportIntake(intake_settings(config))
         self._crash_at = set(filter(None, os.environ.get("GLEANER_CRASH_AT", "").split(",")))
+        self.recorder = Recorder.open(config.record_path, config.record_max_mib, clock)   # [record]: off by default
+        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict())
         log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
                   store=str(store.path), schema_version=store.schema_version)
 
@@ -141,6 +144,7 @@ class PoolService:
         authorise. A failed commit leaves the books as the store has them, and calls nothing."""
         try:
             fill = carry_out(effects, self)
+            self.recorder.effects(effects)
         except StoreError as exc:
             self._reload(exc)
             raise
@@ -246,6 +250,7 @@ class PoolService:
 
     def _launch_refused(self, lease: Lease, detail: str) -> None:
         with self.lock:
+            self.recorder.launch_answer(lease, False, detail)
             self._apply(self.ledger.launch_done(lease.lease_id, False, detail, self.clock()))
 
     def _stop_soon(self, stop: Stop) -> None:
@@ -267,6 +272,7 @@ class PoolService:
             ok, detail = False, str(exc)
         self._crash_point("after_call:launch")
         with self.lock:
+            self.recorder.launch_answer(lease, ok, detail)
             self._apply(self.ledger.launch_done(lease.lease_id, ok, detail, self.clock()))
 
     def _stop(self, effect: Stop) -> None:
@@ -282,6 +288,7 @@ class PoolService:
             stopped, ok = Stopped("unreachable", 0.0, str(exc)), False
         self._crash_point("after_call:stop")
         with self.lock:
+            self.recorder.stop_answer(lease, ok, stopped.outcome, stopped.seconds, stopped.detail)
             self.stops[lease.lease_id] = stopped
             while len(self.stops) > 10_000:
                 self.stops.popitem(last=False)
@@ -304,6 +311,7 @@ class PoolService:
             if record is None:
                 # The record keeps the decision's time; the reply gives the whole booking: from
                 # taking the lock, through the decision, to the commit of its rows and audit events.
+                self.recorder.request(vcpus, memory_mib, image, owner, request_id)
                 self._apply(self.ledger.request(Ask(vcpus, memory_mib, image, owner, request_id), self.clock(),
                                                 time.perf_counter))
                 booked_ms = (time.perf_counter() - held_since) * 1000
@@ -375,6 +383,7 @@ class PoolService:
                 if stored is None:
                     raise LeaseNotFound(f"no lease {lease_id!r}") from None
                 return stored, Stopped("already_ended", 0.0, f"it ended at {stored.ended_at}: {stored.end_reason}")
+            self.recorder.release(_lease, force)
             self._apply(effects)
             wait = self.release_wait() if wait_seconds is None else wait_seconds
             while lease_id in self.ledger.leases and time.monotonic() - started < wait:
@@ -390,6 +399,7 @@ class PoolService:
     def ingest(self, report) -> None:
         with self.lock:
             self._reports[report.node_id] = report   # what a reload takes again (one per node)
+            self.recorder.report(report)
             try:
                 self._apply(self.ledger.report(report, self.clock()))
             except LeaseConflict as exc:   # an adoption clashed: the books were reloaded without it
@@ -441,7 +451,9 @@ class PoolService:
     def tick(self) -> None:
         """Liveness, deadlines and retries: the ledger's clock."""
         with self.lock:
-            self._apply(self.ledger.tick(self.clock()))
+            effects = self.ledger.tick(self.clock())
+            self._apply(effects)
+            self.recorder.job("tick", effects)
 
     def request_fill(self) -> None:
         if fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)):   # freed room to waiting requests first
@@ -452,6 +464,7 @@ class PoolService:
         with self.lock:
             effects = self.ledger.fill(self.clock(), self.executor.lane_room())
             self._apply(effects)
+            self.recorder.job("fill", effects)
         launched = sum(isinstance(e, Launch) for e in effects)
         if launched:
             log_event(log, "backfill.launching", count=launched)
@@ -459,12 +472,15 @@ class PoolService:
 
     def select(self, evaluation: bool) -> None:
         with self.lock:
-            self._apply(self.ledger.select(self.clock(), evaluation))
+            effects = self.ledger.select(self.clock(), evaluation)
+            self._apply(effects)
+            self.recorder.job("select", effects)
 
     def set_backfill(self, config: BackfillConfig) -> None:
         with self.lock:
             self.store.set_backfill(config)
             self.ledger.backfill = config
+            self.recorder.backfill(config)
         self.store.record("backfill.configured", **config.as_dict())
 
     def _reserve_settings_at_start(self, from_file: ReserveSettings) -> ReserveSettings:
@@ -594,3 +610,4 @@ class PoolService:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.recorder.close()

@@ -1,0 +1,318 @@
+"""The controller's recording: its inputs and outcomes as JSON lines, to replay through the
+simulator (controller/sim/replay.py) and check the simulator against the live controller.
+
+Opt-in, with `[record] path = "/var/lib/gleaner/controller/record.jsonl"` (and `max_mib`, the
+file's cap) in the controller's configuration. Each line is one JSON object with `t` (the
+controller's clock, seconds since the epoch) and `kind`:
+
+    start         a recording begins (the controller started): the format, the ledger's
+                  settings, backfill and reserve settings in force
+    backfill      the backfill settings were changed (gleanctl backfill set)
+    request       an on-demand request came (rid, vcpus, memory_mib, image, owner)
+    release       a lease was released (key, lease, force)
+    report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
+                  state, vcpus, memory_mib, cpu_cores]); only when the node's VMs, their states, its
+                  size or images changed since its last recorded report, or REPORT_HEARTBEAT_S after it
+    launch_answer the agent answered a launch (key, ok, detail, delay_s: since the launch was asked)
+    stop_answer   ... a stop (key, ok, outcome, seconds as the agent timed it, detail, delay_s)
+    job           a periodic job ran: fill and select always, tick when it did something
+    lease         the books made a lease (key, lease, role, node, rid)
+    launch, stop  the books asked an agent to launch or stop a lease's VM (stop: grace, force,
+                  after: the launch it waits for)
+    event         an audit event of the books (its kind as `event`, key, node, scalar details;
+                  victims as keys): request.placed (path, victims), request.rejected, vm.preempted...
+    stopped       the recording stopped (reason: the size cap, or an error writing the file)
+
+Lease ids and VM names are random in the live controller, so each lease also gets a stable `key`,
+the same for the same decision in any run (LeaseKeys): `od:REQUEST_ID` for an on-demand VM,
+`bf:NODE#N` for the Nth backfill VM the books made on NODE, `adopted:VM` for an adopted one.
+
+Bounded: the file (earlier recordings in it included) never grows past `max_mib`; the last line
+then says so. A failed write is logged once and ends the recording; the controller carries on.
+Lines are flushed at most once a second (and when the controller stops): a controller that is
+killed loses at most the last second.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from gleaner_common.logs import log_event
+
+from .core.records import Audit, BackfillConfig, Effect, Launch, Lease, LedgerSettings, Stop, Write
+
+log = logging.getLogger(__name__)
+
+RECORD_FORMAT = 1
+STOPPED_LINE_BYTES = 512    # kept free under the cap for the line that says the recording stopped
+REPORT_HEARTBEAT_S = 30.0   # an unchanged report is recorded again after this long
+FLUSH_SECONDS = 1.0
+ENDED_KEYS_KEPT = 10_000    # keys of ended leases still known (a late answer may name one)
+# Audit events after which a lease holds nothing any more (controller.core.lifecycle)
+TERMINAL_EVENTS = frozenset({"vm.preempted", "vm.stopped", "vm.released", "vm.recycled", "vm.drained",
+                             "vm.launch_failed", "vm.stop_expired", "vm.gone", "request.expired"})
+
+
+class LeaseKeys:
+    """Stable keys for leases, from the books' Writes in the order they are made: the same
+    decisions give the same keys in the live controller and in a replay."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}            # live lease id -> key
+        self.leases: dict[str, str] = {}          # key -> live lease id
+        self.ended: OrderedDict[str, str] = OrderedDict()   # the last ENDED_KEYS_KEPT ended: lease id -> key
+        self.backfill_made: Counter = Counter()   # node -> backfill leases made there
+
+    def made(self, lease: Lease) -> str:
+        if lease.lease_id in self.keys:
+            return self.keys[lease.lease_id]
+        if lease.owner == "adopted":
+            key = f"adopted:{lease.vm_name}"
+        elif lease.role == "on_demand" and lease.request_id:
+            key = f"od:{lease.request_id}"
+        elif lease.role == "backfill":
+            self.backfill_made[lease.node_id] += 1
+            key = f"bf:{lease.node_id}#{self.backfill_made[lease.node_id]}"
+        else:
+            key = f"lease:{lease.lease_id}"
+        self.keys[lease.lease_id] = key
+        self.leases[key] = lease.lease_id
+        return key
+
+    def key(self, lease_id: str) -> str:
+        """The key of a lease; one the books had before the recording began keeps its id."""
+        return self.keys.get(lease_id) or self.ended.get(lease_id) or f"lease:{lease_id}"
+
+    def end(self, lease_id: str) -> None:
+        """The lease ended: its key is kept a while (memory stays bounded however long the run)."""
+        key = self.keys.pop(lease_id, None)
+        if key is None:
+            return
+        self.leases.pop(key, None)
+        self.ended[lease_id] = key
+        while len(self.ended) > ENDED_KEYS_KEPT:
+            self.ended.popitem(last=False)
+
+
+def _guarded(method: Callable) -> Callable:
+    """A hook never raises into the controller: a failure ends the recording, logged once."""
+    @functools.wraps(method)
+    def hook(self: Recorder, *args: Any, **kwargs: Any) -> None:
+        if self.out is None:
+            return
+        try:
+            with self.lock:
+                if self.out is not None:
+                    method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - recording is never worth the controller
+            self._fail(exc)
+    return hook
+
+
+class Recorder:
+    """Writes the recording (the module's doc); with no file open, every hook does nothing."""
+
+    def __init__(self, out: IO[str] | None, max_bytes: int, clock: Callable[[], float] = time.time,
+                 used_bytes: int = 0, label: str = "") -> None:
+        self.out = out
+        self.max_bytes = max_bytes
+        self.used = used_bytes
+        self.clock = clock
+        self.label = label
+        self.lock = threading.Lock()
+        self.keys = LeaseKeys()
+        self.asked: dict[str, float] = {}        # lease -> when its launch or stop was asked
+        self.after: dict[str, list[str]] = {}    # a launch's lease -> stops asked once it is answered
+        self.reported: dict[str, tuple[tuple, float]] = {}   # node -> (what its last recorded report said, when)
+        self.flushed = time.monotonic()
+        self.flush_seconds = FLUSH_SECONDS
+        self.stopped_reason = ""
+
+    @classmethod
+    def open(cls, path: Path | None, max_mib: float, clock: Callable[[], float] = time.time) -> Recorder:
+        """A recorder appending to `path` (None: recording off). A file that cannot be opened, or
+        is full already, is logged and nothing is recorded."""
+        if path is None:
+            return cls(None, 0, clock)
+        max_bytes = int(max_mib * 2**20)
+        try:
+            out = open(path, "a", encoding="utf-8")
+            used = out.tell()
+        except OSError as exc:
+            log_event(log, "record.unavailable", logging.ERROR, path=str(path), error=str(exc),
+                      effect="nothing is recorded")
+            return cls(None, 0, clock)
+        if used + STOPPED_LINE_BYTES >= max_bytes:
+            out.close()
+            log_event(log, "record.full", logging.WARNING, path=str(path), bytes=used, max_mib=max_mib,
+                      effect="nothing is recorded; move the file away to record again")
+            return cls(None, 0, clock)
+        log_event(log, "record.started", path=str(path), max_mib=max_mib)
+        return cls(out, max_bytes, clock, used, str(path))
+
+    @property
+    def enabled(self) -> bool:
+        return self.out is not None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"t": round(self.clock(), 6), "kind": kind, **fields}, separators=(",", ":"),
+                          default=str) + "\n"
+        size = len(line.encode("utf-8"))
+        if self.used + size + STOPPED_LINE_BYTES > self.max_bytes:
+            self._stop(f"the file reached its cap of {self.max_bytes} bytes ([record] max_mib)", logging.WARNING)
+            return
+        assert self.out is not None
+        self.out.write(line)
+        self.used += size
+        if time.monotonic() - self.flushed >= self.flush_seconds:
+            self.out.flush()
+            self.flushed = time.monotonic()
+
+    def _stop(self, reason: str, level: int) -> None:
+        """End the recording with a last line that says why (if it can still be written)."""
+        out, self.out, self.stopped_reason = self.out, None, reason
+        log_event(log, "record.stopped", level, path=self.label, reason=reason, bytes=self.used)
+        if out is None:
+            return
+        try:
+            out.write(json.dumps({"t": round(self.clock(), 6), "kind": "stopped", "reason": reason}) + "\n")
+            out.close()
+        except (OSError, ValueError):
+            pass   # the error that stopped it already said enough
+
+    def _fail(self, exc: Exception) -> None:
+        with self.lock:
+            if self.out is not None:
+                self._stop(f"recording failed: {type(exc).__name__}: {exc}", logging.ERROR)
+
+    def close(self) -> None:
+        with self.lock:
+            out, self.out = self.out, None
+        if out is not None:
+            try:
+                out.close()
+            except OSError as exc:
+                log_event(log, "record.stopped", logging.ERROR, path=self.label, reason=f"closing failed: {exc}")
+
+    # -- the controller's inputs -----------------------------------------------------------------
+
+    @_guarded
+    def started(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Any]) -> None:
+        self._emit("start", format=RECORD_FORMAT, ledger=asdict(settings), backfill=backfill.as_dict(),
+                   reserves=dict(reserves))
+
+    @_guarded
+    def backfill(self, config: BackfillConfig) -> None:
+        self._emit("backfill", backfill=config.as_dict())
+
+    @_guarded
+    def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
+        self._emit("request", rid=request_id, vcpus=vcpus, memory_mib=memory_mib, image=image, owner=owner)
+
+    @_guarded
+    def release(self, lease: Lease, force: bool) -> None:
+        self._emit("release", key=self.keys.key(lease.lease_id), lease=lease.lease_id, force=force)
+
+    @_guarded
+    def report(self, report: Any) -> None:
+        vms = [[vm.name, vm.lease_id, vm.role, getattr(vm, "state", ""), vm.vcpus, vm.memory_mib,
+                round(vm.cpu_cores, 3)] for vm in report.vms]
+        said = (report.cpus, report.memory_mib, tuple(report.images),
+                tuple((vm[0], vm[2], vm[3]) for vm in vms))
+        last = self.reported.get(report.node_id)
+        now = time.monotonic()
+        if last is not None and last[0] == said and now - last[1] < REPORT_HEARTBEAT_S:
+            return
+        self.reported[report.node_id] = (said, now)
+        self._emit("report", node=report.node_id, cpus=report.cpus, memory_mib=report.memory_mib,
+                   fg=round(report.foreground_cpu_cores, 3), images=list(report.images),
+                   min_memory_mib=report.min_memory_mib, vms=vms)
+
+    @_guarded
+    def launch_answer(self, lease: Lease, ok: bool, detail: str) -> None:
+        now = self.clock()
+        asked = self.asked.pop(lease.lease_id, now)
+        self._emit("launch_answer", key=self.keys.key(lease.lease_id), lease=lease.lease_id, node=lease.node_id,
+                   ok=ok, detail=detail, delay_s=round(now - asked, 6))
+        for stop in self.after.pop(lease.lease_id, ()):   # asked of the agent only now (Stop.after_launch)
+            self.asked[stop] = now
+
+    @_guarded
+    def stop_answer(self, lease: Lease, ok: bool, outcome: str, seconds: float, detail: str) -> None:
+        now = self.clock()
+        asked = self.asked.pop(lease.lease_id, now)
+        self._emit("stop_answer", key=self.keys.key(lease.lease_id), lease=lease.lease_id, node=lease.node_id,
+                   ok=ok, outcome=outcome, seconds=round(seconds, 6), detail=detail, delay_s=round(now - asked, 6))
+
+    @_guarded
+    def job(self, name: str, effects: Sequence[Effect]) -> None:
+        """A periodic job ran (a tick only when it did something)."""
+        if name != "tick" or effects:
+            self._emit("job", name=name, effects=len(effects))
+
+    # -- the books' decisions --------------------------------------------------------------------
+
+    @_guarded
+    def effects(self, effects: Sequence[Effect]) -> None:
+        """What the books decided and carried out (committed, calls made): new leases, audit
+        events, and the calls asked of agents."""
+        now = self.clock()
+        first_launch: dict[str, str] = {}
+        for effect in effects:
+            if type(effect) is Write:
+                for lease in effect.created:
+                    key = self.keys.made(lease)
+                    self._emit("lease", key=key, lease=lease.lease_id, role=lease.role, node=lease.node_id,
+                               rid=lease.request_id, vcpus=lease.vcpus, memory_mib=lease.memory_mib,
+                               state=lease.state)
+                for event in effect.events:
+                    self._event(event)
+            elif type(effect) is Launch:
+                first_launch.setdefault(effect.lease.node_id, effect.lease.lease_id)
+                self.asked[effect.lease.lease_id] = now
+                self._emit("launch", key=self.keys.key(effect.lease.lease_id), node=effect.lease.node_id)
+            elif type(effect) is Stop:
+                lease = effect.lease
+                after = first_launch.get(lease.node_id) if effect.after_launch else None
+                if after is None:
+                    self.asked[lease.lease_id] = now
+                else:
+                    self.after.setdefault(after, []).append(lease.lease_id)
+                self._emit("stop", key=self.keys.key(lease.lease_id), node=lease.node_id,
+                           grace=effect.grace_seconds, force=effect.force,
+                           after=self.keys.key(after) if after else None)
+
+    def _event(self, event: Audit) -> None:
+        detail = {k: v for k, v in event.detail.items() if isinstance(v, (str, int, float, bool)) or v is None}
+        if "victims" in event.detail:
+            detail["victims"] = [self.keys.key(v) for v in event.detail["victims"]]
+        self._emit("event", event=event.kind, key=self.keys.key(event.lease_id) if event.lease_id else "",
+                   node=event.node_id, **{k: v for k, v in detail.items() if k not in ("t", "kind", "event", "key",
+                                                                                        "node")})
+        if event.kind in TERMINAL_EVENTS and event.lease_id:
+            self.keys.end(event.lease_id)
+            self.asked.pop(event.lease_id, None)
+            self.after.pop(event.lease_id, None)
+
+
+def read_recording(path: Path) -> list[dict[str, Any]]:
+    """A recording's lines, as written (a torn last line, from a controller killed mid-write, is left out)."""
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for number, text in enumerate(f, 1):
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError:
+                if text.endswith("\n"):
+                    raise ValueError(f"{path}: line {number} is not JSON: {text[:80]!r}") from None
+    return lines

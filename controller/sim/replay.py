@@ -1,0 +1,387 @@
+"""Replay: a live controller's recording (controller/recording.py) fed through the simulator.
+
+`replay(recording)` runs the simulator (controller/sim/engine.py, the same Ledger as the live
+controller) on the recording's inputs, at their recorded times (seconds since the recording began):
+
+- the nodes join when their first recorded report came, with the size and images it gave;
+- on-demand requests and releases (a release names its lease by its stable key, LeaseKeys);
+- the backfill settings in force, and their changes;
+- the periodic jobs that ran: every fill and volunteer selection, and every tick that did
+  something (jobs="recorded"; the simulator's own schedule is not used then, so a fill runs when
+  the live launcher's did). jobs="simulated" keeps the simulator's own schedule instead;
+- the agents' answers (RecordedAgents): each launch and stop the simulated books ask of an agent
+  gets the answer the live agent gave the same lease (by key, in order), after the delay it took.
+
+It records itself as it goes, with the same Recorder, so the replay's decisions and the live
+ones read alike (controller/sim/replay_compare.py compares them one by one).
+
+`predict(recording)` runs the same requests, releases and node arrivals with the simulator's own
+agents ("modelled", fitted to the recording by model_settings) and its own schedule of jobs, for
+the aggregate figures (replay_compare.aggregates).
+
+What a replay leaves out: the live nodes' foreground CPU (the simulated nodes report their
+on-demand vCPUs; record with use_prediction off), report lag (the simulated nodes report the
+instant a VM changes), reports of VMs the books did not launch (adoptions), and a controller
+restart within a recording (use the recording's last segment: each start begins one).
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.records import BackfillConfig, Lease, LedgerSettings, Write
+from ..core.reserve_settings import ReserveSettings
+from ..recording import LeaseKeys, Recorder, read_recording
+from . import agents as agents_module
+from .agents import MODELS, AgentModel, LaunchAnswer, StopAnswer, agent_model
+from .engine import DAY, Scripted, SimSettings, Simulation
+from .traces import NodeGroup, OnDemandRequest
+from .world import HeldRoom, SimNode
+
+REPLAY_MARGIN_S = 120.0   # simulated past the recording's last line, for answers still due
+
+
+@dataclass(frozen=True)
+class NodeJoin:
+    at: float
+    node_id: str
+    cpus: int
+    memory_mib: int
+    images: tuple[str, ...]
+
+
+@dataclass
+class Recording:
+    """One segment of a recording (from a `start` line to the next), its times made relative to
+    its start, read into what a replay needs."""
+    lines: list[dict[str, Any]]
+    t0: float
+    ledger: LedgerSettings
+    backfill: BackfillConfig
+    reserves: ReserveSettings
+    nodes: list[NodeJoin] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    releases: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    backfill_changes: list[tuple[float, BackfillConfig]] = field(default_factory=list)
+    launch_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stop_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stopped: str = ""   # why the recording stopped early ("": it did not)
+
+    @property
+    def span(self) -> float:
+        return self.lines[-1]["t"] if self.lines else 0.0
+
+
+def segments(lines: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The recording's segments: each controller start begins one."""
+    out: list[list[dict[str, Any]]] = []
+    for line in lines:
+        if line.get("kind") == "start":
+            out.append([])
+        if out:
+            out[-1].append(line)
+    return out
+
+
+def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recording:
+    """A recording (a file, or its lines) read for replay: segment `segment` (the last by default)."""
+    lines = read_recording(source) if isinstance(source, Path) else list(source)
+    parts = segments(lines)
+    if not parts:
+        raise ValueError(f"{source if isinstance(source, Path) else 'the recording'}: no `start` line: not a "
+                         f"controller recording")
+    part = parts[segment]
+    start = part[0]
+    if start.get("format") != 1:
+        raise ValueError(f"recording format {start.get('format')!r}: this replay reads format 1")
+    t0 = start["t"]
+    rel = [{**line, "t": max(line["t"] - t0, 0.0)} for line in part]
+    rec = Recording(rel, t0, LedgerSettings(**start["ledger"]), BackfillConfig.from_dict(start["backfill"]),
+                    ReserveSettings.from_dict(start["reserves"]))
+    seen: set[str] = set()
+    for line in rel:
+        kind = line["kind"]
+        if kind == "report" and line["node"] not in seen:
+            seen.add(line["node"])
+            rec.nodes.append(NodeJoin(line["t"], line["node"], line["cpus"], line["memory_mib"],
+                                      tuple(line["images"])))
+        elif kind == "request":
+            rec.requests.append(line)
+        elif kind == "release":
+            rec.releases.append(line)
+        elif kind == "job":
+            rec.jobs.append(line)
+        elif kind == "backfill":
+            rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
+        elif kind == "launch_answer":
+            rec.launch_answers.setdefault(line["key"], []).append(line)
+        elif kind == "stop_answer":
+            rec.stop_answers.setdefault(line["key"], []).append(line)
+        elif kind == "stopped":
+            rec.stopped = line.get("reason", "")
+    if not rec.nodes:
+        raise ValueError("the recording has no report: no node to replay on")
+    return rec
+
+
+# -- the agents ---------------------------------------------------------------------------------
+
+class RecordedAgents(AgentModel):
+    """The live agents' answers, by lease key and in order: the Nth launch (stop) the replay asks
+    for a lease gets the Nth answer the live agent gave that lease, after the same delay. A call
+    the live run never made (the replay decided otherwise) gets `fallback`'s answer, and is noted
+    in `unrecorded`."""
+
+    name = "recorded"
+
+    def __init__(self, settings: SimSettings, recording: Recording, keys: LeaseKeys,
+                 fallback: AgentModel | None = None) -> None:
+        super().__init__(settings)
+        self.recording = recording
+        self.keys = keys
+        self.fallback = fallback or agent_model(settings)
+        self.launches: dict[str, int] = defaultdict(int)   # key -> launches asked so far
+        self.stops: dict[str, int] = defaultdict(int)
+        self.unrecorded: list[tuple[str, str, float]] = []   # (call, key, when)
+
+    def bind(self, settings: SimSettings, node_ids: Sequence[str]) -> None:
+        super().bind(settings, node_ids)
+        self.fallback.bind(settings, node_ids)
+
+    def launch(self, lease: Lease, now: float) -> LaunchAnswer:
+        key = self.keys.key(lease.lease_id)
+        answers = self.recording.launch_answers.get(key, [])
+        n = self.launches[key]
+        self.launches[key] += 1
+        if n >= len(answers):
+            self.unrecorded.append(("launch", key, now))
+            return self.fallback.launch(lease, now)
+        answer = answers[n]
+        return LaunchAnswer(answer["delay_s"], answer["ok"], answer["detail"])
+
+    def stop(self, lease: Lease, grace_seconds: float, force: bool, now: float) -> StopAnswer:
+        key = self.keys.key(lease.lease_id)
+        answers = self.recording.stop_answers.get(key, [])
+        n = self.stops[key]
+        self.stops[key] += 1
+        if n >= len(answers):
+            self.unrecorded.append(("stop", key, now))
+            return self.fallback.stop(lease, grace_seconds, force, now)
+        answer = answers[n]
+        return StopAnswer(answer["delay_s"], answer["outcome"] if answer["ok"] else "unreachable", answer["ok"],
+                          answer["detail"])
+
+    def describe(self) -> dict[str, Any]:
+        return dict(model=self.name, launches=sum(map(len, self.recording.launch_answers.values())),
+                    stops=sum(map(len, self.recording.stop_answers.values())))
+
+
+# -- the simulation -------------------------------------------------------------------------------
+
+class ReplaySimulation(Simulation):
+    """The simulator on a recording's inputs (the module's doc), recording its own decisions."""
+
+    def __init__(self, recording: Recording, settings: SimSettings, agents: AgentModel | None,
+                 keys: LeaseKeys, jobs: str) -> None:
+        if jobs not in ("recorded", "simulated"):
+            raise ValueError(f"jobs {jobs!r}: recorded or simulated")
+        self.recording = recording
+        self.keys = keys
+        self.jobs = jobs
+        self.out = io.StringIO()
+        self.recorder = Recorder(self.out, 2**62, clock=lambda: self.now)
+        self.recorder.keys = keys
+        requests = [OnDemandRequest(r["t"], r["vcpus"], r["memory_mib"], None, r["owner"], r["rid"])
+                    for r in recording.requests]
+        super().__init__(requests, settings, recording.backfill, recording.ledger,
+                         reserve_settings=recording.reserves, agents=agents)
+        # the live nodes by their own ids (placement breaks ties by node id), each joining when
+        # its first report came
+        self.nodes = {n.node_id: SimNode(n.node_id, n.cpus, n.memory_mib, n.images) for n in recording.nodes}
+        self.held = HeldRoom(list(self.nodes.values()))
+        self.absent = set(self.nodes)
+        self.agents.bind(settings, list(self.nodes))
+        self.released_unknown: list[tuple[float, str]] = []   # releases of leases the replay never made
+        self._periodic = False   # the simulator's own periodic jobs started (jobs="simulated")
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._periodic = self.recording.backfill.enabled   # run() starts them then
+        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict())
+        for node in self.recording.nodes:
+            self.at(node.at, self._scripted, Scripted(node.at, "join", node.node_id))
+        for at, config in self.recording.backfill_changes:
+            self.at(at, self._set_backfill, config)
+        for line in self.recording.releases:
+            self.at(line["t"], self._recorded_release, line)
+        if self.jobs == "recorded":
+            self.fill_at = math.inf   # never None: the engine schedules no fill of its own
+            for line in self.recording.jobs:
+                self.at(line["t"], self._recorded_job, line["name"])
+
+    # The engine's own periodic jobs, when the recorded ones run instead
+    def _periodic_fill(self, arg: Any) -> None:
+        if self.jobs == "simulated":
+            super()._periodic_fill(arg)
+
+    def _evaluate(self, arg: Any) -> None:
+        if self.jobs == "simulated":
+            super()._evaluate(arg)
+
+    def _recorded_job(self, name: str) -> None:
+        if name == "fill":
+            self.apply(self.ledger.fill(self.now))
+        elif name == "select":
+            self.apply(self.ledger.select(self.now, evaluation=True))
+        elif name == "tick":
+            self.apply(self.ledger.tick(self.now))
+
+    def _set_backfill(self, config: BackfillConfig) -> None:
+        self.ledger.backfill = config
+        self.recorder.backfill(config)
+        if self.jobs == "simulated" and config.enabled and not self._periodic:
+            # backfill turned on after the start: the engine's periodic jobs begin now (as the
+            # live launcher's fill runs at once when backfill is set)
+            self._periodic = True
+            self.at(self.now, self._periodic_fill)
+            self.at(self.now + self.settings.selection_interval_seconds, self._evaluate)
+
+    def _recorded_release(self, line: Mapping[str, Any]) -> None:
+        lease_id = self.keys.leases.get(line["key"])
+        if lease_id is None or lease_id not in self.ledger.leases:
+            self.released_unknown.append((self.now, line["key"]))
+            return
+        self.recorder.release(self.ledger.leases[lease_id], line["force"])
+        self._release(lease_id, force=line["force"])
+
+    def _arrive(self, index: int) -> None:
+        request = self.requests[index]
+        line = self.recording.requests[index]
+        self.recorder.request(request.vcpus, request.memory_mib, line["image"], request.owner, request.request_id)
+        super()._arrive(index)
+
+    # keys before any call is made (the agents read them), decisions after
+    def commit(self, writes: Sequence[Write]) -> None:
+        for write in writes:
+            for lease in write.created:
+                self.keys.made(lease)
+        super().commit(writes)
+
+    def apply(self, effects: list) -> None:
+        super().apply(effects)
+        if effects:
+            self.recorder.effects(effects)
+
+    def recorded(self) -> list[dict[str, Any]]:
+        """The replay's own recording, its times already relative."""
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]
+
+
+def sim_settings(recording: Recording, **more: Any) -> SimSettings:
+    """Settings for a run on the recording's pool: its nodes' sizes, its span and a margin."""
+    sizes: dict[tuple[int, int], int] = defaultdict(int)
+    for node in recording.nodes:
+        sizes[(node.cpus, node.memory_mib)] += 1
+    images = {r["image"] for r in recording.requests}
+    return SimSettings(nodes=len(recording.nodes), pool=tuple(NodeGroup(n, c, m) for (c, m), n in sizes.items()),
+                       days=(recording.span + REPLAY_MARGIN_S) / DAY, progress_seconds=0.0,
+                       on_demand_image=images.pop() if len(images) == 1 else "tiny", **more)
+
+
+def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulation, list[dict[str, Any]]]:
+    """The recording through the simulator with the live agents' answers; returns the run and
+    its own recording (the same format, times relative to its start)."""
+    if len({r["image"] for r in recording.requests}) > 1:
+        raise ValueError("the recording's requests name several images: replay asks with one")
+    settings = sim_settings(recording)
+    keys = LeaseKeys()
+    sim = ReplaySimulation(recording, settings, RecordedAgents(settings, recording, keys), keys, jobs)
+    sim.run()
+    return sim, sim.recorded()
+
+
+# -- prediction -----------------------------------------------------------------------------------
+
+def answer_figures(recording: Recording) -> dict[str, float]:
+    """What the recording says of the agents, with the controller's own time on a launch (which
+    the simulator's books take at once) added where a request waits for it:
+    - launch_p50_s, launch_p99_s: each on-demand launch's time as its request saw it: the
+      controller's booking (request to launch call: the decision and its commit; for a launch
+      that waited for its victims, the median booking), the agent's answer delay (the lane it goes
+      through is never queued behind backfill), and the commit of the answer (answer to running);
+    - controller_s: the median of the booking plus the commit;
+    - backfill_launch_p50_s, backfill_launch_p99_s: the backfill launches' delays, for the record
+      (a node's backfill launches queue in its agent-call lane);
+    - stop_p50_s, stop_p99_s: the clean stops' delays; launch_failure_share."""
+    lines = recording.lines
+    asked = {line["key"]: line["t"] for line in lines if line["kind"] == "launch"}
+    running = {line["key"]: line["t"] for line in lines if line["kind"] == "event" and line["event"] == "vm.launched"}
+    requested = {r["rid"]: r["t"] for r in recording.requests}
+    at_once = [line for line in lines if line["kind"] == "event" and line["event"] == "request.placed"
+               and line.get("path") in ("free", "instant")]
+    booked = {line["key"]: asked[line["key"]] - requested[line["request_id"]] for line in at_once
+              if line["key"] in asked and line["request_id"] in requested}
+    booking = quantile(list(booked.values()), 0.5)
+    launches = [a for answers in recording.launch_answers.values() for a in answers]
+    on_demand = [a for a in launches if a["key"].startswith("od:")]
+    committed = {a["key"]: running[a["key"]] - a["t"] for a in on_demand if a["key"] in running}
+    seen = [booked.get(a["key"], booking) + a["delay_s"] + committed.get(a["key"], 0.0) for a in on_demand]
+    backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
+    stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
+    return dict(controller_s=booking + quantile(list(committed.values()), 0.5),
+                launch_p50_s=quantile(seen, 0.5), launch_p99_s=quantile(seen, 0.99),
+                backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
+                stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
+                launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest rank (0.0 for none)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+MIN_SECONDS = 0.01   # the modelled agents' smallest time
+MAX_JITTER = 1.98    # the ideal agents' launch times: launch_seconds x (1 +- jitter/2), above 0
+
+
+def model_settings(recording: Recording, model: str, report_seconds: float) -> dict[str, Any]:
+    """SimSettings for the simulator's own agents, fitted to the recording (answer_figures):
+    the ideal agents' launch time is the on-demand launches' median, spread uniformly
+    (launch_jitter) so that its top reaches their p99 as near as it can, and their stop time the
+    clean stops' median; the modelled agents' lognormal launch and stop times have the recorded
+    median and p99, their launch failures the recorded share, their report interval `report_seconds`."""
+    f = answer_figures(recording)
+    p50, p99 = max(f["launch_p50_s"], MIN_SECONDS), max(f["launch_p99_s"], f["launch_p50_s"], MIN_SECONDS)
+    settings: dict[str, Any] = dict(agents=model, launch_seconds=p50,
+                                    launch_jitter=min(max((p99 / p50 - 1) / 0.49, 0.0), MAX_JITTER),
+                                    stop_seconds=max(f["stop_p50_s"], MIN_SECONDS))
+    if model == "modelled":
+        fitted = dict(launch_failure=f["launch_failure_share"], launch_p50_seconds=p50, launch_p99_seconds=p99,
+                      stop_p50_seconds=max(f["stop_p50_s"], MIN_SECONDS),
+                      stop_p99_seconds=max(f["stop_p99_s"], f["stop_p50_s"], MIN_SECONDS),
+                      report_seconds=report_seconds)
+        known = getattr(getattr(agents_module, "ModelledParams", None), "RANGES", fitted)
+        settings["agent_params"] = tuple((k, v) for k, v in fitted.items() if k in known)
+    return settings
+
+
+def predict(recording: Recording, model: str | None = None, report_seconds: float = 2.0, seed: int = 0
+            ) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
+    """The same requests, releases and node arrivals with the simulator's own agents (`model`:
+    "modelled" if it exists, else "ideal"; fitted by model_settings, `report_seconds`: the live
+    agents' report interval; `seed`: what the model's draws are hashed with) and its own
+    schedule of jobs."""
+    model = model or ("modelled" if "modelled" in MODELS else "ideal")
+    settings = sim_settings(recording, seed=seed, **model_settings(recording, model, report_seconds))
+    keys = LeaseKeys()
+    sim = ReplaySimulation(recording, settings, None, keys, "simulated")
+    sim.run()
+    return sim, sim.recorded()

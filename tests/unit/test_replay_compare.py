@@ -1,0 +1,241 @@
+"""Replay (controller/sim/replay.py) and its comparison (controller/sim/replay_compare.py), in one
+process: a recording made by driving the real Ledger directly, as the live service does (random
+lease ids, the Recorder's hooks at the service's points, agents that answer after delays of their
+own, nodes that report as their VMs change, periodic and triggered fills, ticks), replays
+identically through the simulator; a tampered recording shows the difference, unexplained.
+The live pool itself is tests/integration/test_replay_pool.py and tests/bench/replay.py."""
+from __future__ import annotations
+
+import heapq
+import io
+import itertools
+import json
+import uuid
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from controller.core.ledger import Ledger
+from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings, Stop
+from controller.effects import carry_out
+from controller.recording import Recorder
+from controller.sim.replay import answer_figures, load, predict, replay
+from controller.sim.replay_compare import aggregates, compare, decisions, prediction_error
+from controller.sim.world import Report, SimNode, SimVm
+
+NODE_CPUS, NODE_MIB = 16, 24576
+BACKFILL = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024)
+SMALL, LARGE = (2, 512), (4, NODE_MIB - 16 * 1024 - 256 + 512)   # instant path; after_victims path
+
+
+def delay(name: str, low: float, spread: float) -> float:
+    """An agent's time for a call about `name`: its own, spread over [low, low + spread)."""
+    return low + spread * (zlib.crc32(name.encode()) % 1000) / 1000
+
+
+class LedgerDriver:
+    """The live service's loop in one process: the real Ledger with random lease ids, its effects
+    carried out by controller.effects, the Recorder called where the service calls it."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.now = 0.0
+        self.ledger = Ledger(LedgerSettings(use_prediction=False), BackfillConfig(), {},
+                             lambda prefix: f"{prefix}-{uuid.uuid4().hex[:12]}")
+        self.out = io.StringIO()
+        self.recorder = Recorder(self.out, 2**40, clock=lambda: self.now)
+        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict())
+        self.nodes = {f"n{i}": SimNode(f"n{i}", NODE_CPUS, NODE_MIB, ("tiny",)) for i in range(nodes)}
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.answer_at: dict[str, float] = {}
+        self.placed: dict[str, str] = {}   # request id -> lease id
+
+    def at(self, when: float, call: Callable, *args: Any) -> None:
+        heapq.heappush(self.heap, (when, next(self.seq), call, args))
+
+    def run(self, until: float) -> list[dict[str, Any]]:
+        while self.heap and self.heap[0][0] <= until:
+            self.now, _seq, call, args = heapq.heappop(self.heap)
+            call(*args)
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]
+
+    def apply(self, effects: list) -> None:
+        if carry_out(effects, self):
+            self.at(self.now + 0.004, self.fill)   # the launcher's thread, a moment later
+        self.recorder.effects(effects)
+
+    # the carrier (controller.effects.Carrier)
+    def commit(self, writes) -> None:
+        pass
+
+    def logged(self, event) -> None:
+        pass
+
+    def launch(self, launch: Launch) -> None:
+        answered = self.now + delay(launch.lease.vm_name, 0.02, 0.5)
+        self.answer_at.setdefault(launch.lease.lease_id, answered)
+        self.at(answered, self.launched, launch.lease)
+
+    def stop(self, stop: Stop, after: Launch | None) -> None:
+        when = self.answer_at[after.lease.lease_id] if after else self.now
+        self.at(when, lambda: self.at(self.now + delay(stop.lease.vm_name, 0.005, 0.02), self.stopped, stop.lease))
+
+    # the agents' answers and the nodes' reports
+    def launched(self, lease) -> None:
+        self.nodes[lease.node_id].vms[lease.vm_name] = SimVm(lease, self.now)
+        self.recorder.launch_answer(lease, True, "")
+        self.apply(self.ledger.launch_done(lease.lease_id, True, "", self.now))
+        self.report(lease.node_id)
+
+    def stopped(self, lease) -> None:
+        self.nodes[lease.node_id].vms.pop(lease.vm_name, None)
+        self.recorder.stop_answer(lease, True, "clean_shutdown", 0.01, "")
+        self.apply(self.ledger.stop_done(lease.lease_id, "clean_shutdown", True, 0.01, "", self.now))
+        self.report(lease.node_id)
+
+    def report(self, node_id: str) -> None:
+        report = Report(self.nodes[node_id], 0.0)
+        self.recorder.report(report)
+        self.apply(self.ledger.report(report, self.now))
+
+    # the inputs and the periodic jobs
+    def fill(self) -> None:
+        effects = self.ledger.fill(self.now)
+        self.apply(effects)
+        self.recorder.job("fill", effects)
+
+    def heartbeat(self, node_id: str) -> None:
+        """An agent reports every 2 s, changed or not."""
+        self.report(node_id)
+        self.at(self.now + 2.0, self.heartbeat, node_id)
+
+    def tick(self) -> None:
+        effects = self.ledger.tick(self.now)
+        self.apply(effects)
+        self.recorder.job("tick", effects)
+        self.at(self.now + 1.0, self.tick)
+
+    def set_backfill(self, config: BackfillConfig) -> None:
+        self.ledger.backfill = config
+        self.recorder.backfill(config)
+        self.at(self.now + 0.004, self.fill)
+
+    def request(self, request_id: str, size: tuple[int, int], hold: float) -> None:
+        self.recorder.request(size[0], size[1], "tiny", "alice", request_id)
+        self.apply(self.ledger.request(Ask(size[0], size[1], "tiny", "alice", request_id), self.now))
+        record = self.ledger.pending(request_id)
+        if record is not None and record.lease_id:
+            self.at(self.now + hold, self.release, record.lease_id)
+
+    def release(self, lease_id: str) -> None:
+        lease, effects = self.ledger.release(lease_id, False, self.now)
+        self.recorder.release(lease, False)
+        self.apply(effects)
+
+
+def live_run(requests: int = 24) -> list[dict[str, Any]]:
+    driver = LedgerDriver()
+    for i, node_id in enumerate(driver.nodes):
+        driver.at(0.1 + 0.05 * i, driver.heartbeat, node_id)
+    driver.at(0.5, driver.tick)
+    driver.at(1.0, driver.set_backfill, BACKFILL)
+    for n in range(requests):
+        size = LARGE if n % 3 == 1 else SMALL
+        driver.at(10.0 + 2.7 * n, driver.request, f"req-{n:02d}", size, 9.0 + (n * 7) % 25)
+    return driver.run(until=10.0 + 2.7 * requests + 60)
+
+
+@pytest.fixture(scope="module")
+def live() -> list[dict[str, Any]]:
+    return live_run()
+
+
+def test_the_live_run_made_both_preemption_paths_and_refills(live):
+    paths = {d.path for d in decisions(live).values()}
+    assert {"instant", "after_victims"} <= paths
+    first_request = min(line["t"] for line in live if line["kind"] == "request")
+    assert any(line["kind"] == "lease" and line["role"] == "backfill" and line["t"] > first_request for line in live)
+    assert aggregates(live)["preemptions"] > 20
+
+
+def test_a_recording_of_the_ledger_replays_identically(live):
+    recording = load(live)
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.items >= 40
+    assert result.differences == [] and result.identical_share == 1.0
+    assert all(counts["live"] == counts["replay"] for counts in result.backfill_made.values())
+    assert sim.agents.unrecorded == [] and sim.released_unknown == []
+    live_figures, replay_figures = aggregates(recording.lines), aggregates(replayed)
+    assert replay_figures["preemptions"] == live_figures["preemptions"]
+    assert replay_figures["wait_p99_s"] == pytest.approx(live_figures["wait_p99_s"], abs=1e-5)
+
+
+@pytest.mark.parametrize("tamper", ["victims", "node"])
+def test_a_tampered_recording_shows_the_difference_unexplained(live, tamper):
+    lines = [dict(line) for line in live]
+    placed = [line for line in lines if line.get("event") == "request.placed" and line["victims"]]
+    target = placed[len(placed) // 2]
+    if tamper == "victims":
+        target["victims"] = sorted(target["victims"])[:-1] + ["bf:n9#1"]
+    else:
+        target["node"] = next(n for n in ("n0", "n1", "n2") if n != target["node"])
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    (difference,) = result.differences
+    assert difference["request_id"] == target["request_id"]
+    assert difference["item"] == ("victims" if tamper == "victims" else "placement")
+    assert difference["explained"] is False and result.unexplained == 1
+    assert result.identical_share == (result.items - 1) / result.items
+
+
+def test_another_answer_order_explains_other_victims(live):
+    """Two backfill VMs' launch answers swapped in the recording: the youngest is another one, and
+    the comparison says why (the pools, keys and states, were the same before the decision)."""
+    lines = [dict(line) for line in live]
+    recording = load(lines)
+    decision = next(d for d in decisions(lines).values() if d.path == "instant" and len(d.victims) == 2)
+    node = decision.node
+    made_before = [line for line in lines[:decision.index] if line["kind"] == "lease" and line["node"] == node
+                   and line["role"] == "backfill"]
+    answers = recording.launch_answers
+    youngest = max((l["key"] for l in made_before if l["key"] in answers),
+                   key=lambda k: next(a["t"] for a in lines if a.get("event") == "vm.launched" and a["key"] == k))
+    oldest = min((l["key"] for l in made_before if l["key"] in answers and l["key"] not in decision.victims),
+                 key=lambda k: next(a["t"] for a in lines if a.get("event") == "vm.launched" and a["key"] == k))
+    answers[youngest][0]["delay_s"], answers[oldest][0]["delay_s"] = 0.0, 1000.0
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.differences, "the tampered delays changed nothing"
+    assert all(isinstance(d["explanation"], str) and d["explanation"] for d in result.differences)
+
+
+def test_prediction_runs_the_same_requests_with_the_simulators_agents(live):
+    recording = load(live)
+    sim, predicted = predict(recording, report_seconds=0.5)
+    assert sim.agents.name in ("modelled", "ideal")
+    live_figures, figures = aggregates(recording.lines), aggregates(predicted)
+    assert figures["placed"] == live_figures["placed"]
+    error, parts = prediction_error(live_figures, figures)
+    assert set(parts) == {"preemptions", "wait_p50_s", "wait_p99_s", "lost_work_vcpu_s"}
+    assert error == max(parts.values())
+    assert answer_figures(recording)["launch_p50_s"] > 0
+
+
+def test_prediction_error_is_the_largest_relative_difference():
+    live = dict(preemptions=10, wait_p50_s=1.0, wait_p99_s=4.0, lost_work_vcpu_s=100.0)
+    predicted = dict(preemptions=11, wait_p50_s=0.9, wait_p99_s=4.0, lost_work_vcpu_s=130.0)
+    error, parts = prediction_error(live, predicted)
+    assert parts == dict(preemptions=0.1, wait_p50_s=0.1, wait_p99_s=0.0, lost_work_vcpu_s=0.3) and error == 0.3
+    assert prediction_error(dict(live, preemptions=0), dict(predicted, preemptions=0))[1]["preemptions"] == 0.0
+    assert prediction_error(dict(live, preemptions=0), predicted)[1]["preemptions"] == 1.0
+
+
+def test_a_file_without_a_start_is_refused_by_name(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"t": 1, "kind": "request"}\n')
+    with pytest.raises(ValueError, match="no `start` line"):
+        load(path)

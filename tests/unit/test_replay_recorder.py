@@ -1,0 +1,236 @@
+"""The controller's recording (controller/recording.py, [record] in its configuration): bounded by
+its cap and saying so, ended cleanly (logged once) by a write error while the controller carries
+on, and read back as it was written; the [record] keys checked like every other key.
+
+The service-level tests run the real PoolService over a real SQLite store, calling a real gRPC
+agent (tests/fake_agents.py, mutual TLS with the lab PKI) that answers at once."""
+from __future__ import annotations
+
+import io
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.agents import AgentLinks
+from controller.config import ControllerConfig, check_config, parse_config, to_toml
+from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings
+from controller.recording import STOPPED_LINE_BYTES, LeaseKeys, Recorder, read_recording
+from controller.service import PoolService
+from controller.store import Store
+from gleaner_common.config import ConfigError, TlsConfig
+from gleaner_common.pki import ensure_lab_pki
+from protos import controller_pb2
+from tests.fake_agents import serve_fake_agent, stop_fake_agent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_file_never_passes_its_cap_and_its_last_line_says_it_stopped(tmp_path, caplog):
+    path = tmp_path / "record.jsonl"
+    recorder = Recorder.open(path, max_mib=8192 / 2**20, clock=Clock())   # an 8 KiB cap
+    for n in range(500):
+        recorder.request(1, 128, "tiny", "alice", f"r-{n:04d}")
+    assert not recorder.enabled
+    recorder.request(1, 128, "tiny", "alice", "after")   # nothing, and no error
+    recorder.close()
+    assert path.stat().st_size <= 8192
+    lines = read_recording(path)
+    assert lines[-1]["kind"] == "stopped" and "cap of 8192 bytes" in lines[-1]["reason"]
+    assert all(line["kind"] == "request" for line in lines[:-1]) and len(lines) > 20
+    assert "after" not in {line.get("rid") for line in lines}
+    assert [r.message for r in caplog.records].count("record.stopped") == 1
+
+
+def test_a_full_file_at_start_records_nothing(tmp_path, caplog):
+    path = tmp_path / "record.jsonl"
+    path.write_text("x" * (2**20 - STOPPED_LINE_BYTES // 2))
+    recorder = Recorder.open(path, max_mib=1)
+    assert not recorder.enabled
+    recorder.request(1, 128, "tiny", "alice", "r-1")
+    assert path.stat().st_size == 2**20 - STOPPED_LINE_BYTES // 2
+    assert "record.full" in [r.message for r in caplog.records]
+
+
+def test_a_write_error_ends_the_recording_once_and_raises_nothing(caplog):
+    recorder = Recorder.open(Path("/dev/full"), max_mib=1)   # every write fails: no space left on device
+    assert recorder.enabled
+    recorder.flush_seconds = 0.0
+    for n in range(5):
+        recorder.request(1, 128, "tiny", "alice", f"r-{n}")   # the first write fails; no exception
+    assert not recorder.enabled
+    assert "No space left" in recorder.stopped_reason
+    stopped = [r for r in caplog.records if r.message == "record.stopped"]
+    assert len(stopped) == 1 and stopped[0].levelno == logging.ERROR
+    recorder.close()
+
+
+def test_a_file_that_cannot_be_opened_records_nothing(tmp_path, caplog):
+    recorder = Recorder.open(tmp_path / "missing-dir" / "record.jsonl", max_mib=1)
+    assert not recorder.enabled
+    recorder.request(1, 128, "tiny", "alice", "r-1")   # does nothing
+    assert "record.unavailable" in [r.message for r in caplog.records]
+
+
+def test_what_is_written_reads_back_the_same(tmp_path):
+    path = tmp_path / "record.jsonl"
+    clock = Clock()
+    recorder = Recorder.open(path, max_mib=1, clock=clock)
+    recorder.started(LedgerSettings(), BackfillConfig(enabled=True), {"wait_seconds": 0})
+    clock.now += 1.5
+    recorder.request(2, 512, "tiny", "bob", "r-\u00e9\"quoted\"\n")
+    recorder.backfill(BackfillConfig(enabled=False))
+    recorder.close()
+    start, request, backfill = read_recording(path)
+    assert start["kind"] == "start" and start["format"] == 1 and start["ledger"] == LedgerSettings().__dict__
+    assert BackfillConfig.from_dict(start["backfill"]) == BackfillConfig(enabled=True)
+    assert request == dict(t=1001.5, kind="request", rid="r-\u00e9\"quoted\"\n", vcpus=2, memory_mib=512,
+                           image="tiny", owner="bob")
+    assert BackfillConfig.from_dict(backfill["backfill"]) == BackfillConfig(enabled=False)
+
+
+def test_a_torn_last_line_is_left_out_but_a_bad_line_within_is_named(tmp_path):
+    path = tmp_path / "record.jsonl"
+    path.write_text('{"t": 1, "kind": "start"}\n{"t": 2, "ki')
+    assert read_recording(path) == [{"t": 1, "kind": "start"}]
+    path.write_text('{"t": 1, "kind": "start"}\nnot json\n{"t": 2, "kind": "job"}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_recording(path)
+
+
+def test_lease_keys_are_stable_across_runs_whatever_the_lease_ids():
+    from controller.core.records import Lease
+    def lease(lease_id, role, node, request_id="", owner="x"):
+        return Lease(lease_id, role, node, f"vm-{lease_id}", 1, 128, "tiny", owner, "starting", 0.0,
+                     request_id=request_id)
+    first, second = LeaseKeys(), LeaseKeys()
+    for keys, ids in ((first, ("a1", "a2", "a3", "a4")), (second, ("zz", "yy", "xx", "ww"))):
+        assert keys.made(lease(ids[0], "backfill", "n1")) == "bf:n1#1"
+        assert keys.made(lease(ids[1], "backfill", "n1")) == "bf:n1#2"
+        assert keys.made(lease(ids[2], "on_demand", "n2", "req-7")) == "od:req-7"
+        assert keys.made(lease(ids[3], "backfill", "n1", owner="adopted")) == f"adopted:vm-{ids[3]}"
+    assert first.key("a2") == second.key("yy") == "bf:n1#2"
+    assert first.key("never-made") == "lease:never-made"
+
+
+def test_what_the_recorder_keeps_in_memory_stays_bounded():
+    """A long run: every lease made and ended; the keys of ended ones are kept only for a while."""
+    from controller.core.records import Audit, Lease, Write
+    from controller.recording import ENDED_KEYS_KEPT
+    out = io.StringIO()
+    recorder = Recorder(out, 2**40)
+    for n in range(ENDED_KEYS_KEPT + 500):
+        lease = Lease(f"bf-{n}", "backfill", "n1", f"vm-{n}", 1, 128, "tiny", "backfill", "starting", 0.0)
+        recorder.effects([Write(created=(lease,)), Launch(lease)])
+        recorder.effects([Write(events=(Audit("vm.launch_failed", "n1", lease.lease_id, {"reason": "x"}),))])
+    keys = recorder.keys
+    assert not keys.keys and not keys.leases and not recorder.asked
+    assert len(keys.ended) == ENDED_KEYS_KEPT
+    assert keys.key(f"bf-{ENDED_KEYS_KEPT + 499}") == f"bf:n1#{ENDED_KEYS_KEPT + 500}"   # a late answer still named
+
+
+# -- [record] in the configuration --------------------------------------------------------------
+
+def test_record_keys_round_trip_and_bad_values_are_named(tmp_path):
+    config = ControllerConfig(record_path=tmp_path / "r.jsonl", record_max_mib=64, tls=TlsConfig(insecure=True),
+                              listen="127.0.0.1:7450")
+    import tomllib
+    again = parse_config(tomllib.loads(to_toml(config)), "c.toml")
+    assert again.record_path == tmp_path / "r.jsonl" and again.record_max_mib == 64
+    assert parse_config({}, "c.toml").record_path is None   # off by default
+    for path, problem in (("relative/r.jsonl", "must be an absolute path"),
+                          (str(tmp_path / "nowhere" / "r.jsonl"), "does not exist"),
+                          (str(tmp_path), "is a directory")):
+        bad = parse_config({"record": {"path": path}, "controller": {"listen": "127.0.0.1:7450"},
+                            "tls": {"insecure": True}}, "c.toml")
+        with pytest.raises(ConfigError, match=f"c.toml: record.path .*{problem}|c.toml: record.path {problem}"):
+            check_config(bad, "c.toml")
+    with pytest.raises(ConfigError, match=r"c.toml: record.max_mib must be within 1..1048576"):
+        check_config(parse_config({"record": {"max_mib": 0}}, "c.toml"), "c.toml")
+    with pytest.raises(ConfigError, match="unknown key record.size"):
+        parse_config({"record": {"size": 1}}, "c.toml")
+
+
+# -- in the service -----------------------------------------------------------------------------
+
+@pytest.fixture
+def service_with(tmp_path):
+    """A PoolService recording to a path, with node a's quick agent reporting."""
+    made = []
+
+    def make(record_path: Path) -> PoolService:
+        pki = ensure_lab_pki(tmp_path / f"pki{len(made)}", nodes=("a",))
+        agent, server = serve_fake_agent(pki, "a", hung=False)
+        state = tmp_path / f"state{len(made)}"
+        state.mkdir()
+        config = ControllerConfig(state_dir=state, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                                  use_prediction=False, record_path=record_path)
+        store = Store(config.store_path)
+        service = PoolService(config, store, AgentLinks(pki.controller, config.agent_timeout_seconds))
+        made.append((service, store, agent, server))
+        service.ingest(controller_pb2.NodeReport(node_id="a", agent_address=f"127.0.0.1:{server.port}", cpus=8,
+                                                 memory_mib=16384, images=["tiny"], min_memory_mib=32))
+        return service
+    yield make
+    for service, store, agent, server in made:
+        stop_fake_agent(agent, server)
+        service.close()
+        service.executor.shutdown(wait=True)
+        service.agents.close()
+        store.close()
+
+
+def test_the_service_records_a_request_its_decision_and_the_agents_answer(service_with, tmp_path):
+    path = tmp_path / "record.jsonl"
+    service = service_with(path)
+    result = service.request(2, 256, "tiny", "alice", "req-1", wait_seconds=15)
+    assert result.record.outcome == "placed"
+    service.release(result.lease.lease_id, wait_seconds=15)
+    service.close()
+    lines = read_recording(path)
+    kinds = [line["kind"] for line in lines]
+    assert kinds[0] == "start" and "report" in kinds
+    (request,) = [line for line in lines if line["kind"] == "request"]
+    assert (request["rid"], request["vcpus"], request["memory_mib"], request["owner"]) == ("req-1", 2, 256, "alice")
+    (placed,) = [line for line in lines if line.get("event") == "request.placed"]
+    assert (placed["key"], placed["node"], placed["path"], placed["victims"]) == ("od:req-1", "a", "free", [])
+    (answer,) = [line for line in lines if line["kind"] == "launch_answer"]
+    assert answer["key"] == "od:req-1" and answer["ok"] is True and 0 <= answer["delay_s"] < 15
+    (release,) = [line for line in lines if line["kind"] == "release"]
+    assert release["key"] == "od:req-1" and release["force"] is False
+    (stop,) = [line for line in lines if line["kind"] == "stop_answer"]
+    assert stop["ok"] is True and stop["outcome"] == "clean_shutdown"
+    assert [line["t"] for line in lines] == sorted(line["t"] for line in lines)
+
+
+def test_a_recording_that_fails_never_stops_the_controller(service_with, caplog):
+    service = service_with(Path("/dev/full"))   # every write fails
+    service.recorder.flush_seconds = 0.0
+    for n in range(3):
+        result = service.request(1, 128, "tiny", "alice", f"req-{n}", wait_seconds=15)
+        assert result.record.outcome == "placed"
+    assert not service.recorder.enabled
+    assert [r.message for r in caplog.records].count("record.stopped") == 1
+    service.tick()
+    service.fill()
+
+
+def test_recording_costs_a_request_little(service_with, tmp_path):
+    """The hooks add little to a decision: 200 requests booked with and without recording."""
+    timings = {}
+    for label, path in (("off", None), ("on", tmp_path / "r.jsonl")):
+        service = service_with(path)
+        started = time.perf_counter()
+        for n in range(200):
+            with service.lock:
+                service.recorder.request(1, 16, "tiny", "alice", f"{label}-{n}")
+                service._apply(service.ledger.request(Ask(1, 16, "tiny", "alice", f"{label}-{n}"), service.clock()))
+        timings[label] = time.perf_counter() - started
+    assert timings["on"] < 2 * timings["off"] + 0.2, timings
