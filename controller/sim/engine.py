@@ -100,6 +100,10 @@ class Simulation:
     simulated clock (the module's doc says how); run() returns the summary, vm_rows() and
     timeline_rows() the rest of the results."""
 
+    # CPU notes name the VMs that turned (False: every VM of the node, as before;
+    # tests/unit/test_sim_outputs_speed.py runs both and finds the same decisions)
+    cpu_notes_of_turned_only = True
+
     def __init__(self, requests: Sequence[OnDemandRequest], settings: SimSettings = SimSettings(),
                  backfill: BackfillConfig = BackfillConfig(), ledger_settings: LedgerSettings | None = None,
                  reserves: Mapping[str, Reserve] | None = None, demand: Sequence[DemandSeries] | None = None,
@@ -133,7 +137,7 @@ class Simulation:
         self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
         self._answer_at: dict[str, float] = {}   # lease -> when its launch asked in this apply is answered
-        self.cpu_reports: set[str] = set()    # nodes to report at once: a VM there turned idle or busy
+        self.cpu_reports: dict[str, set[str]] = {}   # nodes to report at once -> their VMs that turned idle or busy
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
         self.unanswered: dict[str, OnDemandRequest] = {}   # request id -> a request not yet placed or rejected
@@ -373,9 +377,12 @@ class Simulation:
     def _cpu_changed(self, vm: SimVm) -> None:
         """A VM turned idle or busy (or its guest said so): its node reports once the event that
         did it is over."""
-        if vm.node_id not in self.cpu_reports:
-            self.cpu_reports.add(vm.node_id)
+        turned = self.cpu_reports.get(vm.node_id)
+        if turned is None:
+            self.cpu_reports[vm.node_id] = {vm.name}
             self.at(self.now, self._cpu_report, vm.node_id)
+        else:
+            turned.add(vm.name)
 
     def _last_tenth(self, vm: SimVm) -> None:
         """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
@@ -394,9 +401,13 @@ class Simulation:
         """Only the VMs' CPU and what their guests say: a whole report would also add a
         foreground sample, and so shorten the prediction window (in samples) that volunteer
         selection reads."""
-        self.cpu_reports.discard(node_id)
+        turned = self.cpu_reports.pop(node_id)
         node = self.nodes[node_id]
-        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now))
+        # idle_first's clocks read only the VMs that turned: the others' would not move, as the
+        # node's load and its backfill VMs are those of its last whole report (each launch and stop
+        # reports the node), unless its load follows a demand series (then every VM is read)
+        only = turned if self.cpu_notes_of_turned_only and node.series is None else None
+        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now, only))
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)
