@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import gc
 import json
 import sys
 from pathlib import Path
@@ -360,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append((name, summary))
         if args.out:
             write_outputs(sim, summary, args.out / name.replace("/", "_") if args.compare else args.out, args.plots)
+        # A run's books, store and job queue (hundreds of MB on a week of short jobs) go before the
+        # next run starts: a simulation is a reference cycle, which only a full collection frees
+        del sim
+        gc.collect()
     if args.compare:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)
