@@ -30,7 +30,7 @@ AZURE_DEFAULT_LOAD = 0.6
 COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
             "rejected_due_to_backfill", "requests_queued", "backfill_drained",
             "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
-            "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
+            "vm_level_lost_share", "vm_level_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
             "backfill_jobs_completed", "backfill_job_seconds_done", "backfill_job_seconds_lost",
             "backfill_job_lost_share", "sim_events", "wall_seconds")
 

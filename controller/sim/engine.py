@@ -313,12 +313,12 @@ class Simulation:
         lease = stop.lease
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
-        if vm is not None and vm.role == "backfill":
-            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
             self.allocated.integrate(self.now)
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
             self.allocated.backfill -= vm.vcpus
+        if vm is not None and vm.role == "backfill":   # told once noticed: it works no more from now
+            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if stop.force:
             seconds, outcome = 0.0, "destroyed_forced"
         elif self.settings.stop_seconds <= stop.grace_seconds:

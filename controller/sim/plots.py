@@ -81,10 +81,10 @@ def _utilization(ax, summary: dict[str, Any], timeline: list[dict[str, str]], **
 
 
 def _lost_work(ax, timeline: list[dict[str, str]], summary: dict[str, Any], **_) -> None:
-    ax.plot([float(r["start_s"]) / 86400 for r in timeline], [float(r["lost_work_vcpu_hours"]) for r in timeline])
+    ax.plot([float(r["start_s"]) / 86400 for r in timeline], [float(r["vm_level_lost_vcpu_hours"]) for r in timeline])
     ax.set_xlabel("simulated days")
     ax.set_ylabel("backfill work lost so far (vCPU-hours)")
-    share = summary["figures"]["lost_work_share"]
+    share = summary["figures"]["vm_level_lost_share"]
     ax.text(0.02, 0.92, f"lost share of backfill work: {share:.2%}" if share is not None else "no backfill work",
             transform=ax.transAxes)
 

@@ -150,13 +150,13 @@ def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any
     """The figures the bench prints for one run."""
     return dict(
         utilization=f["utilization"], utilization_on_demand=f["utilization_on_demand"],
-        utilization_backfill=f["utilization_backfill"], lost_work_share=f["lost_work_share"],
+        utilization_backfill=f["utilization_backfill"], vm_level_lost_share=f["vm_level_lost_share"],
         rejected=f["requests_rejected"], rejected_due_to_backfill=f["rejected_due_to_backfill"],
         rejected_larger_than_node=f["rejected_larger_than_node"], requests=f["requests_arrived"],
         queued=f["requests_queued"], backfill_drained=f["backfill_drained"],
         on_demand_wait_p50_s=f["wait_p50_s"], on_demand_wait_p99_s=f["wait_p99_s"],
         preemptions=f["preemptions"], preemptions_per_100_vm_hours=f["preemptions_per_100_vm_hours"],
-        backfill_goodput_vcpu_hours=f["backfill_goodput_vcpu_hours"],
+        vm_level_goodput_vcpu_hours=f["vm_level_goodput_vcpu_hours"],
         backfill_survival_1h=f["backfill_survival_1h"], backfill_survival_1d=f["backfill_survival_1d"],
         utilization_working=f["utilization_working"], job_lost_share=f.get("backfill_job_lost_share"),
         jobs_completed=f.get("backfill_jobs_completed"), job_requeues=f.get("backfill_job_requeues"),
@@ -183,7 +183,7 @@ def goals(default: dict[str, Any], timed: dict[str, Any], days: float, nodes: in
         lost_work_under_3_percent=dict(measured=default["job_lost_share"], goal=LOST_WORK_GOAL,
                                        met=default["job_lost_share"] is not None and
                                        default["job_lost_share"] < LOST_WORK_GOAL,
-                                       vm_level=default["lost_work_share"]),
+                                       vm_level=default["vm_level_lost_share"]),
         no_rejection_due_to_backfill=dict(
             measured=default["rejected_due_to_backfill"], beyond_no_backfill=default["rejected_beyond_no_backfill"],
             on_demand_served_vs_no_backfill=default["on_demand_served_vs_no_backfill"],
