@@ -27,12 +27,45 @@ from .progress import ProgressBar
 from .workload import stretch_to_load
 
 AZURE_DEFAULT_LOAD = 0.6
-COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
-            "rejected_due_to_backfill", "requests_queued", "backfill_drained",
-            "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
-            "vm_level_lost_share", "vm_level_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
-            "backfill_jobs_completed", "backfill_job_seconds_done", "backfill_job_seconds_lost",
-            "backfill_job_lost_share", "sim_events", "wall_seconds")
+# The --compare table's rows: (label, summary figure, how it prints: FORMATS). Rows every
+# compared run leaves empty (the job figures of VM-level runs) are left out.
+COMPARED = (
+    ("utilization (allocated vCPUs)", "utilization", "percent"),
+    ("  of which on-demand", "utilization_on_demand", "percent"),
+    ("  of which backfill", "utilization_backfill", "percent"),
+    ("utilization working (Nimbus)", "utilization_working", "percent"),
+    ("requests placed", "requests_placed", "count"),
+    ("requests rejected", "requests_rejected", "count"),
+    ("  rejected due to backfill", "rejected_due_to_backfill", "count"),
+    ("requests queued for room", "requests_queued", "count"),
+    ("on-demand wait p50", "wait_p50_s", "seconds"),
+    ("on-demand wait p99", "wait_p99_s", "seconds"),
+    ("backfill VMs drained", "backfill_drained", "count"),
+    ("preemptions", "preemptions", "count"),
+    ("preemptions per 100 VM-hours", "preemptions_per_100_vm_hours", "number"),
+    ("backfill survival 1 h", "backfill_survival_1h", "percent"),
+    ("backfill survival 1 day", "backfill_survival_1d", "percent"),
+    ("VM-level lost work share", "vm_level_lost_share", "percent"),
+    ("VM-level goodput", "vm_level_goodput_vcpu_hours", "vcpu_hours"),
+    ("jobs completed", "backfill_jobs_completed", "count"),
+    ("job time done", "backfill_job_seconds_done", "hours"),
+    ("job time lost", "backfill_job_seconds_lost", "hours"),
+    ("job time lost share", "backfill_job_lost_share", "percent"),
+    ("simulated events", "sim_events", "count"),
+    ("wall time", "wall_seconds", "seconds"),
+)
+FORMATS = {
+    "percent": lambda v: f"{100 * v:.2f} %",          # a share of 1
+    "count": lambda v: f"{v:,}",
+    "number": lambda v: f"{v:,.2f}",
+    "seconds": lambda v: f"{v:,.1f} s" if v >= 10 else f"{v:.2f} s",
+    "hours": lambda v: f"{_hours(v / 3600)} h",       # from seconds
+    "vcpu_hours": lambda v: f"{_hours(v)} vCPU-h",
+}
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f}" if h >= 100 else f"{h:.2f}"
 
 
 class SimUsage(Exception):
@@ -321,17 +354,29 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """Columns two spaces apart: the first (the labels) to the left, the figures to the right."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+             .rstrip() for line in [header, *rows]]
     return "\n".join(lines)
 
 
-def value(v: Any) -> str:
+def value(v: Any, kind: str = "") -> str:
+    """A figure as the table prints it (FORMATS[kind]); "-" for none."""
     if v is None:
         return "-"
+    if kind in FORMATS and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return FORMATS[kind](v)
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def compare_table(results: list[tuple[str, dict[str, Any]]]) -> str:
+    """The --compare table: a row per figure (COMPARED), a column per setting."""
+    rows = [[label] + [value(s["figures"].get(key), kind) for _, s in results]
+            for label, key, kind in COMPARED if any(s["figures"].get(key) is not None for _, s in results)]
+    return format_table(rows, ["figure"] + [name for name, _ in results])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,8 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)
             (args.out / "compare.json").write_text(json.dumps(dict(results), indent=2) + "\n")
-        rows = [[key] + [value(s["figures"].get(key)) for _, s in results] for key in COMPARED]
-        print(format_table(rows, ["figure"] + [name for name, _ in results]))
+        print(compare_table(results))
     else:
         print(json.dumps(results[0][1]["figures"], indent=2))
     return 0

@@ -431,7 +431,7 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1",
                               "static=1+drain=false"]
-    assert any(line.startswith("requests_queued") for line in out)
+    assert any(line.startswith("requests queued for room") for line in out)
     for setting, says in (("static=x", "'static=x': static takes a whole number of nodes, not 'x'"),
                           ("wait=soon", "'wait=soon': wait takes seconds, not 'soon'"),
                           ("predictive=hourly", "predictive takes one of off, day, week, month, not 'hourly'"),

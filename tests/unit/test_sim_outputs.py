@@ -2,6 +2,7 @@
 VM-level work figures named apart from the job figures."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from controller.core.records import BackfillConfig, LedgerSettings, Policy
@@ -85,3 +86,25 @@ def test_task_level_runs_name_the_vm_level_work_apart_from_the_jobs(tmp_path, ca
     assert task_level["backfill_job_lost_share"] is not None
     # the VM-level share counts whole VMs' runtimes: far above the jobs' on the same run
     assert task_level["vm_level_lost_share"] > task_level["backfill_job_lost_share"]
+
+
+def test_the_compare_table_prints_percentages_counts_and_seconds_with_units(tmp_path, capsys):
+    assert cli.main(["--nodes", "12", "--days", "1", "--requests", str(EXAMPLE), "--format", "csv", "--load", "0.6",
+                     "--backfill", "enabled=true", "--quiet", "--compare", "most_recent,idle_first"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {cells[0]: cells[1:] for cells in (re.split(r" {2,}", line.strip()) for line in lines)}
+    assert rows["figure"] == ["most_recent", "idle_first"]
+    assert all(re.fullmatch(r"\d{1,3}\.\d\d %", v) for v in rows["utilization working (Nimbus)"])
+    assert all(re.fullmatch(r"\d{1,3}\.\d\d %", v) for v in rows["utilization (allocated vCPUs)"])
+    assert all(re.fullmatch(r"\d+\.\d+ s", v) for v in rows["on-demand wait p99"] + rows["wall time"])
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", v) for v in rows["simulated events"])   # thousands apart
+    assert not [line for line in lines if re.search(r"\de[+-]\d", line)]   # no 3.508e+04
+    assert not [label for label in rows if label.startswith("job")]   # VM-level runs: no job rows
+
+
+def test_table_values_by_kind():
+    assert cli.value(35080, "count") == "35,080"
+    assert cli.value(0.93680, "percent") == "93.68 %"
+    assert cli.value(12.3456, "seconds") == "12.3 s" and cli.value(5.0039, "seconds") == "5.00 s"
+    assert cli.value(7200.0, "hours") == "2.00 h" and cli.value(3600.0 * 1234, "hours") == "1,234 h"
+    assert cli.value(None, "percent") == "-"
