@@ -23,6 +23,7 @@ from ..core.reserve_settings import HOUR, Hint, PredictiveMode, ReserveError, Re
 from . import traces
 from .engine import DAY, SimSettings, Simulation
 from .jobs import JobLevelWork
+from .plots import PlotsUnavailable
 from .progress import ProgressBar
 from .workload import stretch_to_load
 
@@ -147,7 +148,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                             "(utilization and lost work over time); one subdirectory per policy "
                                             "with --compare")
     p.add_argument("--plots", action="store_true", help="with --out: draw utilization.png, lost_work.png, "
-                                                        "wait_cdf.png and survival.png there (controller/sim/plots.py)")
+                                                        "wait_cdf.png and survival.png there, and with --compare "
+                                                        "compare.png beside the settings' directories "
+                                                        "(controller/sim/plots.py)")
     p.add_argument("--max-wall-seconds", type=float, default=0.0,
                    help="stop a run after this much wall time; its figures cover the days simulated")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -399,13 +402,19 @@ def main(argv: list[str] | None = None) -> int:
         print("controller.sim: --plots needs --out (the plots are drawn from the files written there)",
               file=sys.stderr)
         return 2
-    results = []
+    results, run_dirs = [], []
     for name, run_backfill, reserves, run_hints, run_settings in runs:
         sim = run_one(requests, inputs, run_settings, run_backfill, config, demand, reserves, run_hints, jobs)
         summary = sim.summary()
+        summary["header"]["setting"] = name   # what the plots' titles name
         results.append((name, summary))
         if args.out:
-            write_outputs(sim, summary, args.out / name.replace("/", "_") if args.compare else args.out, args.plots)
+            run_dirs.append((name, args.out / name.replace("/", "_") if args.compare else args.out))
+            try:
+                write_outputs(sim, summary, run_dirs[-1][1], args.plots)
+            except PlotsUnavailable as exc:
+                print(f"controller.sim: {exc}", file=sys.stderr)
+                return 2
         # A run's books, store and job queue (hundreds of MB on a week of short jobs) go before the
         # next run starts: a simulation is a reference cycle, which only a full collection frees
         del sim
@@ -414,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)
             (args.out / "compare.json").write_text(json.dumps(dict(results), indent=2) + "\n")
+            if args.plots:
+                from .plots import plot_compare   # matplotlib loads only for plots
+                plot_compare(args.out, run_dirs)
         print(compare_table(results))
     else:
         print(json.dumps(results[0][1]["figures"], indent=2))

@@ -2,6 +2,7 @@
 VM-level work figures named apart from the job figures."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -52,7 +53,6 @@ def test_victims_on_notice_do_not_count_as_working_at_task_level():
 
 
 def run_day(tmp_path: Path, *extra: str) -> dict:
-    import json
     out = tmp_path / "_".join(extra).replace("/", "_")[-60:]
     argv = ["--nodes", "12", "--days", "1", "--requests", str(EXAMPLE), "--format", "csv", "--load", "0.6",
             "--backfill", "enabled=true", "--quiet", "--out", str(out), *extra]
@@ -108,3 +108,23 @@ def test_table_values_by_kind():
     assert cli.value(12.3456, "seconds") == "12.3 s" and cli.value(5.0039, "seconds") == "5.00 s"
     assert cli.value(7200.0, "hours") == "2.00 h" and cli.value(3600.0 * 1234, "hours") == "1,234 h"
     assert cli.value(None, "percent") == "-"
+
+
+def test_compare_plots_name_their_setting_and_compare_png_sets_them_side_by_side(tmp_path, capsys):
+    """most_recent and static=1 both run under most_recent: each plot's title names its setting,
+    not the policy alone; compare.png is written beside them."""
+    from controller.sim.plots import _title
+    out = tmp_path / "out"
+    assert cli.main(["--nodes", "4", "--days", "0.3", "--requests", str(EXAMPLE), "--format", "csv", "--load", "0.6",
+                     "--backfill", "enabled=true", "--quiet", "--compare", "most_recent,static=1", "--out", str(out),
+                     "--plots"]) == 0
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    titles = {}
+    for name in ("most_recent", "static=1"):
+        summary = json.loads((out / name / "summary.json").read_text())
+        assert summary["header"]["backfill"]["termination_policy"] == "most_recent"
+        titles[name] = _title(summary)
+        assert titles[name].startswith(f"{name}: ")
+        for png in ("utilization.png", "lost_work.png", "wait_cdf.png", "survival.png"):
+            assert (out / name / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert titles["most_recent"] != titles["static=1"]
