@@ -127,7 +127,7 @@ class Idleness:
         if not named:
             return seen_idle
         vms = report.vms
-        backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
+        backfill_vcpus = -1   # summed once a VM's CPU figure is low enough to need it (_cpu_idle)
         left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
         busy_since, guest_clock = self._busy_since, self._guest_clock
         for vm in (vms if only is None else [vm for vm in vms if vm.name in only]):
@@ -151,6 +151,8 @@ class Idleness:
             elif not vm.cpu_sampled:
                 continue   # no figure: the clock stands (not known at all: since the launch)
             else:
+                if vm.cpu_cores < IDLE_CPU_CORES and backfill_vcpus < 0:
+                    backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
                 if _cpu_idle(vm, left, backfill_vcpus):
                     since = IDLE
                 elif was is None:   # no figure before: it may have been busy since its launch
