@@ -97,8 +97,8 @@ class Views:
         self._vms_on: dict[str, _NodeVms] = {}   # node -> its leases' views and their sums, kept by _book
         self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()            # nodes whose view must be rebuilt
-        # nodes where only idle_first's clocks moved since their last rebuild (_view_again without
-        # touch): their ladders are read again, their sums and what else reads views are not
+        # nodes where only idle_first's clocks moved since their last rebuild (_view_clock): their
+        # ladders are read again, their sums and what else reads views are not
         self._clocks_moved: set[str] = set()
         self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
         self._columns = NodeArrays([])           # the views as columns, row by row
