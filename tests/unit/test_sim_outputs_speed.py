@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ import pytest
 from controller.core.views import Views
 from controller.sim import cli
 from controller.sim.engine import Simulation
+from tests.bench import simulate as simulate_bench
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "traces"   # beside the repository, as on every machine of the project
+# beside the repository, as on every machine of the project (as tests/unit/test_sim.py finds them)
+SHARED = Path(os.environ.get("GLEANER_TRACES", simulate_bench.TRACES))
 REQUESTS = REPO / "controller" / "sim" / "examples" / "azure-on-demand.csv.gz"
 
 BASE = ["--nodes", "12", "--days", "1", "--requests", str(REQUESTS), "--format", "csv", "--load", "0.6", "--quiet"]
