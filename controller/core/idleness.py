@@ -3,6 +3,8 @@ figures), idle_first's work clock per VM, and recycling a VM found idle near the
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from .backfill_plan import recycles_when_idle
 from .records import (BackfillConfig, Effect, Lease, Policy, ReportedVmLike, ReportLike, launch_time)
 from .snapshot import IDLE
@@ -57,14 +59,18 @@ class Idleness:
                 self._view_again(lease)
         super()._backfill_changed(config)
 
-    def note_cpu(self, report: ReportLike, now: float) -> list[Effect]:
+    def note_cpu(self, report: ReportLike, now: float, only: Collection[str] | None = None) -> list[Effect]:
         """The part of a report idle_first reads (each VM's CPU and what its guest says), without
         the rest: the simulator gives it when a VM turns idle or busy between the reports that
         carry the node's load (under the other policies, when one turns idle near the end of its
-        life). Its effects: the VMs it shows idle near the end of their life, recycled."""
+        life). Its effects: the VMs it shows idle near the end of their life, recycled.
+        `only`: the names of the VMs whose CPU or word changed since the node's last report (the
+        simulator knows them); idle_first's clocks then read those alone. Exact when the node's
+        load and its backfill VMs are as its last report gave them: the other VMs' clocks would
+        stay as they are."""
         if report.node_id not in self.nodes:
             return []
-        return self._recycle_idle(self._note_cpu(report, now) if self._tracks_cpu else
+        return self._recycle_idle(self._note_cpu(report, now, only) if self._tracks_cpu else
                                   self._idle_near_end(report, now), now)
 
     def _idle_near_end(self, report: ReportLike, now: float) -> list[Lease]:
@@ -105,7 +111,7 @@ class Idleness:
                                       f"longest life ({config.duration_seconds} s)")
         return effects
 
-    def _note_cpu(self, report: ReportLike, now: float) -> list[Lease]:
+    def _note_cpu(self, report: ReportLike, now: float, only: Collection[str] | None = None) -> list[Lease]:
         """idle_first's clock from a report. What the guest says of its work comes first: "idle"
         is idle (nothing at risk); "busy" is busy since now - work_for_s, never before the VM's
         launch (a guest cannot look older than it is: a false "busy" keeps at most most_recent's
@@ -115,16 +121,16 @@ class Idleness:
         since a report showed it idle is busy since now (the first report that shows it busy).
         Unless its share of what the foreground leaves the node's backfill VMs (shared by vCPUs)
         is under IDLE_CPU_CORES: a low figure may then be a starved VM, and counts as busy.
-        Returns the leases the report shows idle (for _recycle_idle)."""
+        Returns the leases the report shows idle (for _recycle_idle). `only`: note_cpu's."""
         named = self._named_on.get(report.node_id)
         seen_idle: list[Lease] = []
         if not named:
             return seen_idle
         vms = report.vms
-        backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
+        backfill_vcpus = -1   # summed once a VM's CPU figure is low enough to need it (_cpu_idle)
         left = report.cpus - report.foreground_cpu_cores   # for the backfill VMs
         busy_since, guest_clock = self._busy_since, self._guest_clock
-        for vm in vms:
+        for vm in (vms if only is None else [vm for vm in vms if vm.name in only]):
             lease = named.get(vm.name)
             if lease is None or lease.role != "backfill" or lease.state != "running":
                 continue
@@ -145,6 +151,8 @@ class Idleness:
             elif not vm.cpu_sampled:
                 continue   # no figure: the clock stands (not known at all: since the launch)
             else:
+                if vm.cpu_cores < IDLE_CPU_CORES and backfill_vcpus < 0:
+                    backfill_vcpus = sum(vm.vcpus for vm in vms if vm.role == "backfill")
                 if _cpu_idle(vm, left, backfill_vcpus):
                     since = IDLE
                 elif was is None:   # no figure before: it may have been busy since its launch
@@ -155,7 +163,7 @@ class Idleness:
                     guest_clock.discard(lease_id)   # the figures set it (a clock they keep stays the guest's)
             if since != was:
                 busy_since[lease_id] = since
-                self._view_again(lease, touch=False)
+                self._view_clock(lease)
             if since == IDLE:
                 seen_idle.append(lease)
         return seen_idle

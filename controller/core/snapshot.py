@@ -206,6 +206,11 @@ class NodeArrays:
         self.od_room_memory[i] = node.capacity.memory_mib - node.pinned.memory_mib + node.in_transit.memory_mib
         self._set_oldest(i, math.nan if node.oldest_victim_at is None else node.oldest_victim_at)
         self.backfill_vms[i] = node.backfill_vms
+        self.set_ladder(i, node)
+
+    def set_ladder(self, i: int, node: NodeView) -> None:
+        """Row i's victim ladder alone (set_row's last part): what changes when only idle_first's
+        clocks moved on the node."""
         ladder = _ladder(node)
         self.ladder_sizes[i] = ladder is node.victim_ladder
         last = self.ladder_rows[i]

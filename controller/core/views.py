@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 
 from .backfill_plan import _fitting
-from .books import ROLES, shared_size
+from .books import ROLES, NodeState, shared_size
 from .policy import Reject
 from .records import (HOLDS_ALL, HOLDS_MEMORY, NO_RESERVE, ZERO, BackfillConfig, Lease, Size,
                       VmRole, replace)
@@ -100,6 +100,9 @@ class Views:
         self._vms_on: dict[str, _NodeVms] = {}   # node -> its leases' views and their sums, kept by _book
         self._bare_views: dict[str, tuple[tuple, NodeView]] = {}          # node -> (its key, view without sums)
         self._dirty: set[str] = set()            # nodes whose view must be rebuilt
+        # nodes where only idle_first's clocks moved since their last rebuild (_view_clock): their
+        # ladders are read again, their sums and what else reads views are not
+        self._clocks_moved: set[str] = set()
         self._rebuilt: set[str] = set()          # nodes whose view was rebuilt since the last selection
         self._columns = NodeArrays([])           # the views as columns, row by row
         self._view_rows: list[NodeView] = []     # the views in the columns' rows (self._node_views' order)
@@ -166,7 +169,70 @@ class Views:
             else:
                 self._dirty.add(lease.node_id)
 
+    # The light rebuild of a node whose only change is idle_first's clocks (False: the full one, as
+    # before; tests/unit/test_sim_outputs_speed.py runs both and finds the same decisions)
+    clock_rebuilds_light = True
+
+    def _view_clock(self, lease: Lease) -> None:
+        """idle_first's clock of a running backfill lease changed (nothing else did): its VmView
+        again with the new clock, last in its node's order as _view_again puts it, and the node's
+        ladder read again at the next refresh. The node's sums and everything else in its view stay
+        as they are, so volunteer selection and the backfill plan (which read no clock) do not read
+        it again."""
+        if not self.clock_rebuilds_light:
+            self._view_again(lease, touch=False)
+            return
+        vms = self._vms_on.get(lease.node_id)
+        old = vms.views.pop(lease.lease_id, None) if vms is not None else None
+        if old is None:
+            return
+        # the view _view_lease would make of the same running lease, with the new clock
+        vm = object.__new__(VmView)
+        vm.__dict__.update(old.__dict__)
+        vm.__dict__["busy_since"] = self._busy_since.get(lease.lease_id)
+        vms.views[lease.lease_id] = vm
+        if vm.role is VmRole.BACKFILL and vm.preemptible:
+            vms.victims_changed = True
+        self._clocks_moved.add(lease.node_id)
+
+    def _refresh_clocks(self) -> None:
+        """Rebuild the views of the nodes where only clocks moved (_view_clock): the node's VMs and
+        ladder, and the ladder's part of its row of the columns, as the full rebuild would make
+        them (its sums, and the launch times of its newest and oldest victims, are those of its
+        view). A node also changed otherwise, or whose view's key, room outside its leases or sums
+        moved, gets the full rebuild."""
+        moved, self._clocks_moved = self._clocks_moved, set()
+        dirty, columns = self._dirty, self._columns
+        for node_id in sorted(moved - dirty):
+            node, view = self.nodes.get(node_id), self._node_views.get(node_id)
+            books, bare = self._vms_on.get(node_id), self._bare_views.get(node_id)
+            row = columns.position.get(node_id)
+            if node is None or view is None or books is None or bare is None or row is None or \
+                    node.unexplained != ZERO or view.allocated.vcpus != books.vcpus or \
+                    view.allocated.memory_mib != books.memory or bare[0] != self._view_key(node_id, node):
+                dirty.add(node_id)
+                continue
+            views = self._vm_views[node_id] = list(books.views.values())
+            if books.victims_changed:
+                books.victims_changed = False
+                victims = [vm for vm in views if vm.role is VmRole.BACKFILL and vm.preemptible]
+                view = self._node_views[node_id] = replace(
+                    view, victim_ladder=VictimLadder.of(victims, self._tracks_cpu))
+                if self._lent:
+                    self._own_columns()
+                    columns = self._columns
+                columns.set_ladder(row, view)
+            self._view_rows[row] = view
+
+    def _view_key(self, node_id: str, node: NodeState) -> tuple:
+        """What a node's view holds besides its VMs' sums (its bare view is kept while it is the same)."""
+        reserve = self.reserves.get(node_id) or self.reserves.get("*") or NO_RESERVE   # reserve_for's
+        return (node.capacity, node.state == "up", reserve.vcpus, reserve.memory_mib,
+                reserve.whole_node or node_id in self.reserved_nodes)
+
     def _refresh_views(self) -> None:
+        if self._clocks_moved:
+            self._refresh_clocks()
         if not self._dirty:
             return   # nothing changed since the last refresh (often: a decision right after another)
         regroup = False   # a node came or went: the columns are built afresh, in the views' order
@@ -182,13 +248,10 @@ class Views:
                 self._od_total -= self._od_share.pop(node_id, 0.0)
                 continue
             books = self._vms_on.get(node_id) or _NodeVms()
-            vms = list(books.views.values())
-            reserve = self.reserves.get(node_id) or self.reserves.get("*") or NO_RESERVE   # reserve_for's
-            self._vm_views[node_id] = vms
+            self._vm_views[node_id] = list(books.views.values())
             # The node's view less its sums: kept while what it holds is the same (most rebuilds
             # are for a change of VMs alone)
-            key = (node.capacity, node.state == "up", reserve.vcpus, reserve.memory_mib,
-                   reserve.whole_node or node_id in self.reserved_nodes)
+            key = self._view_key(node_id, node)
             bare = self._bare_views.get(node_id)
             if bare is None or bare[0] != key:
                 bare = self._bare_views[node_id] = (key, NodeView(node_id, key[0], key[1], Size(key[2], key[3]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import gc
 import json
 import sys
 from pathlib import Path
@@ -23,16 +24,50 @@ from . import traces
 from .agents import MODELS, AgentParamError, ModelledParams
 from .engine import DAY, SimSettings, Simulation
 from .jobs import JobLevelWork
+from .plots import PlotsUnavailable
 from .progress import ProgressBar
 from .workload import stretch_to_load
 
 AZURE_DEFAULT_LOAD = 0.6
-COMPARED = ("utilization", "utilization_on_demand", "utilization_backfill", "requests_placed", "requests_rejected",
-            "rejected_due_to_backfill", "requests_queued", "backfill_drained",
-            "wait_p50_s", "wait_p99_s", "preemptions", "preemptions_per_100_vm_hours",
-            "lost_work_share", "backfill_goodput_vcpu_hours", "backfill_survival_1h", "backfill_survival_1d",
-            "backfill_jobs_completed", "backfill_job_seconds_done", "backfill_job_seconds_lost",
-            "backfill_job_lost_share", "sim_events", "wall_seconds")
+# The --compare table's rows: (label, summary figure, how it prints: FORMATS). Rows every
+# compared run leaves empty (the job figures of VM-level runs) are left out.
+COMPARED = (
+    ("utilization (allocated vCPUs)", "utilization", "percent"),
+    ("  of which on-demand", "utilization_on_demand", "percent"),
+    ("  of which backfill", "utilization_backfill", "percent"),
+    ("utilization working (Nimbus)", "utilization_working", "percent"),
+    ("requests placed", "requests_placed", "count"),
+    ("requests rejected", "requests_rejected", "count"),
+    ("  rejected due to backfill", "rejected_due_to_backfill", "count"),
+    ("requests queued for room", "requests_queued", "count"),
+    ("on-demand wait p50", "wait_p50_s", "seconds"),
+    ("on-demand wait p99", "wait_p99_s", "seconds"),
+    ("backfill VMs drained", "backfill_drained", "count"),
+    ("preemptions", "preemptions", "count"),
+    ("preemptions per 100 VM-hours", "preemptions_per_100_vm_hours", "number"),
+    ("backfill survival 1 h", "backfill_survival_1h", "percent"),
+    ("backfill survival 1 day", "backfill_survival_1d", "percent"),
+    ("VM-level lost work share", "vm_level_lost_share", "percent"),
+    ("VM-level goodput", "vm_level_goodput_vcpu_hours", "vcpu_hours"),
+    ("jobs completed", "backfill_jobs_completed", "count"),
+    ("job time done", "backfill_job_seconds_done", "hours"),
+    ("job time lost", "backfill_job_seconds_lost", "hours"),
+    ("job time lost share", "backfill_job_lost_share", "percent"),
+    ("simulated events", "sim_events", "count"),
+    ("wall time", "wall_seconds", "seconds"),
+)
+FORMATS = {
+    "percent": lambda v: f"{100 * v:.2f} %",          # a share of 1
+    "count": lambda v: f"{v:,}",
+    "number": lambda v: f"{v:,.2f}",
+    "seconds": lambda v: f"{v:,.1f} s" if v >= 10 else f"{v:.2f} s",
+    "hours": lambda v: f"{_hours(v / 3600)} h",       # from seconds
+    "vcpu_hours": lambda v: f"{_hours(v)} vCPU-h",
+}
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f}" if h >= 100 else f"{h:.2f}"
 
 
 AGENT_FLAGS = {name: "--" + name.replace("_", "-") for name in ModelledParams.RANGES}
@@ -170,7 +205,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                             "(utilization and lost work over time); one subdirectory per policy "
                                             "with --compare")
     p.add_argument("--plots", action="store_true", help="with --out: draw utilization.png, lost_work.png, "
-                                                        "wait_cdf.png and survival.png there (controller/sim/plots.py)")
+                                                        "wait_cdf.png and survival.png there, and with --compare "
+                                                        "compare.png beside the settings' directories "
+                                                        "(controller/sim/plots.py)")
     p.add_argument("--max-wall-seconds", type=float, default=0.0,
                    help="stop a run after this much wall time; its figures cover the days simulated")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -380,17 +417,29 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """Columns two spaces apart: the first (the labels) to the left, the figures to the right."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+             .rstrip() for line in [header, *rows]]
     return "\n".join(lines)
 
 
-def value(v: Any) -> str:
+def value(v: Any, kind: str = "") -> str:
+    """A figure as the table prints it (FORMATS[kind]); "-" for none."""
     if v is None:
         return "-"
+    if kind in FORMATS and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return FORMATS[kind](v)
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def compare_table(results: list[tuple[str, dict[str, Any]]]) -> str:
+    """The --compare table: a row per figure (COMPARED), a column per setting."""
+    rows = [[label] + [value(s["figures"].get(key), kind) for _, s in results]
+            for label, key, kind in COMPARED if any(s["figures"].get(key) is not None for _, s in results)]
+    return format_table(rows, ["figure"] + [name for name, _ in results])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,19 +462,31 @@ def main(argv: list[str] | None = None) -> int:
         print("controller.sim: --plots needs --out (the plots are drawn from the files written there)",
               file=sys.stderr)
         return 2
-    results = []
+    results, run_dirs = [], []
     for name, run_backfill, reserves, run_hints, run_settings in runs:
         sim = run_one(requests, inputs, run_settings, run_backfill, config, demand, reserves, run_hints, jobs)
         summary = sim.summary()
+        summary["header"]["setting"] = name   # what the plots' titles name
         results.append((name, summary))
         if args.out:
-            write_outputs(sim, summary, args.out / name.replace("/", "_") if args.compare else args.out, args.plots)
+            run_dirs.append((name, args.out / name.replace("/", "_") if args.compare else args.out))
+            try:
+                write_outputs(sim, summary, run_dirs[-1][1], args.plots)
+            except PlotsUnavailable as exc:
+                print(f"controller.sim: {exc}", file=sys.stderr)
+                return 2
+        # A run's books, store and job queue (hundreds of MB on a week of short jobs) go before the
+        # next run starts: a simulation is a reference cycle, which only a full collection frees
+        del sim
+        gc.collect()
     if args.compare:
         if args.out:
             (args.out).mkdir(parents=True, exist_ok=True)
             (args.out / "compare.json").write_text(json.dumps(dict(results), indent=2) + "\n")
-        rows = [[key] + [value(s["figures"].get(key)) for _, s in results] for key in COMPARED]
-        print(format_table(rows, ["figure"] + [name for name, _ in results]))
+            if args.plots:
+                from .plots import plot_compare   # matplotlib loads only for plots
+                plot_compare(args.out, run_dirs)
+        print(compare_table(results))
     else:
         print(json.dumps(results[0][1]["figures"], indent=2))
     return 0

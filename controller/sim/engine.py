@@ -101,10 +101,47 @@ def young_collections_every(allocations: int) -> Iterator[None]:
         gc.set_threshold(*threshold)
 
 
-class Simulation:
+class SimulationResults:
+    """What a run gives (Simulation's figures, per-VM rows and timeline), from the state the event
+    loop keeps: apart so that the loop's class stays readable."""
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json: the header (the inputs' digests and every setting), the figures, the
+        audit events by kind and notes (controller/sim/figures.py)."""
+        ledger, store = self.ledger, self.store
+        header = summary_header(self.inputs, self.settings, self.timeline.bucket, ledger.settings, ledger.backfill,
+                                ledger.reserves, ledger.reserve_settings, self.hints, len(self.demand))
+        header["agents"] = self.agents.describe()
+        figures = summary_figures(
+            pool_vcpus=self.settings.pool_vcpus, end=self.end, od_area=self.allocated.on_demand_area,
+            bf_area=self.allocated.backfill_area,
+            requests_total=len(self.requests), arrived=self.arrived, ignored_after_end=self.ignored_after_end,
+            records=store.requests.values(), rejections=self.rejections,
+            rejected_larger_than_node=self.rejected_larger_than_node,
+            rejected_due_to_backfill=self.rejected_due_to_backfill, released=self.released, queued=self.queued,
+            drained=self.drained, waits=self.waits, preempted=store.details.get("vm.preempted", ()),
+            work=self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions),
+            events=self.events_run + self.checks_dropped, wall=self.wall,
+            stopped_early=self.stopped_early_at is not None)
+        return summary(header, figures, store.events)
+
+    def vm_rows(self) -> list[dict[str, Any]]:
+        """One row per lease (figures.vm_rows): what the per-VM CSV holds."""
+        return vm_rows(self.store.leases.values(), self.by_lease, self.end)
+
+    def timeline_rows(self) -> list[dict[str, Any]]:
+        """The timeline's rows (Timeline.rows) up to the run's end."""
+        return self.timeline.rows(self.end, self.settings.pool_vcpus)
+
+
+class Simulation(SimulationResults):
     """One run: the live ledger driven by the trace's requests and the simulated agents on a
     simulated clock (the module's doc says how); run() returns the summary, vm_rows() and
     timeline_rows() the rest of the results."""
+
+    # CPU notes name the VMs that turned (False: every VM of the node, as before;
+    # tests/unit/test_sim_outputs_speed.py runs both and finds the same decisions)
+    cpu_notes_of_turned_only = True
 
     def __init__(self, requests: Sequence[OnDemandRequest], settings: SimSettings = SimSettings(),
                  backfill: BackfillConfig = BackfillConfig(), ledger_settings: LedgerSettings | None = None,
@@ -145,6 +182,7 @@ class Simulation:
         self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
         self._answer_at: dict[str, float] = {}   # lease -> when its launch asked in this apply is answered
+        self.cpu_turned: dict[str, set[str]] = {}   # node -> its VMs that turned idle or busy since its last report
         # what the requests became
         self.by_lease: dict[str, OnDemandRequest] = {}
         self.placed_at: dict[str, float] = {}   # lease -> when its request was placed (release_on_schedule)
@@ -330,12 +368,12 @@ class Simulation:
         lease = stop.lease
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
-        if vm is not None and vm.role == "backfill":
-            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
             self.allocated.integrate(self.now)
             vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
             self.allocated.backfill -= vm.vcpus
+        if vm is not None and vm.role == "backfill":   # told once noticed: it works no more from now
+            self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         answer = self.agents.stop(lease, stop.grace_seconds, stop.force, self.now)
         self.at(self.now + answer.seconds, self._stopped, (lease, answer))
 
@@ -364,6 +402,7 @@ class Simulation:
             self.reports.changed(node.node_id, self.now, whole=True)
 
     def report(self, node: SimNode) -> None:
+        self.cpu_turned.pop(node.node_id, None)   # a whole report reads every VM
         if not self.agents.exact_cpu:
             resample(node.vms.values(), self.now)
         self.apply(self.ledger.report(Report(node, node.foreground(self.now)), self.now))
@@ -395,6 +434,7 @@ class Simulation:
     def _cpu_changed(self, vm: SimVm) -> None:
         """A VM turned idle or busy (or its guest said so): its node reports once the event that
         did it is over (NodeReports), or after the model's report lag."""
+        self.cpu_turned.setdefault(vm.node_id, set()).add(vm.name)
         self.reports.changed(vm.node_id, self.now, whole=False)
 
     def _last_tenth(self, vm: SimVm) -> None:
@@ -414,10 +454,16 @@ class Simulation:
         """Only the VMs' CPU and what their guests say: a whole report would also add a
         foreground sample, and so shorten the prediction window (in samples) that volunteer
         selection reads."""
+        turned = self.cpu_turned.pop(node_id, None)
         node = self.nodes[node_id]
         if not self.agents.exact_cpu:
             resample(node.vms.values(), self.now)
-        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now))
+        # idle_first's clocks read only the VMs that turned: the others' would not move, as the
+        # node's load and its backfill VMs are those of its last whole report (each launch and stop
+        # reports the node), unless its load follows a demand series or sampled CPU figures may
+        # have moved (then every VM is read)
+        only = turned if self.cpu_notes_of_turned_only and node.series is None and self.agents.exact_cpu else None
+        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now, only))
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)
@@ -477,33 +523,3 @@ class Simulation:
         record = self.store.requests.get(step.arg)
         if record is not None and record.lease_id:
             self._release(record.lease_id, force=False)
-
-    # -- results ------------------------------------------------------------------------------------
-
-    def summary(self) -> dict[str, Any]:
-        """summary.json: the header (the inputs' digests and every setting), the figures, the
-        audit events by kind and notes (controller/sim/figures.py)."""
-        ledger, store = self.ledger, self.store
-        header = summary_header(self.inputs, self.settings, self.timeline.bucket, ledger.settings, ledger.backfill,
-                                ledger.reserves, ledger.reserve_settings, self.hints, len(self.demand))
-        header["agents"] = self.agents.describe()
-        figures = summary_figures(
-            pool_vcpus=self.settings.pool_vcpus, end=self.end, od_area=self.allocated.on_demand_area,
-            bf_area=self.allocated.backfill_area,
-            requests_total=len(self.requests), arrived=self.arrived, ignored_after_end=self.ignored_after_end,
-            records=store.requests.values(), rejections=self.rejections,
-            rejected_larger_than_node=self.rejected_larger_than_node,
-            rejected_due_to_backfill=self.rejected_due_to_backfill, released=self.released, queued=self.queued,
-            drained=self.drained, waits=self.waits, preempted=store.details.get("vm.preempted", ()),
-            work=self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions),
-            events=self.events_run + self.checks_dropped, wall=self.wall,
-            stopped_early=self.stopped_early_at is not None)
-        return summary(header, figures, store.events)
-
-    def vm_rows(self) -> list[dict[str, Any]]:
-        """One row per lease (figures.vm_rows): what the per-VM CSV holds."""
-        return vm_rows(self.store.leases.values(), self.by_lease, self.end)
-
-    def timeline_rows(self) -> list[dict[str, Any]]:
-        """The timeline's rows (Timeline.rows) up to the run's end."""
-        return self.timeline.rows(self.end, self.settings.pool_vcpus)

@@ -59,14 +59,15 @@ class Timeline:
 
     def rows(self, end: float, pool_vcpus: int) -> list[dict[str, Any]]:
         """One row per bucket up to `end`: its start, utilization by role over the bucket (the
-        last one may be cut short by the end) and the lost work so far, in vCPU-hours."""
+        last one may be cut short by the end) and the work lost so far as VM-level accounting
+        counts it (a stop loses the VM's runtime x vCPUs), in vCPU-hours."""
         rows, lost = [], 0.0
         for i in range(min(math.ceil(end / self.bucket), len(self.on_demand))):
             span = (min((i + 1) * self.bucket, end) - i * self.bucket) * pool_vcpus
             lost += self.lost[i]
             rows.append(dict(start_s=i * self.bucket, utilization_on_demand=round(self.on_demand[i] / span, 6),
                              utilization_backfill=round(self.backfill[i] / span, 6),
-                             lost_work_vcpu_hours=round(lost / HOUR, 3)))
+                             vm_level_lost_vcpu_hours=round(lost / HOUR, 3)))
         return rows
 
 
@@ -103,15 +104,20 @@ NOTES = (
     "backfill as free, and a request held up by backfill starting or stopping waits for it (up to "
     "those VMs' deadlines), so one is counted only when that wait ran out or the queue was full",
     "utilization_working: as Nimbus counts it, vCPUs running an on-demand VM or backfill work "
-    "(task-level: a job, whether it later finished or was lost; VM-level: the backfill VM itself) "
-    "over total vCPUs, integrated over time",
+    "(task-level: a job, whether it later finished or was lost; VM-level: the backfill VM itself, "
+    "but not a victim on notice, whose vCPUs went to the on-demand VM) over total vCPUs, integrated "
+    "over time; never above utilization",
+    "vm_level_*: backfill work as VM-level accounting counts it, in every run: a VM's work is its "
+    "runtime x vCPUs and a stop loses all of it (as the audit log's work_lost_vcpu_seconds). In "
+    "task-level runs (--backfill-jobs) the work lost is the jobs' (backfill_job_lost_share, "
+    "backfill_job_seconds_*): read the vm_level_* figures there as what a VM-level count would say",
     "utilization: allocated vCPUs over total vCPUs, integrated over time; a backfill VM on notice "
     "counts no vCPUs (they went to the on-demand VM beside it)",
     "waits: from arrival to the launch answer, placed requests only (a request that waited for "
     "room within the reserves' wait window counts its time in the queue)",
     "lost work counts backfill VMs drained for a reserve (backfill_drained) as well as preempted ones",
     "survival after T: of the backfill VMs launched at least T before the end, the share that ran "
-    "at least T",
+    "at least T (survival.png draws the Kaplan-Meier curve, VMs alive at the end censored)",
 )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.ledger import IDLE_CPU_CORES
@@ -55,8 +55,10 @@ class JobLevelWork(VmLevelWork):
         ordered = sorted(jobs, key=lambda j: j.submit)   # stable: ties keep file order
         fitting = [j for j in ordered if vm_vcpus is None or j.procs <= vm_vcpus]
         self.too_big = len(ordered) - len(fitting)
-        first = fitting[0].submit if fitting else 0.0   # the first job that can run arrives at the start
-        self.jobs = [replace(j, submit=j.submit - first) for j in fitting]
+        # the first job that can run arrives at the start: a job arrives at its submit - shift (the
+        # jobs themselves are not copied: --compare runs several queues on the same jobs)
+        self.shift = fitting[0].submit if fitting else 0.0
+        self.jobs = fitting
         self.schedule: Schedule | None = None
         self.arrived = 0
         self.queued: dict[int, list[int]] = {}   # procs -> heap of ranks (index in self.jobs: FIFO order)
@@ -76,7 +78,7 @@ class JobLevelWork(VmLevelWork):
     def start(self, schedule: Schedule) -> None:
         self.schedule = schedule
         if self.jobs:
-            schedule(self.jobs[0].submit, self._arrive, 0)
+            schedule(self._arrival(0), self._arrive, 0)
 
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         self.cpu_changed = changed
@@ -122,14 +124,18 @@ class JobLevelWork(VmLevelWork):
     # -- the queue -------------------------------------------------------------------------------
 
     def _arrive(self, index: int) -> None:
-        now = self.jobs[index].submit
-        while index < len(self.jobs) and self.jobs[index].submit <= now:
+        now = self._arrival(index)
+        while index < len(self.jobs) and self._arrival(index) <= now:
             self.arrived += 1
             self._place(index, now)
             index += 1
         if index < len(self.jobs):
             assert self.schedule is not None
-            self.schedule(self.jobs[index].submit, self._arrive, index)
+            self.schedule(self._arrival(index), self._arrive, index)
+
+    def _arrival(self, index: int) -> float:
+        """When the job of this rank arrives in the run."""
+        return self.jobs[index].submit - self.shift
 
     def _place(self, rank: int, now: float) -> None:
         """A job new to the queue (arrived or vacated): to the tightest free VM, or queued.

@@ -306,6 +306,10 @@ class VmLevelWork:
         self.runtimes: list[tuple[float, float]] = []   # (launched, runtime) of ended VMs
         self.alive: dict[str, SimVm] = {}
         self.says_work = False   # its guests speak on the work channel (guest_channel)
+        # victims on notice -> since when: their vCPUs went to the on-demand VM beside them, so
+        # they run on but do not count as working (utilization_working)
+        self.on_notice: dict[str, float] = {}
+        self.notice_vcpu_seconds = 0.0
 
     def start(self, schedule: Callable[[float, Callable[[Any], None], Any], None]) -> None:
         pass   # a VM's work needs no events of its own
@@ -323,22 +327,30 @@ class VmLevelWork:
             vm.work_state, vm.work_since = "busy", now
 
     def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
-        pass   # it works on until it is gone (its runtime counts to then)
+        # it works on until it is gone (its runtime counts to then, as the audit log's lost work
+        # does), but a victim on notice no longer has its vCPUs
+        if vm.noticed:
+            self.on_notice.setdefault(vm.name, now)
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         self.alive.pop(vm.name, None)
+        noticed = self.on_notice.pop(vm.name, None)
+        if noticed is not None:
+            self.notice_vcpu_seconds += (now - noticed) * vm.vcpus
         runtime = now - vm.launched_at
         self.vm_seconds += runtime
         self.vcpu_seconds += runtime * vm.vcpus
         self.runtimes.append((vm.launched_at, runtime))
 
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
-        vm_seconds, vcpu_seconds = self.vm_seconds, self.vcpu_seconds
+        vm_seconds, vcpu_seconds, notice = self.vm_seconds, self.vcpu_seconds, self.notice_vcpu_seconds
         runtimes = list(self.runtimes)
         for vm in self.alive.values():   # still running at the end: their work so far is done
             vm_seconds += end - vm.launched_at
             vcpu_seconds += (end - vm.launched_at) * vm.vcpus
             runtimes.append((vm.launched_at, end - vm.launched_at))
+            if vm.name in self.on_notice:
+                notice += (end - self.on_notice[vm.name]) * vm.vcpus
 
         def survival(span: float) -> float | None:
             # Of the VMs launched at least `span` before the end (the others could not have),
@@ -350,12 +362,15 @@ class VmLevelWork:
         return dict(
             backfill_vms_launched=self.started,
             backfill_vm_hours=round(hours, 3),
-            backfill_work_vcpu_hours=round(vcpu_seconds / HOUR, 3),
-            # vCPU-seconds backfill spent working (here: its VMs' whole lives), for utilization_working
-            backfill_working_vcpu_seconds=vcpu_seconds,
-            lost_work_vcpu_hours=round(lost_vcpu_seconds / HOUR, 3),
-            lost_work_share=round(lost_vcpu_seconds / vcpu_seconds, 6) if vcpu_seconds else None,
-            backfill_goodput_vcpu_hours=round((vcpu_seconds - lost_vcpu_seconds) / HOUR, 3),
+            # vCPU-seconds backfill spent working (here: its VMs' lives, less the victims' notice,
+            # when their vCPUs were the on-demand VM's), for utilization_working
+            backfill_working_vcpu_seconds=vcpu_seconds - notice,
+            # the work as VM-level accounting counts it (a stop loses the VM's whole runtime x
+            # vCPUs, as the audit log does), whatever the VMs ran: named apart from the job figures
+            vm_level_work_vcpu_hours=round(vcpu_seconds / HOUR, 3),
+            vm_level_lost_vcpu_hours=round(lost_vcpu_seconds / HOUR, 3),
+            vm_level_lost_share=round(lost_vcpu_seconds / vcpu_seconds, 6) if vcpu_seconds else None,
+            vm_level_goodput_vcpu_hours=round((vcpu_seconds - lost_vcpu_seconds) / HOUR, 3),
             preemptions=preemptions,
             preemptions_per_100_vm_hours=round(100 * preemptions / hours, 4) if hours else None,
             backfill_survival_1h=survival(HOUR),

@@ -12,7 +12,7 @@ trace); nodes of 16 vCPUs and 64 GiB. Backfill work is task-level: backfill VMs 
 jobs of an HTC/HPC trace (--backfill-jobs, SDSC SP2 by default) stretched and tiled to ask for
 --backfill-jobs-load of the pool's vCPUs, and a preemption loses the running jobs' progress
 (controller/sim/jobs.py), as Nimbus' Condor workers did. Each entry also carries the VM-level
-figures of the same run (`lost_work_share`: a stopped VM loses its whole runtime x vCPUs, as the
+figures of the same run (`vm_level_lost_share`: a stopped VM loses its whole runtime x vCPUs, as the
 audit log counts it). The controller knows nothing of jobs but whether a worker idles: that
 changes its decisions only where a VM idles in the last tenth of its longest life (recycled
 then), and idle_first's order. Each setting runs the same requests and jobs through
@@ -178,13 +178,13 @@ def entry(f: dict[str, Any], cpu_s: float, reserved_nodes: int) -> dict[str, Any
     """The figures the bench prints for one run."""
     return dict(
         utilization=f["utilization"], utilization_on_demand=f["utilization_on_demand"],
-        utilization_backfill=f["utilization_backfill"], lost_work_share=f["lost_work_share"],
+        utilization_backfill=f["utilization_backfill"], vm_level_lost_share=f["vm_level_lost_share"],
         rejected=f["requests_rejected"], rejected_due_to_backfill=f["rejected_due_to_backfill"],
         rejected_larger_than_node=f["rejected_larger_than_node"], requests=f["requests_arrived"],
         queued=f["requests_queued"], backfill_drained=f["backfill_drained"],
         on_demand_wait_p50_s=f["wait_p50_s"], on_demand_wait_p99_s=f["wait_p99_s"],
         preemptions=f["preemptions"], preemptions_per_100_vm_hours=f["preemptions_per_100_vm_hours"],
-        backfill_goodput_vcpu_hours=f["backfill_goodput_vcpu_hours"],
+        vm_level_goodput_vcpu_hours=f["vm_level_goodput_vcpu_hours"],
         backfill_survival_1h=f["backfill_survival_1h"], backfill_survival_1d=f["backfill_survival_1d"],
         utilization_working=f["utilization_working"], job_lost_share=f.get("backfill_job_lost_share"),
         jobs_completed=f.get("backfill_jobs_completed"), job_requeues=f.get("backfill_job_requeues"),
@@ -218,7 +218,7 @@ def goals(default: dict[str, Any], entries: dict[str, dict[str, Any]], month: bo
         job_lost_at_most_before=dict(measured=default["job_lost_share"], goal=JOB_LOST_GOAL,
                                      met=default["job_lost_share"] is not None and
                                      default["job_lost_share"] <= JOB_LOST_GOAL,
-                                     applies=month, vm_level=default["lost_work_share"],
+                                     applies=month, vm_level=default["vm_level_lost_share"],
                                      note="the goal is the month's (1,000 nodes, 30 days); elsewhere for reading"),
         preemptions=default["preemptions"], on_demand_wait_p99_s=default["on_demand_wait_p99_s"],
     )

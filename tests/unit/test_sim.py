@@ -89,10 +89,10 @@ def test_a_small_scenario_by_hand():
     # work done: bf-1, bf-2 105 each; bf-3..8 3995 each; bf-10 900; bf-11 2890
     done = 2 * 105 + 6 * 3995 + 900 + 2890
     lost = 105 + 105 + 900
-    assert f["backfill_work_vcpu_hours"] == round(done / 3600, 3)
-    assert f["lost_work_vcpu_hours"] == round(lost / 3600, 3)
-    assert f["lost_work_share"] == round(lost / done, 6)
-    assert f["backfill_goodput_vcpu_hours"] == round((done - lost) / 3600, 3)
+    assert f["vm_level_work_vcpu_hours"] == round(done / 3600, 3)
+    assert f["vm_level_lost_vcpu_hours"] == round(lost / 3600, 3)
+    assert f["vm_level_lost_share"] == round(lost / done, 6)
+    assert f["vm_level_goodput_vcpu_hours"] == round((done - lost) / 3600, 3)
     assert f["preemptions"] == 3
     assert f["preemptions_per_100_vm_hours"] == round(100 * 3 / (done / 3600), 4)
     assert f["backfill_survival_1h"] == 0.75   # of bf-1..8 (launched before 400 s), bf-1 and bf-2 fell short
@@ -221,7 +221,7 @@ def test_a_day_of_100_nodes_on_the_azure_trace(azure):
     assert f["requests_placed"] + f["requests_rejected"] + f["requests_failed"] == f["requests_total"]
     assert f["requests_failed"] == 0   # agents never fail here: no deadline may pass
     assert f["rejected_larger_than_node"] > 0   # the trace has 20- and 32-vCPU VMs
-    assert 0 <= f["lost_work_share"] < 1 and f["backfill_goodput_vcpu_hours"] > 0
+    assert 0 <= f["vm_level_lost_share"] < 1 and f["vm_level_goodput_vcpu_hours"] > 0
     assert f["wait_p50_s"] is not None and f["wait_p99_s"] < 60
     assert summary["events"]["vm.preempted"] == f["preemptions"] > 0
     # the books still match: every live lease the ledger holds is a VM on its node, or is on its way
@@ -278,14 +278,14 @@ def test_the_timeline_splits_time_at_bucket_edges_and_adds_up_to_the_summary():
     rows = timeline.rows(300.0, pool_vcpus=4)
     assert [r["utilization_on_demand"] for r in rows] == [0.25, 0.5, 0.25]   # 2 vCPUs of 4, 50/100/50 s
     assert [r["utilization_backfill"] for r in rows] == [0.125, 0.25, 0.125]
-    assert [r["lost_work_vcpu_hours"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["vm_level_lost_vcpu_hours"] for r in rows] == [0.0, 1.0, 1.0]
     sim = scenario(REQUESTS)
     f = sim.run()["figures"]
     rows = sim.timeline_rows()
     spans = [min(sim.timeline.bucket, END - r["start_s"]) for r in rows]
     assert sum(r["utilization_on_demand"] * s for r, s in zip(rows, spans)) / END == pytest.approx(
         f["utilization_on_demand"], abs=1e-5)
-    assert rows[-1]["lost_work_vcpu_hours"] == f["lost_work_vcpu_hours"]
+    assert rows[-1]["vm_level_lost_vcpu_hours"] == f["vm_level_lost_vcpu_hours"]
 
 
 class Terminal(io.StringIO):
@@ -326,7 +326,7 @@ def test_the_cli_draws_the_plots_from_what_it_wrote(tmp_path):
     for name in ("utilization.png", "lost_work.png", "wait_cdf.png", "survival.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     timeline = (tmp_path / "timeline.csv").read_text().splitlines()
-    assert timeline[0] == "start_s,utilization_on_demand,utilization_backfill,lost_work_vcpu_hours"
+    assert timeline[0] == "start_s,utilization_on_demand,utilization_backfill,vm_level_lost_vcpu_hours"
     assert len(timeline) == 1 + 720   # a day in buckets of two minutes
     assert cli.main(["--requests", str(AZURE_SMALL), "--plots", "--quiet"]) == 2
 
@@ -342,7 +342,7 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["default_vm_level"]["job_lost_share"] is None and out["default"]["jobs_completed"] > 0
     # the controller knows nothing of jobs but whether a worker idles, which changes nothing
     # before the last tenth of a VM's life: the same decisions either way
-    for key in ("utilization", "lost_work_share", "rejected", "preemptions"):
+    for key in ("utilization", "vm_level_lost_share", "rejected", "preemptions"):
         assert out["default"][key] == out["default_vm_level"][key], key
     assert out["goals"]["job_lost_at_most_before"]["measured"] == out["default"]["job_lost_share"]
     assert out["goals"]["job_lost_at_most_before"]["applies"] is False   # not a month of 1,000 nodes
@@ -351,7 +351,7 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
              "reserve_predictive_week", "reserve_predictive_day_soft", "reserve_predictive_week_soft", "reserve_wait"} | {p.value for p in Policy}
     assert names <= set(out)
     for name in names:
-        for key in ("utilization", "lost_work_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
+        for key in ("utilization", "vm_level_lost_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
             assert key in out[name], (name, key)
     assert out["most_recent"]["same_run_as"] == "default"
     # all 4 nodes reserved whole (12 asked): no backfill at all
@@ -432,7 +432,7 @@ def test_the_cli_compares_reserve_modes_and_takes_reserves_from_the_config(tmp_p
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["figure", "most_recent", "static=1", "predictive=day+wait=0", "hint=1:1:1",
                               "static=1+drain=false"]
-    assert any(line.startswith("requests_queued") for line in out)
+    assert any(line.startswith("requests queued for room") for line in out)
     for setting, says in (("static=x", "'static=x': static takes a whole number of nodes, not 'x'"),
                           ("wait=soon", "'wait=soon': wait takes seconds, not 'soon'"),
                           ("predictive=hourly", "predictive takes one of off, day, week, month, not 'hourly'"),
