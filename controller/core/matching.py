@@ -4,6 +4,8 @@ again when a node (re)joins.
 """
 from __future__ import annotations
 
+import itertools
+
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -49,6 +51,11 @@ class ReportMatching:
             self._touch(node.node_id)
         node.last_report = now
         node.agent_version = report.agent_version
+        # A simulated agent reports only when something changes: it says how many of its periodic
+        # samples (at the last figure) came between (a live agent's report is one sample: none)
+        held = getattr(report, "held_samples", 0)
+        if held:
+            node.fg_samples.extend(itertools.repeat(node.foreground_cpu, held))
         node.foreground_cpu = report.foreground_cpu_cores
         node.fg_samples.append(report.foreground_cpu_cores)
         self._node_reported(node.node_id)

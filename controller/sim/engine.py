@@ -73,7 +73,8 @@ from .deadlines import DeadlineChecks
 from .figures import Allocation, Timeline, reason_group, summary, summary_figures, summary_header, vm_rows
 from .traces import DemandSeries, OnDemandRequest
 from .world import (DAY, HOUR, KEPT_DETAILS, BackfillWork, HeldRoom, Report, ReservePlanner, Scripted, SimNode,
-                    SimSettings, SimVm, Store, VmLevelWork, joining_later, last_tenth_at, pool_nodes, sim_ledger)
+                    SimSettings, SimVm, Store, VmLevelWork, AGENT_SAMPLE_SECONDS, held_samples, joining_later,
+                    last_tenth_at, pool_nodes, sim_ledger)
 
 # The names other modules and the tests import from here (their homes: world.py, figures.py, deadlines.py)
 __all__ = ["DAY", "HOUR", "SAFETY_TICK_S", "DeadlineChecks", "Scripted", "SimSettings", "SimVm", "Simulation",
@@ -134,7 +135,47 @@ class SimulationResults:
         return self.timeline.rows(self.end, self.settings.pool_vcpus)
 
 
-class Simulation(SimulationResults):
+class CpuReports:
+    """How the agents' CPU figures reach the ledger between whole reports (Simulation's): a VM
+    that turned idle or busy, or idles near the end of its life. Apart so that the loop's class
+    stays readable."""
+
+    def _cpu_changed(self, vm: SimVm) -> None:
+        """A VM turned idle or busy (or its guest said so): its node reports once the event that
+        did it is over (NodeReports), or after the model's report lag."""
+        self.cpu_turned.setdefault(vm.node_id, set()).add(vm.name)
+        self.reports.changed(vm.node_id, self.now, whole=False)
+
+    def _last_tenth(self, vm: SimVm) -> None:
+        """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
+        next report shows it idle there (an agent reports every few seconds), which recycles it."""
+        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and shows_idle(vm):
+            self._cpu_changed(vm)
+
+    def _idle_near_end(self, vm: SimVm) -> None:
+        """A VM's work turned, under a policy other than idle_first: its node reports only if the
+        VM turned idle in the last tenth of its longest life, which the ledger then recycles (the
+        same report at each turn would change nothing else these policies read)."""
+        if shows_idle(vm) and recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
+            self._cpu_changed(vm)
+
+    def _cpu_report(self, node_id: str) -> None:
+        """Only the VMs' CPU and what their guests say: a whole report would also add a
+        foreground sample, and so shorten the prediction window (in samples) that volunteer
+        selection reads."""
+        turned = self.cpu_turned.pop(node_id, None)
+        node = self.nodes[node_id]
+        if not self.agents.exact_cpu:
+            resample(node.vms.values(), self.now)
+        # idle_first's clocks read only the VMs that turned: the others' would not move, as the
+        # node's load and its backfill VMs are those of its last whole report (each launch and stop
+        # reports the node), unless its load follows a demand series or sampled CPU figures may
+        # have moved (then every VM is read)
+        only = turned if self.cpu_notes_of_turned_only and node.series is None and self.agents.exact_cpu else None
+        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now, only))
+
+
+class Simulation(SimulationResults, CpuReports):
     """One run: the live ledger driven by the trace's requests and the simulated agents on a
     simulated clock (the module's doc says how); run() returns the summary, vm_rows() and
     timeline_rows() the rest of the results."""
@@ -168,6 +209,9 @@ class Simulation(SimulationResults):
         self.script = sorted(script, key=lambda step: step.at)
         self.absent = joining_later(self.script, self.nodes)   # nodes that join later: silent until then
         self.agents = agents or agent_model(settings)
+        # the agents' periodic reports between two simulated ones (each a foreground sample)
+        params = getattr(self.agents, "params", None)
+        self.sample_seconds = getattr(params, "report_seconds", 0.0) or AGENT_SAMPLE_SECONDS
         self.agents.bind(settings, list(self.nodes))
         self.vm_class = self.agents.vm_class("backfill")   # what a backfill VM reports its CPU through
         # when a node whose VM changed reports (the model's report lag)
@@ -405,7 +449,16 @@ class Simulation(SimulationResults):
         self.cpu_turned.pop(node.node_id, None)   # a whole report reads every VM
         if not self.agents.exact_cpu:
             resample(node.vms.values(), self.now)
-        self.apply(self.ledger.report(Report(node, node.foreground(self.now)), self.now))
+        window = self.ledger.settings.prediction_window
+        held = held_samples(node, self.now, self.sample_seconds, window)
+        foreground = node.foreground(self.now)
+        if foreground != node.reported_foreground and node.reported_foreground is not None and not node.settling:
+            # a live agent's next reports carry the new figure: once they fill the prediction's
+            # window, the controller predicts it (one report then stands for them all)
+            node.settling = True
+            self.at(self.now + window * self.sample_seconds, self._settled, node)
+        node.reported_foreground = foreground
+        self.apply(self.ledger.report(Report(node, foreground, held), self.now))
 
     # -- the controller's periodic jobs -------------------------------------------------------------
 
@@ -425,45 +478,16 @@ class Simulation(SimulationResults):
         self.apply(self.ledger.select(self.now, evaluation=True))
         self.at(self.now + self.settings.selection_interval_seconds, self._evaluate)
 
+    def _settled(self, node: SimNode) -> None:
+        node.settling = False
+        if node.node_id not in self.absent:
+            self.report(node)
+
     def _report_all(self, _arg: Any) -> None:
         for node in self.nodes.values():
             if node.node_id not in self.absent:
                 self.report(node)
         self.at(self.now + self.settings.report_seconds, self._report_all)
-
-    def _cpu_changed(self, vm: SimVm) -> None:
-        """A VM turned idle or busy (or its guest said so): its node reports once the event that
-        did it is over (NodeReports), or after the model's report lag."""
-        self.cpu_turned.setdefault(vm.node_id, set()).add(vm.name)
-        self.reports.changed(vm.node_id, self.now, whole=False)
-
-    def _last_tenth(self, vm: SimVm) -> None:
-        """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
-        next report shows it idle there (an agent reports every few seconds), which recycles it."""
-        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and shows_idle(vm):
-            self._cpu_changed(vm)
-
-    def _idle_near_end(self, vm: SimVm) -> None:
-        """A VM's work turned, under a policy other than idle_first: its node reports only if the
-        VM turned idle in the last tenth of its longest life, which the ledger then recycles (the
-        same report at each turn would change nothing else these policies read)."""
-        if shows_idle(vm) and recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
-            self._cpu_changed(vm)
-
-    def _cpu_report(self, node_id: str) -> None:
-        """Only the VMs' CPU and what their guests say: a whole report would also add a
-        foreground sample, and so shorten the prediction window (in samples) that volunteer
-        selection reads."""
-        turned = self.cpu_turned.pop(node_id, None)
-        node = self.nodes[node_id]
-        if not self.agents.exact_cpu:
-            resample(node.vms.values(), self.now)
-        # idle_first's clocks read only the VMs that turned: the others' would not move, as the
-        # node's load and its backfill VMs are those of its last whole report (each launch and stop
-        # reports the node), unless its load follows a demand series or sampled CPU figures may
-        # have moved (then every VM is read)
-        only = turned if self.cpu_notes_of_turned_only and node.series is None and self.agents.exact_cpu else None
-        self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now, only))
 
     def _deadline(self, lease_id: str) -> None:
         lease = self.ledger.leases.get(lease_id)

@@ -173,7 +173,8 @@ class SimVm:
 class SimNode:
     """A node and its agent: its VMs, and its foreground CPU (its demand series, else its
     on-demand VMs' vCPUs)."""
-    __slots__ = ("node_id", "address", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series")
+    __slots__ = ("node_id", "address", "cpus", "memory_mib", "images", "vms", "on_demand_vcpus", "series",
+                 "reported_at", "reported_foreground", "settling")
 
     def __init__(self, node_id: str, cpus: int, memory_mib: int, images: tuple[str, ...]) -> None:
         self.node_id = node_id
@@ -184,6 +185,9 @@ class SimNode:
         self.vms: dict[str, SimVm] = {}
         self.on_demand_vcpus = 0
         self.series: DemandSeries | None = None
+        self.reported_at: float | None = None   # its last whole report (its foreground sample)
+        self.reported_foreground: float | None = None   # ... and the figure it gave
+        self.settling = False   # a report is due once the prediction's window holds the new figure
 
     def foreground(self, now: float) -> float:
         """The node's foreground CPU as its agent reports it: its demand series, else its on-demand vCPUs."""
@@ -215,12 +219,24 @@ def pool_nodes(settings: SimSettings, images: tuple[str, ...], demand: Sequence[
     return nodes
 
 
+AGENT_SAMPLE_SECONDS = 2.0   # a live agent's report interval (nodeagent's report_seconds default)
+
+
+def held_samples(node: SimNode, now: float, interval: float, window: int) -> int:
+    """How many periodic reports the node's agent sent since its last simulated whole report (at
+    most the prediction's window: older ones no longer count), and mark this one sent."""
+    last, node.reported_at = node.reported_at, now
+    if last is None or interval <= 0:
+        return 0
+    return min(int((now - last) / interval), max(window, 0))
+
+
 class Report:
     """An agent's report (controller.core.ledger.ReportLike)."""
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
-                 "min_memory_mib", "agent_version", "vms")
+                 "min_memory_mib", "agent_version", "vms", "held_samples")
 
-    def __init__(self, node: SimNode, foreground: float) -> None:
+    def __init__(self, node: SimNode, foreground: float, held_samples: int = 0) -> None:
         self.node_id = node.node_id
         self.agent_address = node.address
         self.cpus = node.cpus
@@ -230,6 +246,10 @@ class Report:
         self.min_memory_mib = 32
         self.agent_version = "sim"
         self.vms = list(node.vms.values())
+        # the periodic samples its agent took since its last simulated report, at the foreground
+        # figure of that report: a live agent reports every few seconds, and the controller's
+        # prediction of foreground demand is a moving average over its reports
+        self.held_samples = held_samples
 
 
 SCRIPTED_ACTIONS = ("join", "release")
