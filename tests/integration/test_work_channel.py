@@ -41,10 +41,13 @@ def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(ag
     stub.LaunchDomain(launch_request(volunteer, kernel_cmdline=jobs))
     stub.LaunchDomain(launch_request(foreground, role=agent_pb2.ROLE_ON_DEMAND, kernel_cmdline=jobs))
     console = agent.state_dir / "console"
+    # the whole ready line (a read may catch it half written: it failed once on "work_channel=/")
     wait_for_console(console / f"{volunteer}.log", "GLEANER-READY workload=jobs", 120)
     wait_for_console(console / f"{foreground}.log", "GLEANER-READY workload=jobs", 120)
+    wait_for_console(console / f"{volunteer}.log", "work_channel=/dev/vport", 10)
+    wait_for_console(console / f"{foreground}.log", "work_channel=none", 10)   # on-demand VMs have no port
     assert "work_channel=/dev/vport" in console_text(console / f"{volunteer}.log")
-    assert "work_channel=none" in console_text(console / f"{foreground}.log")   # on-demand VMs have no port
+    assert "work_channel=none" in console_text(console / f"{foreground}.log")
     seen: list[tuple[str, float]] = []
     deadline = time.monotonic() + 25
     while time.monotonic() < deadline:
