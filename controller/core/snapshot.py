@@ -330,19 +330,6 @@ def summed(node: NodeView, vms: Sequence[VmView], unexplained: Size = ZERO) -> N
         victim_ladder=VictimLadder.of(victims, any(vm.busy_since is not None for vm in victims)))
 
 
-def room_after_transit(node: NodeView, vms: Sequence[VmView], want: Size) -> bool:
-    """Whether `want` would fit on the node, by preemption if need be, once its backfill VMs that
-    cannot be preempted now (starting or stopping) are done: room backfill holds only for a moment."""
-    vcpus = memory = 0
-    for vm in vms:
-        if vm.role is VmRole.BACKFILL and not vm.preemptible:
-            vcpus += vm.size.vcpus
-            memory += vm.size.memory_mib
-    return node.up and (vcpus or memory) > 0 and \
-        want.vcpus <= node.capacity.vcpus - node.pinned.vcpus + vcpus and \
-        want.memory_mib <= node.capacity.memory_mib - node.pinned.memory_mib + memory
-
-
 def is_victim(vm: VmView) -> bool:
     """Whether preemption may stop this VM."""
     return vm.role is VmRole.BACKFILL and vm.preemptible
