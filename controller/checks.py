@@ -16,7 +16,7 @@ from protos import controller_pb2
 from protos.words import VM_ROLE, from_wire
 
 from .core.records import Reserve
-from .core.records import BackfillConfig, Policy
+from .core.records import INTERRUPTIONS, BackfillConfig, Policy
 from .core.reserve_settings import ReserveError, ReserveSettings
 
 MAX_VCPUS = 1024                      # one VM; no host we know of has more
@@ -35,7 +35,9 @@ MAX_SEQ = 2**63 - 1
 REPORT_ROLES = ("on_demand", "backfill")
 CLOCK_SKEW_SECONDS = 86400            # a VM's launch time may be this far in the agent's future
 BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb": int, "vcpus": int,
-                 "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int}
+                 "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int,
+                 "interruption": str, "hibernate_wait_seconds": int}
+MAX_HIBERNATE_WAIT_SECONDS = 30 * 86400   # a month: past it, a saved job is better run again elsewhere
 RESERVE_KEYS = {"static_nodes": int, "predictive": str, "slot_seconds": int, "utc_offset_seconds": int,
                 "wait_seconds": float, "lead_seconds": float, "max_waiting": int, "drain": bool}
 
@@ -76,6 +78,9 @@ def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
     bounded(config.duration_seconds, 60, MAX_DURATION_SECONDS, "duration_seconds", "s")
     bounded(config.retry_seconds, 1, MAX_RETRY_SECONDS, "retry_seconds", "s")
     bounded(config.grace_seconds, 0, MAX_GRACE_SECONDS, "grace_seconds", "s")
+    if config.interruption not in INTERRUPTIONS:
+        raise InvalidField("interruption", f"{str(config.interruption)[:40]!r} is not one of {', '.join(INTERRUPTIONS)}")
+    bounded(config.hibernate_wait_seconds, 60, MAX_HIBERNATE_WAIT_SECONDS, "hibernate_wait_seconds", "s")
     ids.image(config.image)
     return config
 

@@ -1,7 +1,7 @@
 """Carrying out the books' effects, for the live service and the simulator alike.
 
 The books (controller.core.ledger) answer every input with a list of effects: Writes (rows and
-audit events) and the calls they authorise (Launch, Stop). Both drivers carry them out by the
+audit events) and the calls they authorise (Launch, Stop, Resume). Both drivers carry them out by the
 same rules, here:
 
 - every Write of the list is committed first, in one transaction; if that fails, nothing else
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from .core.records import FILL_EVENTS, Audit, Effect, Launch, Stop, Write
+from .core.records import FILL_EVENTS, Audit, Effect, Launch, Resume, Stop, Write
 
 
 class Carrier(Protocol):
@@ -34,7 +34,11 @@ class Carrier(Protocol):
         """Ask the agent to launch the lease's VM; its answer goes back to the books."""
 
     def stop(self, stop: Stop, after: Launch | None) -> None:
-        """Ask the agent to stop the VM; `after`: only once that launch has been answered."""
+        """Ask the agent to stop the VM (or to save it: stop.hibernate); `after`: only once that
+        launch has been answered."""
+
+    def resume(self, resume: Resume) -> None:
+        """Ask the agent to restore a hibernated VM; its answer goes back to the books (resume_done)."""
 
 
 def carry_out(effects: Sequence[Effect], carrier: Carrier) -> bool:
@@ -59,6 +63,8 @@ def carry_out(effects: Sequence[Effect], carrier: Carrier) -> bool:
             carrier.launch(effect)
         elif type(effect) is Stop:
             carrier.stop(effect, first_launch.get(effect.lease.node_id) if effect.after_launch else None)
+        elif type(effect) is Resume:
+            carrier.resume(effect)
     return fill
 
 

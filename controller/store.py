@@ -94,6 +94,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX events_at ON events (at);
     CREATE INDEX requests_resolved ON requests (created_at) WHERE outcome != 'pending';
     """,
+    # 4 -> 5: hibernation (issue 25): a lease's time asleep, and when its current sleep began
+    """
+    ALTER TABLE leases ADD COLUMN slept_seconds REAL NOT NULL DEFAULT 0;
+    ALTER TABLE leases ADD COLUMN hibernated_at REAL;
+    """,
 ]
 # Decisions are acted on the moment they are written: a commit must survive a power cut, not
 # only a crash of the process (which NORMAL already survives in WAL mode). Measured with

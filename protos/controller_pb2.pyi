@@ -289,7 +289,7 @@ class ListVmsResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class BackfillConfig(_message.Message):
-    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds")
+    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds", "interruption", "hibernate_wait_seconds")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     MAX_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +299,8 @@ class BackfillConfig(_message.Message):
     TERMINATION_POLICY_FIELD_NUMBER: _ClassVar[int]
     RETRY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTION_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATE_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     max_instances: int
     image: str
@@ -308,14 +310,16 @@ class BackfillConfig(_message.Message):
     termination_policy: str
     retry_seconds: int
     grace_seconds: int
-    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ...) -> None: ...
+    interruption: str
+    hibernate_wait_seconds: int
+    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ..., interruption: _Optional[str] = ..., hibernate_wait_seconds: _Optional[int] = ...) -> None: ...
 
 class GetBackfillRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class SetBackfillRequest(_message.Message):
-    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds")
+    __slots__ = ("enabled", "max_instances", "image", "memory_mb", "vcpus", "duration_seconds", "termination_policy", "retry_seconds", "grace_seconds", "interruption", "hibernate_wait_seconds")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     MAX_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
@@ -325,6 +329,8 @@ class SetBackfillRequest(_message.Message):
     TERMINATION_POLICY_FIELD_NUMBER: _ClassVar[int]
     RETRY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTION_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATE_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     max_instances: int
     image: str
@@ -334,7 +340,9 @@ class SetBackfillRequest(_message.Message):
     termination_policy: str
     retry_seconds: int
     grace_seconds: int
-    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ...) -> None: ...
+    interruption: str
+    hibernate_wait_seconds: int
+    def __init__(self, enabled: _Optional[bool] = ..., max_instances: _Optional[int] = ..., image: _Optional[str] = ..., memory_mb: _Optional[int] = ..., vcpus: _Optional[int] = ..., duration_seconds: _Optional[int] = ..., termination_policy: _Optional[str] = ..., retry_seconds: _Optional[int] = ..., grace_seconds: _Optional[int] = ..., interruption: _Optional[str] = ..., hibernate_wait_seconds: _Optional[int] = ...) -> None: ...
 
 class Reserve(_message.Message):
     __slots__ = ("node_id", "vcpus", "memory_mib", "whole_node")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .records import (BLANK_LEASE, IN_TRANSIT, REACTS, TERMINAL, ZERO, BackfillConfig, Lease,
+from .records import (BLANK_LEASE, HIBERNATED, IN_TRANSIT, REACTS, TERMINAL, ZERO, BackfillConfig, Lease,
                       LedgerSettings, RequestRecord, Size, VmRole, replace)
 
 
@@ -37,6 +37,7 @@ class NodeState:
     min_memory_mib: int = 0
     unexplained: Size = ZERO           # VMs the node runs that no live lease explains
     redrive: bool = False              # unfinished leases here wait for this node's next report
+    hibernation_budget_mib: int = 0    # disk its agent lets hibernated VMs use (0: it hibernates none)
 
 
 _SIZES: dict[tuple[int, int], Size] = {}
@@ -67,6 +68,7 @@ class Books:
         self._timed: dict[str, Lease] = {}   # the leases with a deadline, in the order of self.leases
         self._waiting_on: dict[str, int] = {}   # node -> its leases in state waiting
         self._in_transit: dict[str, int] = {}   # node -> its backfill leases IN_TRANSIT
+        self._asleep_on: dict[str, int] = {}    # node -> its hibernated leases
         self._reacting_on: dict[str, int] = {}  # node -> its leases a report showing their VM acts on (REACTS)
         self.by_node: dict[str, dict[str, Lease]] = {}
         # node -> VM name -> its live lease, in by_node's order (a VM name names one live lease: the
@@ -121,6 +123,8 @@ class Books:
             return
         if booked.state == "waiting":
             self._waiting_on[booked.node_id] -= 1
+        if booked.state == HIBERNATED:
+            self._asleep_on[booked.node_id] -= 1
         if booked.state in REACTS:
             self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
@@ -148,6 +152,8 @@ class Books:
                 self._timed.pop(lease_id, None)
             if old_state == "waiting":
                 self._waiting_on[old_node] -= 1
+            if old_state == HIBERNATED:
+                self._asleep_on[old_node] -= 1
             if old_state in IN_TRANSIT and old.role == "backfill":
                 left = self._in_transit.pop(old_node) - 1
                 if left:
@@ -166,6 +172,8 @@ class Books:
                 self._timed[lease_id] = lease
             if state == "waiting":
                 self._waiting_on[node_id] = self._waiting_on.get(node_id, 0) + 1
+            if state == HIBERNATED:
+                self._asleep_on[node_id] = self._asleep_on.get(node_id, 0) + 1
             if state in IN_TRANSIT and lease.role == "backfill":
                 self._in_transit[node_id] = self._in_transit.get(node_id, 0) + 1
             if state in REACTS:

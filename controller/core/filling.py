@@ -13,7 +13,7 @@ import numpy as np
 
 from .backfill_plan import plan_backfill
 from .books import AUDIT_NODES
-from .records import (DRAINED, Audit, BackfillConfig, Effect, Launch, Reserve, VmRole,
+from .records import (DRAINED, HIBERNATED, Audit, BackfillConfig, Effect, Launch, Lease, Reserve, Size, VmRole,
                       Write)
 from .reserve_settings import Hint, PredictiveMode, ReserveSettings
 from .reserves import (DemandHistory, ReserveTarget, late_hint_note, live_hints, plan_for_pool, reserve_target,
@@ -137,11 +137,21 @@ class Filling:
                                   f"recycled after {config.duration_seconds} s")
         size = config.size
         for node_id in lanes.cap(plan.launches):
+            asleep = self._oldest_asleep(node_id, size) if self._asleep_on.get(node_id) else None
+            if asleep is not None:   # a hibernated VM takes its node's room back before a new one
+                effects += self._resume(asleep, now)
+                continue
             lease = self._new_lease(VmRole.BACKFILL, node_id, size, config.image, "backfill", "starting",
                                     now, now + self.settings.launch_timeout)
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
         return effects
+
+    def _oldest_asleep(self, node_id: str, room: Size) -> Lease | None:
+        """The node's VM hibernated longest that fits the room of one backfill VM (None: none)."""
+        asleep = [l for l in self.by_node.get(node_id, {}).values()
+                  if l.state == HIBERNATED and l.vcpus <= room.vcpus and l.memory_mib <= room.memory_mib]
+        return min(asleep, key=lambda l: (l.hibernated_at or 0.0, l.lease_id), default=None)
 
     def _keep_reserve(self, now: float) -> list[Effect]:
         """Balancer's reserve: choose the nodes to keep free of backfill (pure: plan_for_pool), mark

@@ -4,8 +4,8 @@ and never while its node runs more than the books explain.
 """
 from __future__ import annotations
 
-from .records import (DRAINED, STOP_UNCONFIRMED, STOPS, VICTIM, Audit, Effect, Launch,
-                      Lease, LeaseError, Stop, Write, replace, stop_event, work)
+from .records import (DISCARDED, DRAINED, HIBERNATED, RESUMING, STOP_UNCONFIRMED, STOPS, VICTIM, Audit, Effect,
+                      Launch, Lease, LeaseError, Resume, Stop, Write, replace, stop_event, work)
 
 
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
@@ -80,15 +80,72 @@ class Lifecycle:
         lease = self.leases.get(lease_id)
         if lease is None or lease.state not in STOPS:
             return []   # a report already showed it gone
+        if not ok and lease.ending == HIBERNATED:
+            return self._hibernate_refused(lease, detail, now)
         if not ok:
             self.retry_at[lease_id] = now + self.settings.retry_seconds
             return [Write(events=(Audit("vm.stop_failed", lease.node_id, lease_id, dict(
                 vm=lease.vm_name, error=detail, retry_in_s=self.settings.retry_seconds,
                 gives_up_in_s=round((lease.deadline or now) - now, 1))),))]
+        if lease.ending == HIBERNATED and outcome == HIBERNATED:
+            return self._hibernated(lease, now, seconds, detail)
         return self._stopped(lease, now, dict(stopped=outcome, seconds=round(seconds, 3), detail=detail))
+
+    # -- hibernation (interruption = "hibernate") ---------------------------------------------------
+
+    def _hibernated(self, lease: Lease, now: float, seconds: float, detail: str) -> list[Effect]:
+        """A victim's state is saved: its lease is kept, holding nothing, until it is resumed or
+        waits past the limit; its work is not lost. A request waiting for its room may start."""
+        limit = self.backfill.hibernate_wait_seconds
+        asleep = self._book(replace(lease, state=HIBERNATED, hibernated_at=now, deadline=now + limit,
+                                    ending="ended"), now)
+        record = self.requests.get(lease.request_id)
+        write = Write(updated=(asleep,), events=(Audit("vm.hibernated", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, cause=lease.end_reason.removeprefix("preempted: "), path=record.path if record else "",
+            policy=self.backfill.termination_policy.value, seconds=round(seconds, 3), detail=detail,
+            work_kept_vcpu_seconds=round(work(asleep, now), 1), discarded_after_s=limit)),))
+        return [write] + self._start_waiting(lease.node_id, now)
+
+    def _hibernate_refused(self, lease: Lease, detail: str, now: float) -> list[Effect]:
+        """The agent could not save the victim (its budget is spent, its disk short, the save
+        failed): it is terminated as a victim is under interruption = "terminate"."""
+        grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
+        refused = Write(events=(Audit("vm.hibernate_refused", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, error=detail, then="terminated instead: its work since launch is lost")),))
+        return [refused] + self._stop(lease, grace, now, lease.end_reason, state=lease.state)
+
+    def resume_done(self, lease_id: str, ok: bool, detail: str, now: float) -> list[Effect]:
+        """The agent's answer to a resume: the VM runs on with its work (its time asleep is not
+        work), or, restored not, is discarded with its work lost."""
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state not in (RESUMING, "cancelling") or lease.hibernated_at is None:
+            return []   # ended meanwhile, or answered twice
+        if not ok:
+            return self._discard(lease, f"its resume failed: {detail}", now)
+        slept = now - lease.hibernated_at
+        awake = replace(lease, slept_seconds=lease.slept_seconds + slept, hibernated_at=None)
+        if lease.state == "cancelling":   # preempted or released while it resumed
+            return self._stop_cancelled(self._book(awake, now), now, launched=lease.launched_at or now)
+        running = self._book(replace(awake, state="running", deadline=None, end_reason="", request_id=""), now)
+        return [Write(updated=(running,), events=(Audit("vm.resumed", lease.node_id, lease_id, dict(
+            vm=lease.vm_name, slept_s=round(slept, 3), work_vcpu_seconds=round(work(running, now), 1))),))]
+
+    def _resume(self, lease: Lease, now: float) -> list[Effect]:
+        """Book a hibernated VM resuming (written before the call), and ask its agent."""
+        resuming = self._book(replace(lease, state=RESUMING, deadline=now + self.settings.launch_timeout,
+                                      end_reason="", request_id=""), now)   # no request is its any more
+        return [Write(updated=(resuming,), events=(Audit("vm.resuming", lease.node_id, lease.lease_id, dict(
+            vm=lease.vm_name, slept_s=round(now - (lease.hibernated_at or now), 3))),)), Resume(resuming)]
+
+    def _discard(self, lease: Lease, why: str, now: float) -> list[Effect]:
+        """Give up a hibernated VM: its agent deletes the domain and its saved state; its work is
+        lost now (the stop's event says how much)."""
+        return self._stop(lease, 0, now, DISCARDED + why, state="stopping", force=True)
 
     def _stopped(self, lease: Lease, now: float, how: dict) -> list[Effect]:
         """A stop confirmed (by the agent, or by the node's report no longer showing the VM)."""
+        if lease.ending == HIBERNATED:   # gone before its save was confirmed: stopped, its work lost
+            lease = replace(lease, ending="ended")
         kind = stop_event(lease)
         detail = dict(vm=lease.vm_name, **how)
         if lease.state in VICTIM:
@@ -96,7 +153,7 @@ class Lifecycle:
             detail.update(cause=lease.end_reason.removeprefix("preempted: "), path=record.path if record else "",
                           policy=self.backfill.termination_policy.value,
                           work_lost_vcpu_seconds=round(work(lease, now), 1))
-        elif lease.end_reason.startswith(DRAINED):   # its work is lost as a victim's is
+        elif lease.end_reason.startswith((DRAINED, DISCARDED)):   # its work is lost as a victim's is
             detail.update(work_lost_vcpu_seconds=round(work(lease, now), 1))
         write = self._end(lease, lease.ending, lease.end_reason or "stopped", now, kind=kind, detail=detail)
         return [write] + self._start_waiting(lease.node_id, now)
@@ -162,7 +219,9 @@ class Lifecycle:
         if lease.state == "lost":
             return lease, [self._end(lease, "ended", "released while its node did not report it", now,
                                      kind="vm.released")]
-        if lease.state == "starting":  # the launch may land any moment: stop it once it has
+        if lease.state == HIBERNATED:   # its saved state goes with it
+            return lease, self._stop(lease, 0, now, "released while hibernated", force=True)
+        if lease.state in ("starting", RESUMING):  # the launch may land any moment: stop it once it has
             cancelling = self._book(replace(lease, state="cancelling", end_reason="released while starting",
                                             deadline=now + self.settings.launch_timeout + grace +
                                             self.settings.stop_timeout), now)
@@ -226,6 +285,11 @@ class Lifecycle:
         if lease.state == "lost":
             return [self._end(lease, "ended", f"lost for {self.settings.lost_expiry:g} s and never seen again", now,
                               kind="vm.gone")]
+        if lease.state == HIBERNATED:
+            return self._discard(lease, f"hibernated for {now - (lease.hibernated_at or now):.0f} s, past the "
+                                        f"limit of {self.backfill.hibernate_wait_seconds} s", now)
+        if lease.state == RESUMING:
+            return self._discard(lease, "its resume was not confirmed in time", now)
         if lease.state in STOPS:   # the VM may still run: a waiting lease never starts beside it
             if lease.state in VICTIM:
                 self.unconfirmed.add(lease.lease_id)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from .books import NodeState
 from .bucket import Bucket
-from .records import (NOT_YET_LAUNCHED, VICTIM, ZERO, Audit, Effect, Launch, Lease,
-                      ReportedVmLike, ReportLike, Size, Stop, VmRole, Write, launch_time, replace)
+from .records import (NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
+                      ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace)
 
 
 class ReportMatching:
@@ -51,6 +51,8 @@ class ReportMatching:
             self._touch(node.node_id)
         node.last_report = now
         node.agent_version = report.agent_version
+        # an agent that hibernates says how much disk it lets saved VMs use (older agents: none)
+        node.hibernation_budget_mib = int(getattr(report, "hibernation_budget_bytes", 0) or 0) >> 20
         # A simulated agent reports only when something changes: it says how many of its periodic
         # samples (at the last figure) came between (a live agent's report is one sample: none)
         held = getattr(report, "held_samples", 0)
@@ -254,6 +256,8 @@ class ReportMatching:
                 launches.append(Launch(lease))   # the agent launches by name: a second ask is harmless
             elif lease.state == "cancelling":
                 stops.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
+            elif lease.state == RESUMING:
+                launches.append(Resume(lease))   # the agent resumes by name: a second ask is harmless
             elif lease.state == "stopping" or lease.state in VICTIM:
                 grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
                 stops.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0),
@@ -263,5 +267,6 @@ class ReportMatching:
         effects = launches + stops
         if effects:
             effects.insert(0, Write(events=(Audit("node.redriven", node_id, detail=dict(
-                launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects))),)))
+                launches=sum(isinstance(e, Launch) for e in effects), stops=sum(isinstance(e, Stop) for e in effects),
+                resumes=sum(isinstance(e, Resume) for e in effects))),)))
         return effects + self._start_waiting(node_id, now)

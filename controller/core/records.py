@@ -15,7 +15,15 @@ Lease states, what each holds on its node, and how it ends (every waiting state 
     on_notice    a victim beside the VM that took its vCPUs       memory         notice + stop -> failed
     preempting   a victim whose room a waiting lease holds        nothing        grace + stop -> failed
     lost         its node is down or stopped reporting it         vCPUs, memory  a day -> ended (or running, ended)
+    hibernated   a victim saved to disk (interruption=hibernate)  nothing        wait limit -> discarded, ended
+    resuming     a hibernated VM asked to restore and run         vCPUs, memory  launch timeout -> discarded, failed
     ended/failed terminal                                         nothing
+
+A victim under interruption = "hibernate" goes on_notice or preempting as any victim, with ending
+"hibernated": the stop asked of its agent saves the VM's state instead of shutting it down, and
+a confirmed save makes the lease hibernated (kept, holding nothing) rather than ended. The
+launcher resumes hibernated VMs on their node before it launches new ones; one that waits past
+the limit is discarded (stopped, its state deleted), and only then is its work lost.
 
 Request outcomes: pending -> placed | rejected | failed, or cancelled while queued for room.
 """
@@ -133,6 +141,14 @@ class BackfillConfig:
     termination_policy: Policy = Policy.MOST_RECENT
     retry_seconds: int = 300
     grace_seconds: int = 10
+    # What a victim's preemption does to it: "terminate" (shut down, its work lost) or "hibernate"
+    # (saved to its node's disk, resumed there when room returns, discarded after hibernate_wait_seconds)
+    interruption: str = "terminate"
+    hibernate_wait_seconds: int = 86400
+
+    @property
+    def hibernates(self) -> bool:
+        return self.interruption == HIBERNATE
 
     @property
     def size(self) -> Size:
@@ -148,26 +164,35 @@ class BackfillConfig:
 
 
 
+INTERRUPTIONS = ("terminate", "hibernate")
+HIBERNATE = "hibernate"
+
+
 # -- lease states ------------------------------------------------------------------------------
 
-HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost"})
+HIBERNATED = "hibernated"   # a victim's VM saved to its node's disk: kept, holding nothing
+RESUMING = "resuming"       # a hibernated VM asked to restore
+HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost", RESUMING})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
 # A backfill VM in one of these states holds room placement cannot take by preemption yet (it is
 # starting, or already stopping): the room comes free, or preemptible, by the lease's deadline.
-IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice"})
-NOT_YET_LAUNCHED = frozenset({"starting", "waiting"})   # a report need not show their VM
+IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice", RESUMING})
+# A report need not show their VM (not launched yet, or saved: a hibernated VM runs nowhere; a
+# lost state file shows when it is resumed)
+NOT_YET_LAUNCHED = frozenset({"starting", "waiting", HIBERNATED, RESUMING})
 REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
 STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 STOP_UNCONFIRMED = "the stop was not confirmed in time"   # how a stop that expired ends its lease
 DRAINED = "reserved: "   # the end reason of a backfill VM stopped to keep its node free for a reserve
+DISCARDED = "discarded: "   # ... of a hibernated VM given up (waited too long, or its resume failed)
 # Audit events after which the backfill launcher runs at once (room was freed or a node came),
 # rather than at its next retry: the live controller and the simulator both read this.
 FILL_EVENTS = frozenset({"node.joined", "node.rejoined", "node.up", "vm.stopped", "vm.preempted", "vm.released",
                          "vm.recycled", "vm.gone", "vm.launch_failed", "request.expired", "vm.stop_expired",
-                         "vm.drained"})
+                         "vm.drained", "vm.hibernated", "vm.discarded"})
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -189,7 +214,10 @@ class Lease:
     end_reason: str = ""
     deadline: float | None = None   # when the state it is in gives up
     request_id: str = ""            # on-demand: its request; a victim: the request it makes way for
-    ending: str = "ended"           # the terminal state a stop leads to (failed for an abandoned launch)
+    ending: str = "ended"           # the terminal state a stop leads to (failed for an abandoned launch;
+                                    # hibernated: the stop is a save, and the lease is kept)
+    slept_seconds: float = 0.0      # time spent hibernated before its current run (not work)
+    hibernated_at: float | None = None   # when its current hibernation began (None: not hibernated)
 
     @property
     def size(self) -> Size:
@@ -282,8 +310,20 @@ class Stop:
     # way, which made the on-demand VM wait the victim's whole shutdown. Measured: 1.3-2.5 s.
     after_launch: bool = False
 
+    @property
+    def hibernate(self) -> bool:
+        """The stop saves the VM's state (its lease is kept) rather than shutting it down."""
+        return self.lease.ending == HIBERNATED
 
-Effect = Write | Launch | Stop
+
+@plain_init
+@dataclass(frozen=True)
+class Resume:
+    """Restore a hibernated VM on its node (paused, its volunteer settings applied, then run)."""
+    lease: Lease
+
+
+Effect = Write | Launch | Stop | Resume
 
 
 # -- inputs ----------------------------------------------------------------------------------------
@@ -364,7 +404,8 @@ class LeaseError(ValueError):
         self.not_found = not_found
 
 
-STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"))
+STOP_EVENTS = (("released", "vm.released"), ("recycled", "vm.recycled"), (DRAINED, "vm.drained"),
+               (DISCARDED, "vm.discarded"))
 
 
 def stop_event(lease: Lease) -> str:
@@ -380,5 +421,7 @@ def launch_time(lease: Lease) -> float:
 
 
 def work(lease: Lease, now: float) -> float:
-    """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds."""
-    return max(now - launch_time(lease), 0.0) * lease.vcpus
+    """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds, without the time it
+    spent hibernated (a hibernated VM's work stands still from its save)."""
+    until = lease.hibernated_at if lease.hibernated_at is not None else now
+    return max(until - launch_time(lease) - lease.slept_seconds, 0.0) * lease.vcpus

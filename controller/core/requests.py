@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from .policy import Decision, Preempt, Reject, place_on_demand
-from .records import (Ask, Audit, Effect, Launch, Lease, RequestRecord,
+from .hibernation import interruptions
+from .records import (HIBERNATED, RESUMING, Ask, Audit, Effect, Launch, Lease, RequestRecord,
                       Size, VmRole, Write, replace, stable_seed, work)
 from .reserves import (may_wait, wait_decision)
 from .snapshot import IDLE, Pool
@@ -151,8 +152,10 @@ class Requests:
         lease = self._new_lease(VmRole.ON_DEMAND, node, want, ask.image, ask.owner, state, now, deadline,
                                 ask.request_id)
         cause = f"on-demand request {ask.request_id} ({ask.vcpus} vCPUs, {ask.memory_mib} MiB)"
+        saves, discards = self._interruptions(node, victims, now)
         stopped = [replace(v, state="on_notice" if path == "instant" else "preempting", deadline=victim_deadline,
-                           request_id=ask.request_id, end_reason=f"preempted: {cause}") for v in victims]
+                           request_id=ask.request_id, end_reason=f"preempted: {cause}",
+                           ending=HIBERNATED if v.lease_id in saves else "ended") for v in victims]
         seen = [self._busy_detail(v, now) for v in victims]   # from their views as placement read them
         self._book(lease, now)
         for v in stopped:
@@ -167,7 +170,9 @@ class Requests:
             decided_ms=round(record.decided_ms, 3), waited_s=round(now - created_at, 3)))]
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
                                                                   path=path, notice_s=stop_grace,
-                                                                  work_lost_vcpu_seconds=round(work(v, now), 1),
+                                                                  interruption="hibernate" if v.lease_id in saves
+                                                                  else "terminate",
+                                                                  work_at_stake_vcpu_seconds=round(work(v, now), 1),
                                                                   **detail))
                    for v, detail in zip(victims, seen)]
         events += [Audit("vm.preempting", node, v.lease_id, dict(vm=v.vm_name, cause=cause, policy=policy.value,
@@ -178,7 +183,25 @@ class Requests:
         if state == "starting":
             effects.append(Launch(lease))
         effects += [self._ask_stop(v, stop_grace, after_launch=path == "instant") for v in stopped]
+        for lease_id in discards:   # saved VMs with less at stake give the victims their disk
+            effects += self._discard(self.leases[lease_id], "its node's hibernation budget went to a victim with "
+                                     "more work at stake", now)
         return effects + transit_effects
+
+    def _interruptions(self, node_id: str, victims: list[Lease], now: float) -> tuple[frozenset[str], tuple[str, ...]]:
+        """Which victims are saved rather than terminated (interruption = "hibernate", within the
+        node's budget), and which saved VMs are discarded to make room for them."""
+        if not victims or not self.backfill.hibernates:
+            return frozenset(), ()
+        node = self.nodes.get(node_id)
+        budget = node.hibernation_budget_mib if node is not None else 0
+        on_node = self.by_node.get(node_id, {}).values()
+        asleep = [l for l in on_node if l.state == HIBERNATED]
+        saving = sum(l.memory_mib for l in on_node if l.ending == HIBERNATED)
+        plan = interruptions([(v.lease_id, v.memory_mib, work(v, now)) for v in victims],
+                             [(l.lease_id, l.memory_mib, work(l, now)) for l in asleep],
+                             budget - saving - sum(l.memory_mib for l in asleep))
+        return frozenset(plan.hibernate), plan.discard
 
     def _stop_in_transit(self, transit: list[Lease], cause: str, request_id: str, deadline: float,
                          now: float) -> tuple[tuple[Lease, ...], list[Effect]]:
@@ -189,7 +212,7 @@ class Requests:
         booked: list[Lease] = []
         effects: list[Effect] = []
         for v in transit:
-            if v.state == "starting":
+            if v.state in ("starting", RESUMING):
                 booked.append(self._book(replace(v, state="cancelling", deadline=max(v.deadline or now, deadline),
                                                  request_id=request_id, end_reason=f"preempted: {cause}"), now))
             elif v.state == "lost":

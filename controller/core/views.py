@@ -148,7 +148,9 @@ class Views:
         # VmView(...) without the frozen dataclass's __init__ (a field at a time): one per booking
         vm = object.__new__(VmView)
         vm.__dict__.update(vm_id=lease.lease_id, node_id=lease.node_id, role=ROLES[lease.role],
-                           size=shared_size(vcpus, memory), launched_at=lease.launched_at or lease.created_at,
+                           size=shared_size(vcpus, memory),
+                           # a resumed VM's work began later by its time asleep (the policies weigh work)
+                           launched_at=(lease.launched_at or lease.created_at) + lease.slept_seconds,
                            preemptible=lease.role == "backfill" and state == "running")
         if lease.role == "on_demand":
             vm.__dict__["placed"] = (lease.created_at, lease.request_id)

@@ -82,7 +82,11 @@ AGENT_HELP = dict(
                    "at once)",
     cpu_idle_cores="an idle guest's CPU figure in cores",
     cpu_busy_share="a busy vCPU's figure as a share of a core",
-    cpu_noise_cores="standard deviation of a CPU sample in cores")
+    cpu_noise_cores="standard deviation of a CPU sample in cores",
+    save_p50_seconds="median seconds to save a hibernated VM's state (interruption=hibernate)",
+    save_p99_seconds="99th percentile of the same",
+    restore_p50_seconds="median seconds to restore a hibernated VM",
+    restore_p99_seconds="99th percentile of the same")
 
 
 class SimUsage(Exception):
@@ -139,7 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"would swamp any pool; for swf and csv the trace runs as it is unless --load is given")
     p.add_argument("--backfill", nargs="*", default=[], metavar="KEY=VALUE",
                    help="backfill settings as for `gleanctl backfill set` (enabled=true, max_instances, image, "
-                        "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds); "
+                        "memory_mb, vcpus, duration_seconds, termination_policy, retry_seconds, grace_seconds, interruption=terminate|hibernate, "
+                        "hibernate_wait_seconds); "
                         "the controller's defaults otherwise (backfill disabled)")
     p.add_argument("--backfill-jobs", type=Path, metavar="FILE.swf",
                    help="task-level backfill: backfill VMs run the jobs of this SWF trace (plain or gzipped) from "

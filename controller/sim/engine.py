@@ -72,6 +72,7 @@ from .agents import AgentModel, LaunchAnswer, NodeReports, StopAnswer, agent_mod
 from .deadlines import DeadlineChecks
 from .figures import Allocation, Timeline, reason_group, summary, summary_figures, summary_header, vm_rows
 from .traces import DemandSeries, OnDemandRequest
+from .hibernation import HIBERNATION_EVENTS, SimHibernation
 from .world import (DAY, HOUR, KEPT_DETAILS, BackfillWork, HeldRoom, Report, ReservePlanner, Scripted, SimNode,
                     SimSettings, SimVm, Store, VmLevelWork, AGENT_SAMPLE_SECONDS, held_samples, joining_later,
                     last_tenth_at, pool_nodes, sim_ledger)
@@ -124,6 +125,7 @@ class SimulationResults:
             work=self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions),
             events=self.events_run + self.checks_dropped, wall=self.wall,
             stopped_early=self.stopped_early_at is not None)
+        figures.update(self.hibernation_figures())
         return summary(header, figures, store.events)
 
     def vm_rows(self) -> list[dict[str, Any]]:
@@ -175,7 +177,7 @@ class CpuReports:
         self.apply(self.ledger.note_cpu(Report(node, node.foreground(self.now)), self.now, only))
 
 
-class Simulation(SimulationResults, CpuReports):
+class Simulation(SimulationResults, CpuReports, SimHibernation):
     """One run: the live ledger driven by the trace's requests and the simulated agents on a
     simulated clock (the module's doc says how); run() returns the summary, vm_rows() and
     timeline_rows() the rest of the results."""
@@ -237,6 +239,7 @@ class Simulation(SimulationResults, CpuReports):
         self.rejected_due_to_backfill = self.rejected_larger_than_node = 0
         self.lost_vcpu_seconds = 0.0
         self.preemptions = 0
+        self._init_hibernation()
         self.timeline = Timeline(self.end, settings.timeline_seconds)
         self.allocated = Allocation(self.timeline)   # vCPUs allocated by role, integrated over time
         self.wall = 0.0
@@ -363,6 +366,8 @@ class Simulation(SimulationResults, CpuReports):
                 self.drained += 1
             self.lost_vcpu_seconds += lost
             self.timeline.lost_work(self.now, lost)
+        elif kind in HIBERNATION_EVENTS:
+            self._hibernation_event(kind, event.detail)
         elif kind == "request.queued":   # its window closes then: a tick rejects it
             self.queued += 1
             self.at(event.detail["deadline"], self._safety_tick, False)
@@ -409,7 +414,12 @@ class Simulation(SimulationResults, CpuReports):
         self.reports.changed(node.node_id, self.now, whole=True)
 
     def _stopping(self, stop: Stop) -> None:
+        if stop.hibernate:
+            self._saving(stop)
+            return
         lease = stop.lease
+        if self.asleep and lease.lease_id in self.asleep:
+            self._discarding(lease)
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
         if vm is not None and lease.state == "on_notice" and not vm.noticed:
@@ -458,7 +468,9 @@ class Simulation(SimulationResults, CpuReports):
             node.settling = True
             self.at(self.now + window * self.sample_seconds, self._settled, node)
         node.reported_foreground = foreground
-        self.apply(self.ledger.report(Report(node, foreground, held), self.now))
+        report = Report(node, foreground, held)
+        report.hibernation_budget_bytes = self.budget_mib(node) << 20
+        self.apply(self.ledger.report(report, self.now))
 
     # -- the controller's periodic jobs -------------------------------------------------------------
 

@@ -9,6 +9,9 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
   reserve, recycled), the guest's workers vacate at once: each running job's progress since it
   started is lost and it goes back to the queue at its place by submit time (no checkpoints).
   A VM being stopped takes no new job.
+- A VM hibernated (interruption = "hibernate") keeps its running jobs: each stands still at the
+  progress it had when the save was asked, and goes on from there when the VM is resumed. Only
+  if the VM is discarded (it waited past the limit) is that progress lost and the job queued again.
 - Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
 - Submit times are shifted so the first job a backfill VM can run arrives at the start of the run.
 - With the guest work channel (SimSettings.guest_work_channel), a VM's guest says "idle" when it
@@ -65,6 +68,7 @@ class JobLevelWork(VmLevelWork):
         self.free: dict[str, int] = {}                       # VMs that take jobs -> free vCPUs
         self.by_free: dict[int, dict[str, None]] = {}        # free vCPUs -> those VMs, free longest first
         self.running: dict[str, list[Run]] = {}
+        self.frozen: dict[str, list[tuple[int, float]]] = {}   # hibernated VM -> its jobs (rank, seconds run)
         self.completed = 0
         self.requeues = 0
         self.done_seconds = 0.0
@@ -97,15 +101,44 @@ class JobLevelWork(VmLevelWork):
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         super().vm_ended(vm, now, preempted)
+        frozen = self.frozen.pop(vm.name, None)
+        if frozen is not None:   # discarded while hibernated: its jobs' progress is lost now
+            self.running[vm.name] = [Run(rank, self.jobs[rank], vm.name, now - ran, live=False) for rank, ran in frozen]
+            self._set_free(vm.name, 0)
         self._vacate(vm.name, now, preempted)   # nothing left when its stop was asked first
+
+    def vm_hibernated(self, vm: SimVm, now: float) -> None:
+        super().vm_hibernated(vm, now)
+        self._set_free(vm.name, None)   # it takes no job while it sleeps
+        runs = self.running.pop(vm.name, [])
+        for run in runs:
+            run.live = False   # its finish event, still in the heap, does nothing
+        self.frozen[vm.name] = [(run.rank, now - run.started) for run in runs]
+
+    def vm_resumed(self, vm: SimVm, now: float) -> None:
+        super().vm_resumed(vm, now)
+        frozen = self.frozen.pop(vm.name, [])
+        self.running[vm.name] = []
+        self._set_free(vm.name, vm.vcpus)
+        assert self.schedule is not None
+        for rank, ran in frozen:   # each job goes on where it stood
+            job = self.jobs[rank]
+            run = Run(rank, job, vm.name, now - ran)
+            self.running[vm.name].append(run)
+            self._set_free(vm.name, self.free[vm.name] - job.procs)
+            self.schedule(run.started + job.runtime, self._finish, run)
+        self._pull(vm.name, now)
+        self._cpu(vm.name, now)
 
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
         figures = super().summary(end, lost_vcpu_seconds, preemptions)
-        in_progress = sum(end - r.started for runs in self.running.values() for r in runs)
+        in_progress = sum(end - r.started for runs in self.running.values() for r in runs) + \
+            sum(ran for jobs in self.frozen.values() for _rank, ran in jobs)   # hibernated: kept, not lost
         done = self.done_seconds + in_progress   # still running at the end: not lost
         total = done + self.lost_seconds
         busy = self.busy_vcpu_seconds + sum((end - r.started) * r.job.procs
-                                            for runs in self.running.values() for r in runs)
+                                            for runs in self.running.values() for r in runs) + \
+            sum(ran * self.jobs[rank].procs for jobs in self.frozen.values() for rank, ran in jobs)
         figures.update(
             backfill_working_vcpu_seconds=busy,   # jobs running, not idle workers
             backfill_jobs_arrived=self.arrived,

@@ -70,6 +70,12 @@ class SimSettings:
     agents: str = "ideal"
     agent_params: tuple[tuple[str, float], ...] = ()
     seed: int = 0
+    # hibernation (interruption = "hibernate"): the ideal agents' save and restore times (the
+    # modelled agents draw theirs), and the disk each node's agent lets saved VMs use
+    # (hibernate_budget_mib, 0: as much as the node's memory)
+    save_seconds: float = 1.8
+    restore_seconds: float = 0.65
+    hibernate_budget_mib: int = 0
 
     def __post_init__(self) -> None:
         if self.pool and self.nodes != sum(g.count for g in self.pool):
@@ -140,7 +146,7 @@ class SimVm:
     """A VM as an agent reports it (controller.core.ledger.ReportedVmLike). `clock`: what has the
     simulated time (`now`), read for work_for_s when the ledger reads a report."""
     __slots__ = ("name", "lease_id", "node_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "noticed", "work_state", "work_since", "clock")
+                 "cpu_sampled", "image", "noticed", "work_state", "work_since", "clock", "slept", "asleep_since")
 
     def __init__(self, lease: Lease, now: float, clock: Any = None) -> None:
         self.name = lease.vm_name
@@ -159,6 +165,13 @@ class SimVm:
         self.work_state = ""
         self.work_since = now
         self.clock = clock
+        self.slept = 0.0                          # seconds it spent hibernated
+        self.asleep_since: float | None = None    # hibernated since then (None: awake)
+
+    def runtime(self, now: float) -> float:
+        """Seconds it ran: from its launch, without its time hibernated."""
+        until = self.asleep_since if self.asleep_since is not None else now
+        return until - self.launched_at - self.slept
 
     @property
     def work_for_s(self) -> float:
@@ -234,7 +247,7 @@ def held_samples(node: SimNode, now: float, interval: float, window: int) -> int
 class Report:
     """An agent's report (controller.core.ledger.ReportLike)."""
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
-                 "min_memory_mib", "agent_version", "vms", "held_samples")
+                 "min_memory_mib", "agent_version", "vms", "held_samples", "hibernation_budget_bytes")
 
     def __init__(self, node: SimNode, foreground: float, held_samples: int = 0) -> None:
         self.node_id = node.node_id
@@ -250,6 +263,7 @@ class Report:
         # figure of that report: a live agent reports every few seconds, and the controller's
         # prediction of foreground demand is a moving average over its reports
         self.held_samples = held_samples
+        self.hibernation_budget_bytes = 0   # disk its agent lets saved VMs use (the engine sets it)
 
 
 SCRIPTED_ACTIONS = ("join", "release")
@@ -293,6 +307,12 @@ class BackfillWork(Protocol):
         """A stop was asked of the VM (`preempted`: as a victim or drained for a reserve)."""
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None: ...
+
+    def vm_hibernated(self, vm: SimVm, now: float) -> None:
+        """Its save was asked: its work stands still, kept, until it is resumed or discarded."""
+
+    def vm_resumed(self, vm: SimVm, now: float) -> None:
+        """It runs again, its work where it stood."""
 
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
@@ -352,12 +372,26 @@ class VmLevelWork:
         if vm.noticed:
             self.on_notice.setdefault(vm.name, now)
 
+    def vm_hibernated(self, vm: SimVm, now: float) -> None:
+        vm.asleep_since = now
+        noticed = self.on_notice.pop(vm.name, None)   # asleep, it holds no vCPUs at all
+        if noticed is not None:
+            self.notice_vcpu_seconds += (now - noticed) * vm.vcpus
+
+    def vm_resumed(self, vm: SimVm, now: float) -> None:
+        if vm.asleep_since is not None:
+            slept = now - vm.asleep_since
+            vm.slept += slept
+            vm.work_since += slept   # its agent's work clock does not count the time it slept
+            vm.asleep_since = None
+        vm.noticed = False
+
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         self.alive.pop(vm.name, None)
         noticed = self.on_notice.pop(vm.name, None)
         if noticed is not None:
             self.notice_vcpu_seconds += (now - noticed) * vm.vcpus
-        runtime = now - vm.launched_at
+        runtime = vm.runtime(now)
         self.vm_seconds += runtime
         self.vcpu_seconds += runtime * vm.vcpus
         self.runtimes.append((vm.launched_at, runtime))
@@ -365,10 +399,11 @@ class VmLevelWork:
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
         vm_seconds, vcpu_seconds, notice = self.vm_seconds, self.vcpu_seconds, self.notice_vcpu_seconds
         runtimes = list(self.runtimes)
-        for vm in self.alive.values():   # still running at the end: their work so far is done
-            vm_seconds += end - vm.launched_at
-            vcpu_seconds += (end - vm.launched_at) * vm.vcpus
-            runtimes.append((vm.launched_at, end - vm.launched_at))
+        for vm in self.alive.values():   # still running (or hibernated) at the end: their work so far is done
+            runtime = vm.runtime(end)
+            vm_seconds += runtime
+            vcpu_seconds += runtime * vm.vcpus
+            runtimes.append((vm.launched_at, runtime))
             if vm.name in self.on_notice:
                 notice += (end - self.on_notice[vm.name]) * vm.vcpus
 
