@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .records import (BLANK_LEASE, HIBERNATED, IN_TRANSIT, REACTS, TERMINAL, ZERO, BackfillConfig, Lease,
-                      LedgerSettings, RequestRecord, Size, VmRole, replace)
+from .records import (BLANK_LEASE, HIBERNATED, IN_TRANSIT, TERMINAL, ZERO, BackfillConfig, Lease,
+                      LedgerSettings, RequestRecord, Size, VmRole, reacts, replace)
 
 
 ROLES = {role.value: role for role in VmRole}   # VmRole(value), without the enum's lookup per call
@@ -38,6 +38,7 @@ class NodeState:
     unexplained: Size = ZERO           # VMs the node runs that no live lease explains
     redrive: bool = False              # unfinished leases here wait for this node's next report
     hibernation_budget_mib: int = 0    # disk its agent lets hibernated VMs use (0: it hibernates none)
+    stray_saved: int = 0               # saved VMs it reports that no live lease explains (matched until gone)
 
 
 _SIZES: dict[tuple[int, int], Size] = {}
@@ -125,7 +126,7 @@ class Books:
             self._waiting_on[booked.node_id] -= 1
         if booked.state == HIBERNATED:
             self._asleep_on[booked.node_id] -= 1
-        if booked.state in REACTS:
+        if reacts(booked):
             self._reacting_on[booked.node_id] -= 1
         self._timed.pop(lease.lease_id, None)
         self.by_node.get(lease.node_id, {}).pop(lease.lease_id, None)
@@ -158,7 +159,7 @@ class Books:
                 left = self._in_transit.pop(old_node) - 1
                 if left:
                     self._in_transit[old_node] = left
-            if old_state in REACTS:
+            if reacts(old):
                 self._reacting_on[old_node] -= 1
         if state in TERMINAL:
             self._retire(lease, now)
@@ -176,7 +177,7 @@ class Books:
                 self._asleep_on[node_id] = self._asleep_on.get(node_id, 0) + 1
             if state in IN_TRANSIT and lease.role == "backfill":
                 self._in_transit[node_id] = self._in_transit.get(node_id, 0) + 1
-            if state in REACTS:
+            if reacts(lease):
                 self._reacting_on[node_id] = self._reacting_on.get(node_id, 0) + 1
         self._touch(node_id)
         return lease

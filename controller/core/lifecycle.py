@@ -4,7 +4,7 @@ and never while its node runs more than the books explain.
 """
 from __future__ import annotations
 
-from .records import (DISCARDED, DRAINED, HIBERNATED, RESUMING, STOP_UNCONFIRMED, STOPS, VICTIM, Audit, Effect,
+from .records import (DISCARDED, DISCARDING, DRAINED, HIBERNATED, RESUMING, STOP_UNCONFIRMED, STOPS, VICTIM, Audit, Effect,
                       Launch, Lease, LeaseError, Resume, Stop, Write, replace, stop_event, work)
 
 
@@ -140,7 +140,9 @@ class Lifecycle:
     def _discard(self, lease: Lease, why: str, now: float) -> list[Effect]:
         """Give up a hibernated VM: its agent deletes the domain and its saved state; its work is
         lost now (the stop's event says how much)."""
-        return self._stop(lease, 0, now, DISCARDED + why, state="stopping", force=True)
+        # saved, it holds nothing while its state is deleted; one that was resuming holds its room until stopped
+        state = DISCARDING if lease.state == HIBERNATED else "stopping"
+        return self._stop(lease, 0, now, DISCARDED + why, state=state, force=True)
 
     def _stopped(self, lease: Lease, now: float, how: dict) -> list[Effect]:
         """A stop confirmed (by the agent, or by the node's report no longer showing the VM)."""
@@ -220,7 +222,8 @@ class Lifecycle:
             return lease, [self._end(lease, "ended", "released while its node did not report it", now,
                                      kind="vm.released")]
         if lease.state == HIBERNATED:   # its saved state goes with it
-            return lease, self._stop(lease, 0, now, "released while hibernated", force=True)
+            effects = self._stop(lease, 0, now, "released while hibernated", state=DISCARDING, force=True)
+            return self.leases[lease_id], effects
         if lease.state in ("starting", RESUMING):  # the launch may land any moment: stop it once it has
             cancelling = self._book(replace(lease, state="cancelling", end_reason="released while starting",
                                             deadline=now + self.settings.launch_timeout + grace +

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .books import NodeState
 from .bucket import Bucket
-from .records import (NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
+from .records import (DISCARDING, HIBERNATED, NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
                       ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace)
 
 
@@ -79,7 +79,8 @@ class ReportMatching:
         version = self.lease_version.get(node.node_id, 0)
         unexplained = node.unexplained
         if signature != node.signature or version != node.seen_version or now < node.check_until \
-                or (unexplained is not ZERO and unexplained != ZERO):   # matched until they are gone
+                or (unexplained is not ZERO and unexplained != ZERO) \
+                or self._reacting_on.get(node.node_id) or node.stray_saved:   # until gone, or confirmed
             effects += self._match_vms(node, vms, now, signature)
             node.signature, node.seen_version = signature, self.lease_version.get(node.node_id, 0)
         if node.redrive:
@@ -108,14 +109,16 @@ class ReportMatching:
                 node.check_until = 0.0
                 return effects
         mine = dict(named)   # as they were before this report (matching re-books some)
-        seen, unexplained = set(), ZERO
+        seen, unexplained, young, strays = set(), ZERO, False, 0
         budget = self._adoption_budget(node.node_id, now)
         may_adopt, deferred = min(budget.tokens, self.settings.adoptions_per_report), 0
         for vm in reported:
             seen.add(vm.name)
             lease = mine.get(vm.name)
             if lease is not None:
-                if lease.state == "lost":
+                if lease.ending == HIBERNATED and lease.state in VICTIM and getattr(vm, "hibernated", False):
+                    effects += self._hibernated(lease, now, 0.0, "its node reports it saved")   # the answer was lost
+                elif lease.state == "lost":
                     recovered = self._book(replace(lease, state="running", deadline=None), now)
                     effects.append(Write(updated=(recovered,), events=(Audit(
                         "vm.recovered", node.node_id, lease.lease_id, dict(vm=vm.name)),)))
@@ -123,9 +126,17 @@ class ReportMatching:
                     effects += self._stop_cancelled(lease, now, launched=vm.launched_at or now)
                 continue
             size = Size(vm.vcpus, vm.memory_mib)
+            asleep = getattr(vm, "hibernated", False)   # a saved VM takes disk, not room
             if vm.name in self.retired:
-                unexplained += size   # it ended in our books but still runs: it still takes room
+                if not asleep:
+                    unexplained += size   # it ended in our books but still runs: it still takes room
+                strays += asleep   # matched again until its clean-up deleted it
                 effects += self._clean_up(node, vm, now)
+                continue
+            if asleep:   # saved and unknown: not adopted (it would be booked running), left to its agent
+                strays += 1
+                effects.append(self._unexplained(node, vm, "vm.unknown_hibernated", "a hibernated Gleaner VM "
+                                                 "the controller has no lease for; not adopted"))
                 continue
             if vm.name not in self.refused and may_adopt < 1:
                 deferred += 1   # counted as room taken until a later report adopts it
@@ -144,7 +155,6 @@ class ReportMatching:
                 per_hour=self.settings.adoptions_per_hour,
                 reason="its report named more unknown VMs than a report may adopt; later reports adopt the "
                        "rest, and until then they count as room taken")),)))
-        young = False
         for lease in mine.values():
             if lease.vm_name in seen:
                 continue
@@ -157,7 +167,7 @@ class ReportMatching:
                     vm=lease.vm_name, reason="its agent no longer reports it")),)))
             elif lease.state == "lost":
                 effects.append(self._end(lease, "ended", "lost: the node came back without it", now, kind="vm.gone"))
-            elif lease.state == "stopping" or lease.state in VICTIM:
+            elif lease.state in ("stopping", DISCARDING) or lease.state in VICTIM:
                 if self._answer_due(lease, now):
                     young = True   # look again next report, even if it is unchanged
                 else:
@@ -170,6 +180,7 @@ class ReportMatching:
             if freed:   # a VM no lease explained is gone: a lease waiting for memory may start now
                 effects += self._start_waiting(node.node_id, now)
         node.check_until = now + self.settings.lost_after if young else 0.0
+        node.stray_saved = strays
         return effects
 
     def _prune_cleanups(self, now: float) -> None:
@@ -258,7 +269,7 @@ class ReportMatching:
                 stops.append(self._ask_stop(lease, 0, force=True))   # launched or not, it must not run
             elif lease.state == RESUMING:
                 launches.append(Resume(lease))   # the agent resumes by name: a second ask is harmless
-            elif lease.state == "stopping" or lease.state in VICTIM:
+            elif lease.state in ("stopping", DISCARDING) or lease.state in VICTIM:
                 grace = self.settings.notice_seconds if lease.state == "on_notice" else self.backfill.grace_seconds
                 stops.append(self._ask_stop(lease, max(min(grace, int((lease.deadline or now) - now)), 0),
                                             after_launch=lease.state == "on_notice"))

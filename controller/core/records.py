@@ -12,6 +12,7 @@ Lease states, what each holds on its node, and how it ends (every waiting state 
     running      the agent runs it                                vCPUs, memory  -
     cancelling   released while starting: stopped once launched   vCPUs, memory  launch + stop -> failed
     stopping     released, recycled or abandoned: stop asked      vCPUs, memory  grace + stop -> failed
+    discarding   a hibernated VM given up: its saved state deleted nothing         stop -> failed
     on_notice    a victim beside the VM that took its vCPUs       memory         notice + stop -> failed
     preempting   a victim whose room a waiting lease holds        nothing        grace + stop -> failed
     lost         its node is down or stopped reporting it         vCPUs, memory  a day -> ended (or running, ended)
@@ -172,6 +173,7 @@ HIBERNATE = "hibernate"
 
 HIBERNATED = "hibernated"   # a victim's VM saved to its node's disk: kept, holding nothing
 RESUMING = "resuming"       # a hibernated VM asked to restore
+DISCARDING = "discarding"   # a hibernated VM's stop (its saved state deleted): it holds nothing
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost", RESUMING})
 HOLDS_MEMORY = frozenset({"on_notice"})
 VICTIM = frozenset({"preempting", "on_notice"})
@@ -182,7 +184,7 @@ IN_TRANSIT = frozenset({"starting", "cancelling", "stopping", "on_notice", RESUM
 # lost state file shows when it is resumed)
 NOT_YET_LAUNCHED = frozenset({"starting", "waiting", HIBERNATED, RESUMING})
 REACTS = frozenset({"lost", "cancelling"})   # a report showing the VM of such a lease recovers it, or stops it
-STOPS = frozenset({"cancelling", "stopping"}) | VICTIM   # a stop is (or will be) asked of the agent
+STOPS = frozenset({"cancelling", "stopping", DISCARDING}) | VICTIM   # a stop is (or will be) asked of the agent
 TERMINAL = frozenset({"ended", "failed"})
 LIVE = HOLDS_ALL | HOLDS_MEMORY
 STOP_UNCONFIRMED = "the stop was not confirmed in time"   # how a stop that expired ends its lease
@@ -312,8 +314,8 @@ class Stop:
 
     @property
     def hibernate(self) -> bool:
-        """The stop saves the VM's state (its lease is kept) rather than shutting it down."""
-        return self.lease.ending == HIBERNATED
+        """The stop saves a victim's state (its lease is kept) rather than shutting it down."""
+        return self.lease.ending == HIBERNATED and self.lease.state in VICTIM
 
 
 @plain_init
@@ -343,6 +345,8 @@ class ReportedVmLike(Protocol):
     # is a new "busy" too); work_for_s: seconds since it said so, timed by the agent
     work_state: str
     work_for_s: float
+    # an agent that hibernates lists its saved VMs too, with hibernated true (optional: older
+    # agents and the simulator's reports have no such attribute; read with getattr)
 
 
 class ReportLike(Protocol):
@@ -413,6 +417,12 @@ def stop_event(lease: Lease) -> str:
     if lease.state in VICTIM:
         return "vm.preempted"
     return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
+
+
+def reacts(lease: Lease) -> bool:
+    """Whether a report showing the lease's VM acts on it: recovers it (lost), stops it
+    (cancelling), or confirms its save (a victim being hibernated, whose answer may be lost)."""
+    return lease.state in REACTS or (lease.ending == HIBERNATED and lease.state in VICTIM)
 
 
 def launch_time(lease: Lease) -> float:
