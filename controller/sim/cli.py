@@ -82,7 +82,11 @@ AGENT_HELP = dict(
                    "at once)",
     cpu_idle_cores="an idle guest's CPU figure in cores",
     cpu_busy_share="a busy vCPU's figure as a share of a core",
-    cpu_noise_cores="standard deviation of a CPU sample in cores")
+    cpu_noise_cores="standard deviation of a CPU sample in cores",
+    calls_per_node="agent calls to one node at once (the controller's agent_calls_per_node; one kept for "
+                   "stops and on-demand launches, served first)",
+    agent_parallel_stops="how many stops a node's agent works on at once, the others waiting in turn "
+                         "(0: all it is sent)")
 
 
 class SimUsage(Exception):
