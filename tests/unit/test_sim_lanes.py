@@ -108,3 +108,14 @@ def test_the_fit_finds_an_agent_that_answers_a_batch_of_stops_in_turn():
     service = service_times(serial, 1)
     assert max(service.values()) == pytest.approx(0.006) and min(service.values()) == pytest.approx(0.006)
     assert max(service_times(serial, 0).values()) == pytest.approx(0.042)   # without: the 7th's whole delay
+
+
+def test_the_live_p99s_own_spread_is_the_bootstrap_interval_of_its_largest_waits():
+    from controller.sim.replay_compare import p99_spread
+    waits = [0.04] * 146 + [0.10, 0.12, 0.20, 0.60]   # 150 waits: p99 is the second-largest
+    spread = p99_spread(waits)
+    assert spread["p99"] == 0.2 and spread == p99_spread(waits)   # seeded: the same every run
+    assert spread["bootstrap_p5"] <= 0.12 and spread["bootstrap_p95"] == 0.6
+    assert spread["relative_half_width"] > 1.0
+    assert p99_spread([0.1] * 300)["relative_half_width"] == 0.0
+    assert p99_spread([])["p99"] is None
