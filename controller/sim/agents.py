@@ -232,13 +232,23 @@ class ModelledParams:
     cpu_idle_cores: float = 0.01        # an idle guest's CPU (a worker between jobs)
     cpu_busy_share: float = 0.97        # a busy vCPU's share of a core as the agent samples it
     cpu_noise_cores: float = 0.02       # standard deviation of one sample, in cores
+    # the controller's bulkhead (controller/bulkheads.py, agent_calls_per_node): at most this many
+    # calls to one node at once, one slot kept for the urgent lane (stops, on-demand launches)
+    calls_per_node: float = 4.0
+    # how many stops a node's agent works on at once (0: all it is sent); the others wait at the
+    # agent, in the order they came. The replay fits it to a recording (controller/sim/replay.py):
+    # the live agents on libvirt's test:/// driver answer a batch of stops one at a time (its span
+    # grows with its size, about 7 ms a stop), while their launches overlap
+    agent_parallel_stops: float = 0.0
 
     RANGES: ClassVar[dict[str, tuple[float, float]]] = dict(
-        launch_failure=(0.0, 0.5), launch_p50_seconds=(0.01, 600.0), launch_p99_seconds=(0.01, 3600.0),
-        stop_p50_seconds=(0.01, 600.0), stop_p99_seconds=(0.01, 3600.0), report_seconds=(0.0, 3600.0),
+        launch_failure=(0.0, 0.5), launch_p50_seconds=(0.001, 600.0), launch_p99_seconds=(0.001, 3600.0),
+        stop_p50_seconds=(0.001, 600.0), stop_p99_seconds=(0.001, 3600.0), report_seconds=(0.0, 3600.0),
         save_p50_seconds=(0.01, 600.0), save_p99_seconds=(0.01, 3600.0), restore_p50_seconds=(0.01, 600.0),
         restore_p99_seconds=(0.01, 3600.0),
-        cpu_idle_cores=(0.0, 1.0), cpu_busy_share=(0.1, 1.0), cpu_noise_cores=(0.0, 4.0))
+        cpu_idle_cores=(0.0, 1.0), cpu_busy_share=(0.1, 1.0), cpu_noise_cores=(0.0, 4.0),
+        calls_per_node=(2.0, 1023.0), agent_parallel_stops=(0.0, 1023.0))
+    WHOLE: ClassVar[tuple[str, ...]] = ("calls_per_node", "agent_parallel_stops")   # counts: whole numbers
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[str, float]]) -> ModelledParams:
@@ -254,6 +264,8 @@ class ModelledParams:
             value = getattr(params, name)
             if not (low <= value <= high) or math.isnan(value):
                 raise AgentParamError(name, f"agent parameter {name} = {value:g}: allowed {low:g} to {high:g}")
+            if name in cls.WHOLE and value != int(value):
+                raise AgentParamError(name, f"agent parameter {name} = {value:g}: a whole number of calls")
         for what in ("launch", "stop", "save", "restore"):
             p50, p99 = getattr(params, f"{what}_p50_seconds"), getattr(params, f"{what}_p99_seconds")
             if p99 < p50:
@@ -273,6 +285,66 @@ class Lognormal:
 
     def __call__(self, u: float) -> float:
         return math.exp(self.mu + self.sigma * self.inv_cdf(u))
+
+
+class Call(NamedTuple):
+    """One agent call on a node's lanes: when it took a slot of the bulkhead (entry), when the
+    agent began it (start), when it answered (end), whether it is a backfill launch, a stop."""
+    entry: float
+    start: float
+    end: float
+    backfill: bool
+    stop: bool
+
+
+class NodeLanes:
+    """The calls to each node, as the live controller makes them (controller/bulkheads.py) and its
+    agent answers them: at most `per_node` at once, backfill launches at most `per_node - 1` of them
+    (a slot is kept for the urgent lane: stops and on-demand launches), each lane first come first
+    served, urgent calls before backfill ones; the agent works on at most `parallel_stops` of the
+    stops it holds at once (0: all), in the order they came, and on every launch it holds. A call's
+    answer is `seconds` (its own time, a draw) after the agent began it.
+
+    Answers are fixed when a call is made (the engine schedules them then), so an urgent call
+    goes ahead of the backfill launches still waiting in the bulkhead when it comes, but does not
+    push their answers back: while they overlap, the node holds one call too many. Live, that is
+    the moment the urgent lane's kept slot serves."""
+    __slots__ = ("per_node", "parallel_stops", "calls")
+
+    def __init__(self, per_node: int, parallel_stops: int = 0) -> None:
+        self.per_node = per_node
+        self.parallel_stops = parallel_stops or per_node
+        self.calls: dict[str, list[Call]] = {}   # node -> its calls not yet answered (pruned as they end)
+
+    def call(self, node_id: str, now: float, seconds: float, backfill: bool, stop: bool) -> float:
+        """A call made at `now` that takes the agent `seconds`: how long until its answer."""
+        calls = [c for c in self.calls.get(node_id, ()) if c.end > now]
+        # the calls this one waits behind: all of them for a backfill launch; for an urgent call,
+        # not the backfill launches still waiting for a slot (it goes first)
+        ahead = calls if backfill else [c for c in calls if not (c.backfill and c.entry > now)]
+        lane = [c for c in ahead if c.backfill == backfill]
+        entry = self._free(ahead, max([now] + [c.entry for c in lane]), lambda c: (c.entry, c.end),
+                           self.per_node, (self.per_node - 1) if backfill else 0)
+        start = entry
+        if stop:   # in turn with the stops ahead of it at the agent
+            stops = [c for c in ahead if c.stop]
+            start = self._free(stops, max([entry] + [c.start for c in stops if c.entry <= entry]),
+                               lambda c: (c.start, c.end), self.parallel_stops, 0)
+        calls.append(Call(entry, start, start + seconds, backfill, stop))
+        self.calls[node_id] = calls
+        return (start - now) + seconds   # exactly `seconds` when it did not wait
+
+    @staticmethod
+    def _free(calls: list[Call], earliest: float, span: Callable[[Call], tuple[float, float]], limit: int,
+              backfill_limit: int) -> float:
+        """The first moment from `earliest` when fewer than `limit` of `calls` hold a place (each
+        from its span's start to its end), and, if `backfill_limit`, fewer than that many backfill
+        launches: a place frees when a call ends."""
+        for t in sorted({earliest, *(c.end for c in calls if c.end > earliest)}):
+            holding = [c for c in calls if span(c)[0] <= t < span(c)[1]]
+            if len(holding) < limit and (not backfill_limit or sum(c.backfill for c in holding) < backfill_limit):
+                return t
+        return earliest   # not reached: every call ends, and then none holds a place
 
 
 class SampledVm(SimVm):
@@ -328,6 +400,7 @@ class ModelledAgents(AgentModel):
         self.attempts: dict[str, int] = {}   # draw key -> launches (an on-demand request may be launched again)
         self.stops: dict[str, int] = {}
         self.phase: dict[str, float] = {}    # node -> its report tick's phase in the interval
+        self.lanes = NodeLanes(int(self.params.calls_per_node), int(self.params.agent_parallel_stops))
 
     def bind(self, settings: SimSettings, node_ids: Iterable[str]) -> None:
         super().bind(settings, node_ids)
@@ -338,29 +411,33 @@ class ModelledAgents(AgentModel):
         key = draw_key(lease)
         attempt = str(self.attempts.get(key, 0))
         self.attempts[key] = int(attempt) + 1
-        seconds = self.launch_time(uniform(self.seed, key, attempt, "launch_s"))
+        seconds = self.lanes.call(lease.node_id, now, self.launch_time(uniform(self.seed, key, attempt, "launch_s")),
+                                  lease.role == "backfill", False)
         if uniform(self.seed, key, attempt, "launch_failed") < self.params.launch_failure:
             return LaunchAnswer(seconds, False, "the domain did not start (modelled launch failure)")
         return LaunchAnswer(seconds, True)
 
     def stop(self, lease: Lease, grace_seconds: float, force: bool, now: float) -> StopAnswer:
-        if force:
-            return clean_or_grace(0.0, grace_seconds, True)   # no draw: a destroy is immediate
+        if force:   # no draw: a destroy is immediate, once the call's turn comes
+            return StopAnswer(self.lanes.call(lease.node_id, now, 0.0, False, True), "destroyed_forced")
         key = draw_key(lease)
         attempt = str(self.stops.get(key, 0))
         self.stops[key] = int(attempt) + 1
-        return clean_or_grace(self.stop_time(uniform(self.seed, key, attempt, "stop_s")), grace_seconds, False)
+        answer = clean_or_grace(self.stop_time(uniform(self.seed, key, attempt, "stop_s")), grace_seconds, False)
+        return answer._replace(seconds=self.lanes.call(lease.node_id, now, answer.seconds, False, True))
 
     def hibernate(self, lease: Lease, now: float) -> StopAnswer:
         key = draw_key(lease)
         attempt = str(self.saves.get(key, 0))
         self.saves[key] = int(attempt) + 1
-        return StopAnswer(self.save_time(uniform(self.seed, key, attempt, "save_s")), "hibernated")
+        seconds = self.save_time(uniform(self.seed, key, attempt, "save_s"))
+        return StopAnswer(self.lanes.call(lease.node_id, now, seconds, False, True), "hibernated")   # urgent, as a stop
 
     def resume(self, lease: Lease, now: float) -> LaunchAnswer:
         key = draw_key(lease)
         attempt = str(self.saves.get(key, 0))
-        return LaunchAnswer(self.restore_time(uniform(self.seed, key, attempt, "restore_s")), True)
+        seconds = self.restore_time(uniform(self.seed, key, attempt, "restore_s"))
+        return LaunchAnswer(self.lanes.call(lease.node_id, now, seconds, True, False), True)   # a backfill launch's lane
 
     def report_lag(self, node_id: str, now: float) -> float:
         """To the node's next report tick: its phase plus whole report intervals."""

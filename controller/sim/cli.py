@@ -86,7 +86,11 @@ AGENT_HELP = dict(
     save_p50_seconds="median seconds to save a hibernated VM's state (interruption=hibernate)",
     save_p99_seconds="99th percentile of the same",
     restore_p50_seconds="median seconds to restore a hibernated VM",
-    restore_p99_seconds="99th percentile of the same")
+    restore_p99_seconds="99th percentile of the same",
+    calls_per_node="agent calls to one node at once (the controller's agent_calls_per_node; one kept for "
+                   "stops and on-demand launches, served first)",
+    agent_parallel_stops="how many stops a node's agent works on at once, the others waiting in turn "
+                         "(0: all it is sent)")
 
 
 class SimUsage(Exception):

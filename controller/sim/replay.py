@@ -26,6 +26,7 @@ restart within a recording (use the recording's last segment: each start begins 
 """
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import math
@@ -332,14 +333,82 @@ def answer_figures(recording: Recording) -> dict[str, float]:
     launches = [a for answers in recording.launch_answers.values() for a in answers]
     on_demand = [a for a in launches if a["key"].startswith("od:")]
     committed = {a["key"]: running[a["key"]] - a["t"] for a in on_demand if a["key"] in running}
-    seen = [booked.get(a["key"], booking) + a["delay_s"] + committed.get(a["key"], 0.0) for a in on_demand]
+    parallel = agent_parallel_stops(recording)
+    service = service_times(recording, parallel)
+    seen = [booked.get(a["key"], booking) + service[id(a)] + committed.get(a["key"], 0.0) for a in on_demand]
     backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
-    stops = [a["delay_s"] for answers in recording.stop_answers.values() for a in answers if a["ok"]]
+    stop_answers = [a for answers in recording.stop_answers.values() for a in answers if a["ok"]]
+    stops, stop_delays = [service[id(a)] for a in stop_answers], [a["delay_s"] for a in stop_answers]
     return dict(controller_s=booking + quantile(list(committed.values()), 0.5),
                 launch_p50_s=quantile(seen, 0.5), launch_p99_s=quantile(seen, 0.99),
                 backfill_launch_p50_s=quantile(backfill, 0.5), backfill_launch_p99_s=quantile(backfill, 0.99),
                 stop_p50_s=quantile(stops, 0.5), stop_p99_s=quantile(stops, 0.99),
+                stop_delay_p50_s=quantile(stop_delays, 0.5), stop_delay_p99_s=quantile(stop_delays, 0.99),
+                agent_parallel_stops=parallel,
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
+
+
+BATCH_S = 0.003         # stops asked within this long of each other on one node: a batch
+MIN_SERVICE_S = 0.0002  # a call's service time is never taken below this (the clock's grain)
+
+
+def _calls(recording: Recording) -> dict[str, list[tuple[float, float, dict[str, Any]]]]:
+    """Each node's answered calls as (asked, answered, the answer line), in the order asked
+    (asked: the answer's time less its delay, which for a stop held for a launch is that launch's answer)."""
+    calls: dict[str, list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
+    for line in recording.lines:
+        if line["kind"] in ("launch_answer", "stop_answer"):
+            calls[line["node"]].append((line["t"] - line["delay_s"], line["t"], line))
+    for node_calls in calls.values():
+        node_calls.sort(key=lambda c: c[0])
+    return calls
+
+
+def agent_parallel_stops(recording: Recording) -> int:
+    """How many stops a node's agent works on at once, from the batches of stops asked together of
+    a node with no other call (a request's victims): if the agent worked on them all at once the
+    batch would take about as long as one stop alone; one at a time, as long as all of them. The
+    estimate: the batches' stops times the median lone stop, over the batches' spans, rounded
+    (at least 1). 0 when the recording has no batch of 2 or more."""
+    alone: list[float] = []
+    work = span = 0.0
+    for node_calls in _calls(recording).values():
+        i = 0
+        while i < len(node_calls):
+            asked = node_calls[i][0]
+            j = i
+            while j + 1 < len(node_calls) and node_calls[j + 1][0] - asked < BATCH_S:
+                j += 1
+            batch = node_calls[i:j + 1]
+            busy = any(a < asked < b for a, b, _line in node_calls[:i])
+            if not busy and all(c[2]["kind"] == "stop_answer" for c in batch):
+                if len(batch) == 1:
+                    alone.append(batch[0][1] - asked)
+                else:
+                    work += len(batch)
+                    span += max(c[1] for c in batch) - asked
+            i = j + 1
+    if not work or not alone or not span:
+        return 0
+    return max(1, round(work * quantile(alone, 0.5) / span))
+
+
+def service_times(recording: Recording, parallel: int) -> dict[int, float]:
+    """Each answer's (by id of its line) service time: its delay, for a stop less the time it
+    waited for the node's agent, which works on `parallel` stops at once (0: on every stop at
+    once, no wait) in the order they were asked: the stop began when it was asked, or when the
+    earliest of the stops ahead of it on a busy agent answered."""
+    out: dict[int, float] = {}
+    for node_calls in _calls(recording).values():
+        free: list[float] = [0.0] * max(parallel, 1)   # when each of the agent's places frees
+        for asked, answered, line in node_calls:
+            if line["kind"] != "stop_answer" or not parallel:
+                out[id(line)] = line["delay_s"]
+                continue
+            began = max(asked, heapq.heappop(free))
+            heapq.heappush(free, max(answered, began))
+            out[id(line)] = max(answered - min(began, answered), MIN_SERVICE_S)
+    return out
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -348,7 +417,7 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
 
 
-MIN_SECONDS = 0.01   # the modelled agents' smallest time
+MIN_SECONDS = 0.001   # the modelled agents' smallest time (a lone stop on test:/// takes about 6 ms)
 MAX_JITTER = 1.98    # the ideal agents' launch times: launch_seconds x (1 +- jitter/2), above 0
 
 
@@ -367,7 +436,7 @@ def model_settings(recording: Recording, model: str, report_seconds: float) -> d
         fitted = dict(launch_failure=f["launch_failure_share"], launch_p50_seconds=p50, launch_p99_seconds=p99,
                       stop_p50_seconds=max(f["stop_p50_s"], MIN_SECONDS),
                       stop_p99_seconds=max(f["stop_p99_s"], f["stop_p50_s"], MIN_SECONDS),
-                      report_seconds=report_seconds)
+                      report_seconds=report_seconds, agent_parallel_stops=float(f["agent_parallel_stops"]))
         known = getattr(getattr(agents_module, "ModelledParams", None), "RANGES", fitted)
         settings["agent_params"] = tuple((k, v) for k, v in fitted.items() if k in known)
     return settings

@@ -89,8 +89,9 @@ def test_an_on_demand_vms_draws_follow_its_request_not_its_lease_nor_what_was_dr
 
 
 def test_runs_with_and_without_backfill_give_each_on_demand_vm_the_same_draws(azure):
-    with_backfill, agents_on = azure_run(True, launch_failure=0.1)
-    without, agents_off = azure_run(False, launch_failure=0.1)
+    # the draws, not the node's call lanes (tests/unit/test_sim_lanes.py: a call may wait for a slot)
+    with_backfill, agents_on = azure_run(True, launch_failure=0.1, calls_per_node=1023)
+    without, agents_off = azure_run(False, launch_failure=0.1, calls_per_node=1023)
     on = {(l.request_id, n): a for n, (l, _, a) in enumerate_attempts(agents_on.launches)}
     off = {(l.request_id, n): a for n, (l, _, a) in enumerate_attempts(agents_off.launches)}
     both = set(on) & set(off)
@@ -143,21 +144,22 @@ def test_failed_launches_go_through_the_ledgers_failure_path_and_backfill_is_ref
 def test_stop_times_vary_and_follow_the_measured_distribution():
     agents = model()
     p = agents.params
-    times = [agents.stop(lease(f"vm-{i}"), 3600, False, 0.0).seconds for i in range(20000)]
+    # one stop at a time on the node: none waits for a slot in its call lanes
+    times = [agents.stop(lease(f"vm-{i}"), 3600, False, i * 1e4).seconds for i in range(20000)]
     assert statistics.median(times) == pytest.approx(p.stop_p50_seconds, rel=0.03)
     p99 = sorted(times)[int(0.99 * len(times))]
     assert p99 == pytest.approx(p.stop_p99_seconds, rel=0.08)
     # a shutdown longer than the grace is destroyed at the grace; a forced stop at once
-    answers = [agents.stop(lease(f"vm-{i}"), 2, False, 0.0) for i in range(2000)]
+    answers = [agents.stop(lease(f"vm-{i}"), 2, False, 1e9 + i * 1e4) for i in range(2000)]
     assert {a.outcome for a in answers if a.seconds == 2} == {"destroyed_after_grace"}
     assert all(a.outcome == "clean_shutdown" and a.seconds < 2 for a in answers if a.seconds != 2)
     assert 0.05 < sum(a.seconds == 2 for a in answers) / len(answers) < 0.5
-    assert agents.stop(lease("vm-x"), 30, True, 0.0) == (0.0, "destroyed_forced", True, "")
+    assert agents.stop(lease("vm-x"), 30, True, 2e9) == (0.0, "destroyed_forced", True, "")
 
 
 def test_launch_times_follow_the_measured_distribution():
     agents = model()
-    times = [agents.launch(lease(f"vm-{i}"), 0.0).seconds for i in range(20000)]
+    times = [agents.launch(lease(f"vm-{i}"), i * 1e4).seconds for i in range(20000)]
     assert statistics.median(times) == pytest.approx(agents.params.launch_p50_seconds, rel=0.03)
     assert sorted(times)[int(0.99 * len(times))] == pytest.approx(agents.params.launch_p99_seconds, rel=0.08)
 
