@@ -332,3 +332,35 @@ class Hypervisor:
                 dom.setBlkioParameters({"weight": weight}, flags)
                 dom.setBlockIoTune(disk, caps, flags)
         self._call(f"set disk priority of {name}", update, retry=True)
+
+    # -- hibernation --------------------------------------------------------------------------
+
+    def save(self, name: str, path: str) -> None:
+        """Save a running domain's memory and device state to `path` (virDomainSaveFlags); the
+        domain stops and stays defined. libvirtd runs the save as its own job: it goes on even if
+        this process dies, and on failure libvirt removes the partial file and the domain runs on.
+        No retry: a second save of a domain already saved would fail on its state."""
+        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, 0), retry=False)
+
+    def save_image_xml(self, path: str) -> str:
+        """The domain XML inside a complete save image; libvirt refuses an incomplete one."""
+        return self._call(f"read the save image {path}", lambda c: c.saveImageGetXMLDesc(path, 0), retry=True)
+
+    def restore_paused(self, path: str, xml: str) -> None:
+        """Restore a domain from `path` with `xml` (the image's own, adjusted) and leave it paused:
+        nothing of it runs until resume()."""
+        self._call(f"restore from {path}",
+                   lambda c: c.restoreFlags(path, xml, libvirt.VIR_DOMAIN_SAVE_PAUSED), retry=False)
+
+    def inactive_xml(self, name: str) -> str:
+        """The domain's persistent definition (what it is defined as, not what runs)."""
+        return self._call(f"read the definition of {name}",
+                          lambda c: c.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), retry=True)
+
+    def job_running(self, name: str) -> bool:
+        """Whether libvirtd runs a job on the domain now (a save or restore under way)."""
+        def read(conn: libvirt.virConnect) -> bool:
+            stats = conn.lookupByName(name).jobStats(0)
+            return stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) not in (libvirt.VIR_DOMAIN_JOB_NONE,
+                                                                           libvirt.VIR_DOMAIN_JOB_COMPLETED)
+        return self._call(f"job of {name}", read, retry=True)
