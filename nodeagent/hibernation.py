@@ -27,6 +27,7 @@ The time a domain sleeps is kept in its Gleaner metadata (naps): its run time an
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -165,12 +166,19 @@ class Hibernation:
                     return Saved(name, 0.0, existing.size, f"{name} was already hibernated", False, existing.mtime)
                 raise HibernationRefused(f"{name} is {record.state} and has no saved state: there is nothing to "
                                          "hibernate (terminate it instead)")
+            if existing is not None and existing.kind is Kind.COMPLETE:   # restored; its resume did not finish
+                raise HibernationRefused(f"{name} was restored but its resume has not finished; the reaper finishes "
+                                         "it within a pass: ask again then")
             statefiles.check_directory(self.directory)
             bound = read_shape(record.xml).memory_mib * MIB + HEADER_SLACK
             with self._reserved(name, bound):
                 statefiles.clear_path(self.directory, name)
                 self._save(name, meta, record, started)
             crash_point("hibernate.after_save")
+            # its CPU time so far: the restored QEMU's count starts again at 0 (lost if the agent dies
+            # right here: only the reported CPU time, not the guest's work)
+            banked = dataclasses.replace(meta, banked_cpu_ns=meta.banked_cpu_ns + record.cpu_time_ns)
+            self.hv.set_metadata(name, metadata_xml(banked), PREFIX, NAMESPACE)
             self.inventory.forget(name)     # it no longer runs: the guard and sampler let it go
             self.enforcement.forget(name)   # a restored domain has a new QEMU and a new cgroup
             self.inventory.note_change(name)

@@ -75,9 +75,9 @@ def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = 
     return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role,
                          state="hibernated" if asleep is not None else record.state,
                          vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
-                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
-                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log, cpuset=shape.cpuset,
-                         priority_class=meta.priority_class, boosted=boosted, work=work,
+                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns + meta.banked_cpu_ns,
+                         image=meta.image, kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log,
+                         cpuset=shape.cpuset, priority_class=meta.priority_class, boosted=boosted, work=work,
                          hibernated_bytes=saved.size if asleep is not None and saved else 0, hibernated_at=asleep,
                          slept_s=meta.slept_s + (max(0.0, time.time() - asleep) if asleep is not None else 0.0))
 

@@ -46,6 +46,8 @@ class GleanerMetadata:
     # Its past hibernations, (saved, resumed) in seconds since the epoch, oldest first, at most
     # MAX_NAPS: the time it slept, which its run time and its work clock do not count.
     naps: tuple[tuple[float, float], ...] = ()
+    # CPU time of its QEMU processes before the last restore (each restore starts a new one)
+    banked_cpu_ns: int = 0
 
     @property
     def slept_s(self) -> float:
@@ -103,6 +105,8 @@ def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
         _sub(element, qualify(tag), value)
     if meta.naps:
         _sub(element, qualify("naps"), " ".join(f"{start:.3f}-{end:.3f}" for start, end in meta.naps))
+    if meta.banked_cpu_ns:
+        _sub(element, qualify("cpu-ns-before"), str(meta.banked_cpu_ns))
     return element
 
 
@@ -199,7 +203,8 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
                            image=text("image"), kernel_cmdline=text("kernel-cmdline"),
                            overlay=text("overlay"), priority_class=priority_class,
                            agent_id=text("agent") or "default", started=text("started") != "no",
-                           naps=_read_naps(text("naps")))
+                           naps=_read_naps(text("naps")),
+                           banked_cpu_ns=int(text("cpu-ns-before")) if text("cpu-ns-before").isdigit() else 0)
 
 
 def _read_naps(text: str) -> tuple[tuple[float, float], ...]:

@@ -124,16 +124,20 @@ def list_state_files(directory: Path) -> dict[str, StateFile]:
 
 
 def clear_path(directory: Path, name: str) -> None:
-    """Before a save: whatever sits at the state file's path goes (a planted symlink is removed,
-    never followed), so libvirtd creates a fresh file there."""
+    """Before a save: a regular file left at the state file's path (a save that never finished)
+    goes, so libvirtd creates a fresh one. Anything else there (a symlink, a FIFO, a directory) was
+    planted in a directory only the agent's user can write: the save is refused (StateDirUnsafe),
+    nothing is followed, and the reaper's next pass removes it."""
     path = state_path(directory, name)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return
-    log_event(log, "hibernate.debris_removed", logging.WARNING, domain=name, path=str(path),
-              kind="symlink" if stat.S_ISLNK(info.st_mode) else "file",
-              note="something was already at the state file's path; removed before the save")
+    if not stat.S_ISREG(info.st_mode):
+        raise StateDirUnsafe(f"{path} is a {'symlink' if stat.S_ISLNK(info.st_mode) else 'special file'}, not a "
+                             "state file: someone put it there; nothing was saved")
+    log_event(log, "hibernate.leftover_removed", logging.WARNING, domain=name, path=str(path), bytes=info.st_size,
+              note="a file from an earlier save that never finished; removed before the save")
     delete(directory, name)
 
 
