@@ -358,9 +358,15 @@ class Hypervisor:
                           lambda c: c.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), retry=True)
 
     def job_running(self, name: str) -> bool:
-        """Whether libvirtd runs a job on the domain now (a save or restore under way)."""
+        """Whether libvirtd may still be saving or restoring the domain: paused by a save (libvirt
+        pauses it for the whole save, and lets it run again only if the save fails), or a job
+        under way by its job statistics (which read "none" for a moment as a save ends)."""
         def read(conn: libvirt.virConnect) -> bool:
-            stats = conn.lookupByName(name).jobStats(0)
-            return stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) not in (libvirt.VIR_DOMAIN_JOB_NONE,
-                                                                           libvirt.VIR_DOMAIN_JOB_COMPLETED)
+            dom = conn.lookupByName(name)
+            state, reason = dom.state()
+            if state == libvirt.VIR_DOMAIN_PAUSED and reason == libvirt.VIR_DOMAIN_PAUSED_SAVE:
+                return True
+            stats = dom.jobStats(0)
+            return stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) in (libvirt.VIR_DOMAIN_JOB_BOUNDED,
+                                                                       libvirt.VIR_DOMAIN_JOB_UNBOUNDED)
         return self._call(f"job of {name}", read, retry=True)
