@@ -59,6 +59,9 @@ STATE_NAMES = {
 }
 
 
+SAVE_FLAGS = libvirt.VIR_DOMAIN_SAVE_BYPASS_CACHE
+
+
 def is_active_state(state: str) -> bool:
     """Whether a domain in this state has a running QEMU (paused and shutting down count)."""
     return state not in ("shutoff", "crashed")
@@ -334,13 +337,18 @@ class Hypervisor:
         self._call(f"set disk priority of {name}", update, retry=True)
 
     # -- hibernation --------------------------------------------------------------------------
+    # SAVE_FLAGS: libvirt_iohelper writes (and reads) the state file with O_DIRECT, in its own
+    # context, which the agent puts at idle priority (host/procprio.py); without it the kernel's
+    # writeback threads flush the file's dirty pages at normal priority, and the file evicts the
+    # foreground VMs' page cache.
 
     def save(self, name: str, path: str) -> None:
         """Save a running domain's memory and device state to `path` (virDomainSaveFlags); the
         domain stops and stays defined. libvirtd runs the save as its own job: it goes on even if
         this process dies, and on failure libvirt removes the partial file and the domain runs on.
         No retry: a second save of a domain already saved would fail on its state."""
-        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, 0), retry=False)
+        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, SAVE_FLAGS),
+                   retry=False)
 
     def save_image_xml(self, path: str) -> str:
         """The domain XML inside a complete save image; libvirt refuses an incomplete one."""
@@ -350,7 +358,7 @@ class Hypervisor:
         """Restore a domain from `path` with `xml` (the image's own, adjusted) and leave it paused:
         nothing of it runs until resume()."""
         self._call(f"restore from {path}",
-                   lambda c: c.restoreFlags(path, xml, libvirt.VIR_DOMAIN_SAVE_PAUSED), retry=False)
+                   lambda c: c.restoreFlags(path, xml, SAVE_FLAGS | libvirt.VIR_DOMAIN_SAVE_PAUSED), retry=False)
 
     def inactive_xml(self, name: str) -> str:
         """The domain's persistent definition (what it is defined as, not what runs)."""
