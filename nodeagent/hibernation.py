@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 MIB = 2**20
 HEADER_SLACK = MIB      # libvirt's header and the domain XML, beyond the guest's memory
 HELPER_POLL_SECONDS = 0.01
+# For tests/bench/hibernate.py --untuned only: save and restore as libvirt does by default (page
+# cache, libvirt_iohelper at libvirtd's priority), to measure what the tuning buys.
+UNTUNED = os.environ.get("GLEANER_AGENT_HIBERNATE_UNTUNED") == "1"
 
 
 class HibernationRefused(HostRefused):
@@ -203,7 +207,8 @@ class Hibernation:
         log_event(log, "hibernate.started", domain=name, lease_id=meta.lease_id, role=role_of(meta.role).value,
                   memory_mib=read_shape(record.xml).memory_mib, path=str(path), state=record.state)
         try:
-            self._libvirt_job(lambda: self.hv.save(name, str(path)), path, "hibernate.after_save_started")
+            self._libvirt_job(lambda: self.hv.save(name, str(path), bypass_cache=not UNTUNED), path,
+                              "hibernate.after_save_started")
         except HypervisorError as exc:
             # libvirt removes its partial file and lets the domain run on; make sure of the file
             still = statefiles.read_state_file(self.directory, name)
@@ -229,7 +234,7 @@ class Hibernation:
         worker.start()
         helper_done, point_passed = False, False
         while worker.is_alive():
-            if not helper_done:
+            if not helper_done and not UNTUNED:
                 for pid in procprio.helpers_for(path):
                     helper_done = True   # one helper per job; stop scanning /proc once found
                     log_event(log, "hibernate.helper_idled", logging.DEBUG, pid=pid, path=str(path),
@@ -262,7 +267,7 @@ class Hibernation:
             try:
                 xml = restore_xml(self.hv.save_image_xml(str(state.path)))
                 with self.enforcement.launching(name):   # no reconcile pass judges it half-restored
-                    self._libvirt_job(lambda: self.hv.restore_paused(str(state.path), xml), state.path,
+                    self._libvirt_job(lambda: self.hv.restore_paused(str(state.path), xml, not UNTUNED), state.path,
                                       "resume.restore_started")
                     crash_point("resume.after_restore")
                     self._finish(name, state, "")

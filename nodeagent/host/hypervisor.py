@@ -342,23 +342,24 @@ class Hypervisor:
     # writeback threads flush the file's dirty pages at normal priority, and the file evicts the
     # foreground VMs' page cache.
 
-    def save(self, name: str, path: str) -> None:
+    def save(self, name: str, path: str, bypass_cache: bool = True) -> None:
         """Save a running domain's memory and device state to `path` (virDomainSaveFlags); the
         domain stops and stays defined. libvirtd runs the save as its own job: it goes on even if
         this process dies, and on failure libvirt removes the partial file and the domain runs on.
         No retry: a second save of a domain already saved would fail on its state."""
-        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, SAVE_FLAGS),
-                   retry=False)
+        flags = SAVE_FLAGS if bypass_cache else 0
+        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, flags), retry=False)
 
     def save_image_xml(self, path: str) -> str:
         """The domain XML inside a complete save image; libvirt refuses an incomplete one."""
         return self._call(f"read the save image {path}", lambda c: c.saveImageGetXMLDesc(path, 0), retry=True)
 
-    def restore_paused(self, path: str, xml: str) -> None:
+    def restore_paused(self, path: str, xml: str, bypass_cache: bool = True) -> None:
         """Restore a domain from `path` with `xml` (the image's own, adjusted) and leave it paused:
         nothing of it runs until resume()."""
         self._call(f"restore from {path}",
-                   lambda c: c.restoreFlags(path, xml, SAVE_FLAGS | libvirt.VIR_DOMAIN_SAVE_PAUSED), retry=False)
+                   lambda c: c.restoreFlags(path, xml, (SAVE_FLAGS if bypass_cache else 0) | libvirt.VIR_DOMAIN_SAVE_PAUSED),
+                   retry=False)
 
     def inactive_xml(self, name: str) -> str:
         """The domain's persistent definition (what it is defined as, not what runs)."""
