@@ -55,6 +55,12 @@ def announce() -> None:
                   unknown=",".join(sorted((_armed | set(_pauses)) - POINTS)))
 
 
+def is_armed(name: str) -> bool:
+    """Whether a test asked to die or wait at this point (so that the agent looks for the moment
+    only then)."""
+    return name in _armed or name in _pauses
+
+
 def crash_point(name: str) -> None:
     """Die here, at once, if GLEANER_AGENT_CRASH_AT names this point (or wait, if
     GLEANER_AGENT_PAUSE_AT does)."""

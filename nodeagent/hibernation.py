@@ -42,7 +42,7 @@ from gleaner_common.logs import log_event
 from gleaner_common.vocabulary import PriorityClass, role_of
 
 from .config import AgentConfig
-from .crashpoints import crash_point
+from .crashpoints import crash_point, is_armed
 from .domains import Domains
 from .enforcement import Enforcement
 from .host import procprio, statefiles
@@ -208,7 +208,7 @@ class Hibernation:
                   memory_mib=read_shape(record.xml).memory_mib, path=str(path), state=record.state)
         try:
             self._libvirt_job(lambda: self.hv.save(name, str(path), bypass_cache=not UNTUNED), path,
-                              "hibernate.after_save_started")
+                              "hibernate.after_save_started", path.exists)
         except HypervisorError as exc:
             # libvirt removes its partial file and lets the domain run on; make sure of the file
             still = statefiles.read_state_file(self.directory, name)
@@ -219,10 +219,10 @@ class Hibernation:
                       note="nothing was saved; the domain runs on (or is gone, if libvirt stopped it)")
             raise
 
-    def _libvirt_job(self, job: Callable[[], None], path: Path, point: str) -> None:
+    def _libvirt_job(self, job: Callable[[], None], path: Path, point: str, begun: Callable[[], bool]) -> None:
         """Run a save or restore (a blocking libvirt call) in a thread while this one puts
-        libvirt's I/O helper for `path` at volunteer priority (host/procprio.py) and passes the
-        crash point `point` once libvirtd has the file open."""
+        libvirt's I/O helper for `path` at volunteer priority (host/procprio.py) and, if a test
+        armed the crash point `point`, passes it once `begun()` says libvirtd is at work."""
         errors: list[BaseException] = []
 
         def run() -> None:
@@ -232,14 +232,14 @@ class Hibernation:
                 errors.append(exc)
         worker = threading.Thread(target=run, name=f"libvirt-job-{path.name}", daemon=True)
         worker.start()
-        helper_done, point_passed = False, False
+        helper_done, point_passed = False, not is_armed(point)
         while worker.is_alive():
             if not helper_done and not UNTUNED:
                 for pid in procprio.helpers_for(path):
                     helper_done = True   # one helper per job; stop scanning /proc once found
                     log_event(log, "hibernate.helper_idled", logging.DEBUG, pid=pid, path=str(path),
                               done=",".join(procprio.make_idle(pid)))
-            if not point_passed and path.exists():
+            if not point_passed and begun():
                 point_passed = True
                 crash_point(point)
             worker.join(HELPER_POLL_SECONDS if not helper_done else 0.05)
@@ -268,7 +268,7 @@ class Hibernation:
                 xml = restore_xml(self.hv.save_image_xml(str(state.path)))
                 with self.enforcement.launching(name):   # no reconcile pass judges it half-restored
                     self._libvirt_job(lambda: self.hv.restore_paused(str(state.path), xml, not UNTUNED), state.path,
-                                      "resume.restore_started")
+                                      "resume.restore_started", lambda: self.hv.state(name) != "shutoff")
                     crash_point("resume.after_restore")
                     self._finish(name, state, "")
             except HypervisorError as exc:

@@ -18,7 +18,7 @@
   then every tenth of that time but at least once a minute (console_sweep_seconds).
 * Console logs of ended domains, oldest first, while all console logs together exceed
   lifecycle.console_budget_mib (in the same sweep, after the expired ones): each file removed
-  is logged with its size. A running domain's logs stay, whatever the budget.
+  is logged with its size. A running or hibernated domain's logs stay, whatever the budget.
 
 Stopped domains are listed only when libvirt reported an event since the last pass (or
 every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
@@ -117,6 +117,10 @@ class Reaper:
                               state=current.state, note="defined but never started: its launch never finished")
         return removed
 
+    def _hibernated_names(self) -> set[str]:
+        return {name for name, saved in statefiles.list_state_files(self.config.hibernation_dir).items()
+                if saved.kind is statefiles.Kind.COMPLETE}
+
     def _hibernated(self, name: str) -> bool:
         saved = statefiles.read_state_file(self.config.hibernation_dir, name)
         return saved is not None and saved.kind is statefiles.Kind.COMPLETE
@@ -201,12 +205,14 @@ class Reaper:
         if total <= budget:
             return []
         removed: list[str] = []
-        for candidate in over_budget(logs, budget, self.hv.active_domain_names()):
+        # a hibernated domain's files stay like a running one's: its work channel is its work clock
+        kept = self.hv.active_domain_names() | self._hibernated_names()
+        for candidate in over_budget(logs, budget, kept):
             if total <= budget:
                 break
             with self.domains.locks.hold(candidate.name, blocking=False) as free:
                 record = self.hv.get_domain(candidate.name) if free else None
-                if not free or (record is not None and record.active):
+                if not free or (record is not None and (record.active or self._hibernated(candidate.name))):
                     continue
                 total -= self._remove_for_budget(candidate.name, budget)
                 removed.append(candidate.name)

@@ -97,6 +97,48 @@ def test_an_agent_killed_mid_save_and_mid_restore_leaves_no_half_state(crashing_
     assert list((agent.state_dir / "hibernation").iterdir()) == []
 
 
+def test_the_agent_killed_at_every_hibernation_crash_point_converges(crashing_agent):
+    """One guest through five deaths, one at each crash point: after each restart the domain is
+    either hibernated with a complete state file or running at volunteer priority without one,
+    never in between, and its jobs go on without one started again."""
+    agent = crashing_agent.start()
+    name = unique_name("hibpoints")
+    agent.stub().LaunchDomain(launch_request(name, kernel_cmdline=JOBS))
+    console = agent.state_dir / "console" / f"{name}.log"
+    wait_for_console(console, "GLEANER-JOB 1 start", 120)
+    state_file = agent.state_dir / "hibernation" / f"{name}.save"
+    steps = [("hibernate", "hibernate.after_save_started"), ("resume", "resume.restore_started"),
+             ("hibernate", "hibernate.after_save"), ("resume", "resume.before_run"),
+             ("hibernate", ""), ("resume", "resume.after_restore")]
+    for call, point in steps:
+        agent.stop()
+        agent.start(env={"GLEANER_AGENT_CRASH_AT": point} if point else None)
+        stub = agent.stub()
+        request = (lambda: stub.HibernateDomain(agent_pb2.HibernateDomainRequest(name=name), timeout=120)) \
+            if call == "hibernate" else \
+            (lambda: stub.ResumeDomain(agent_pb2.ResumeDomainRequest(name=name), timeout=120))
+        if point:
+            dies(agent, request)
+            agent.start()
+        else:
+            request()
+        stub = agent.stub()
+        if call == "hibernate":
+            wait_for(lambda: (d := listed(stub, name)) and d.state == agent_pb2.DOMAIN_STATE_HIBERNATED, 60,
+                     f"hibernated after a death at {point}", interval=0.3)
+            assert state_file.open("rb").read(16) == b"LibvirtQemudSave" and libvirt_state(name)[0] is False
+        else:
+            wait_for(lambda: not state_file.exists() and libvirt_state(name) == (True, libvirt.VIR_DOMAIN_RUNNING),
+                     60, f"running again after a death at {point}", interval=0.3)
+            assert read_cgroup_int(domain_cgroup_dir(name), "cpu.idle") == 1
+            assert listed(stub, name).state == agent_pb2.DOMAIN_STATE_RUNNING
+    jobs = jobs_started(console_text(console))
+    wait_for_console(console, f"GLEANER-JOB {max(jobs) + 1} start", 60)
+    assert jobs_started(console_text(console)) == list(range(1, max(jobs) + 2))
+    assert console_text(console).count("GLEANER-READY") == 1
+    assert list((agent.state_dir / "hibernation").iterdir()) == []
+
+
 def test_state_files_left_while_the_agent_was_down_are_settled_at_start(crashing_agent):
     """A state file with no domain, and a half-written one beside a stopped backfill domain (a
     save that never finished): both deleted at start-up, and the stopped domain then reaped as

@@ -168,3 +168,19 @@ def test_the_disk_reserve_is_never_crossed(tmp_path):
         with hib._reserved("a", 129 * MIB):
             pass
     assert hib.figures().room_bytes <= 51 * MIB   # (free space rounded down to MiB above)
+
+
+# -- the console budget ------------------------------------------------------------------------------------
+
+def test_a_hibernated_domains_console_log_and_work_channel_stay_over_the_console_budget(tmp_path):
+    from tests.unit.test_agent_console_budget import Libvirt, sweep, write
+    config = AgentConfig(state_dir=tmp_path, console_budget_mib=16)
+    config.console_dir.mkdir(parents=True)
+    statefiles.make_directory(config.hibernation_dir)
+    (config.hibernation_dir / "vm-asleep.save").write_bytes(statefiles.MAGIC_COMPLETE)
+    write(config.console_dir / "vm-asleep.log", 12 * MIB, age=9000)   # the oldest, but it only sleeps
+    write(config.console_dir / "vm-asleep.work", 1024, age=9000)      # its work clock
+    write(config.console_dir / "vm-gone.log", 6 * MIB, age=100)
+    removed = sweep(config, Libvirt(running=set(), stopped={"vm-asleep"}))
+    assert removed == ["console-budget:vm-gone"]
+    assert sorted(p.name for p in config.console_dir.iterdir()) == ["vm-asleep.log", "vm-asleep.work"]
