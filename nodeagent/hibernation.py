@@ -179,24 +179,28 @@ class Hibernation:
                 statefiles.clear_path(self.directory, name)
                 self._save(name, meta, record, started)
             crash_point("hibernate.after_save")
-            # its CPU time so far: the restored QEMU's count starts again at 0 (lost if the agent dies
-            # right here: only the reported CPU time, not the guest's work)
-            banked = dataclasses.replace(meta, banked_cpu_ns=meta.banked_cpu_ns + record.cpu_time_ns)
-            self.hv.set_metadata(name, metadata_xml(banked), PREFIX, NAMESPACE)
-            self.inventory.forget(name)     # it no longer runs: the guard and sampler let it go
-            self.enforcement.forget(name)   # a restored domain has a new QEMU and a new cgroup
-            self.inventory.note_change(name)
-            saved = statefiles.read_state_file(self.directory, name)
-            if saved is None or saved.kind is not Kind.COMPLETE:   # libvirt said done: a bug if not so
-                raise HibernationRefused(f"libvirt saved {name} but its state file is "
-                                         f"{'missing' if saved is None else saved.kind.value}")
-            duration = time.monotonic() - started
-            log_event(log, "hibernate.saved", domain=name, lease_id=meta.lease_id, path=str(saved.path),
-                      state_bytes=saved.size, memory_mib=bound // MIB - 1, duration_s=round(duration, 3),
-                      slept_before_s=round(meta.slept_s, 1),
-                      note="the domain is stopped with its state on disk; ResumeDomain restores it")
-            return Saved(name, duration, saved.size, f"saved {saved.size // MIB} MiB in {duration:.2f}s to "
-                         f"{saved.path}", True, saved.mtime)
+            return self._saved(name, meta, record, started)
+
+    def _saved(self, name: str, meta: GleanerMetadata, record: DomainRecord, started: float) -> Saved:
+        """After libvirt's save: bank its CPU time, let the running-domain parts forget it, log."""
+        # its CPU time so far: the restored QEMU's count starts again at 0 (lost if the agent dies
+        # right before this: only the reported CPU time, not the guest's work)
+        banked = dataclasses.replace(meta, banked_cpu_ns=meta.banked_cpu_ns + record.cpu_time_ns)
+        self.hv.set_metadata(name, metadata_xml(banked), PREFIX, NAMESPACE)
+        self.inventory.forget(name)     # it no longer runs: the guard and sampler let it go
+        self.enforcement.forget(name)   # a restored domain has a new QEMU and a new cgroup
+        self.inventory.note_change(name)
+        saved = statefiles.read_state_file(self.directory, name)
+        if saved is None or saved.kind is not Kind.COMPLETE:   # libvirt said done: a bug if not so
+            raise HibernationRefused(f"libvirt saved {name} but its state file is "
+                                     f"{'missing' if saved is None else saved.kind.value}")
+        duration = time.monotonic() - started
+        log_event(log, "hibernate.saved", domain=name, lease_id=meta.lease_id, path=str(saved.path),
+                  state_bytes=saved.size, memory_mib=read_shape(record.xml).memory_mib, duration_s=round(duration, 3),
+                  slept_before_s=round(meta.slept_s, 1),
+                  note="the domain is stopped with its state on disk; ResumeDomain restores it")
+        return Saved(name, duration, saved.size, f"saved {saved.size // MIB} MiB in {duration:.2f}s to {saved.path}",
+                     True, saved.mtime)
 
     def _backfill_only(self, name: str, meta: GleanerMetadata, what: str) -> None:
         if meta.role is not PriorityClass.VOLUNTEER:
