@@ -67,6 +67,8 @@ TABLE: dict[str, Rule] = {
     f"{AGENT_API}LaunchDomain": Rule(CONTROLLER_ONLY),
     f"{AGENT_API}TerminateDomain": Rule(CONTROLLER_ONLY),
     f"{AGENT_API}SetDomainClass": Rule(CONTROLLER_ONLY),
+    f"{AGENT_API}HibernateDomain": Rule(CONTROLLER_ONLY),
+    f"{AGENT_API}ResumeDomain": Rule(CONTROLLER_ONLY),
     f"{AGENT_API}DescribeHost": Rule(READERS),
     f"{AGENT_API}ListDomains": Rule(READERS),
     f"{AGENT_API}GetMetrics": Rule(READERS),

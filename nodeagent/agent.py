@@ -14,6 +14,8 @@ from .config import AgentConfig
 from .domains import Domains
 from .enforcement import Enforcement
 from .events import EventBus
+from .hibernation import Figures as HibernationFigures, Hibernation
+from .host import statefiles
 from .host.settings import CgroupFacts
 from .host.hypervisor import HostFacts, Hypervisor
 from .inventory import Inventory
@@ -31,6 +33,7 @@ class HostDescription:
     libvirt_uri: str
     agent_version: str
     managed_domains: int
+    hibernation: HibernationFigures
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,15 @@ class AgentParts:
     domains: Domains
     collection: Collection
     reaper: Reaper
+    hibernation: Hibernation
 
     def describe_host(self) -> HostDescription:
         return HostDescription(facts=self.inventory.host_facts(), cgroup=self.priority.facts,
                                disk_scheduler=self.enforcement.disk_scheduler,
                                disk_mechanism=self.enforcement.disk_mechanism,
                                domain_type=self.inventory.domain_type, libvirt_uri=self.hypervisor.uri,
-                               agent_version=__version__, managed_domains=len(self.inventory.list()))
+                               agent_version=__version__, managed_domains=len(self.inventory.list()),
+                               hibernation=self.hibernation.figures())
 
 
 def make_directories(config: AgentConfig) -> None:
@@ -59,6 +64,8 @@ def make_directories(config: AgentConfig) -> None:
                             (config.console_dir, 0o700)):
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(mode)
+    # 0700: libvirtd (root) opens the state files and hands QEMU the descriptor; no one else reads them
+    statefiles.make_directory(config.hibernation_dir)
 
 
 def assemble(config: AgentConfig, hypervisor: Hypervisor, events: EventBus | None = None) -> AgentParts:
@@ -68,6 +75,7 @@ def assemble(config: AgentConfig, hypervisor: Hypervisor, events: EventBus | Non
     make_directories(config)
     enforcement = Enforcement(config, hypervisor, inventory, priority, events)
     domains = Domains(config, hypervisor, inventory, enforcement, events)
+    hibernation = Hibernation(config, hypervisor, inventory, enforcement, domains)
     return AgentParts(config=config, hypervisor=hypervisor, events=events, priority=priority, inventory=inventory,
                       enforcement=enforcement, domains=domains, collection=Collection(inventory, priority),
-                      reaper=Reaper(config, hypervisor, inventory, domains))
+                      reaper=Reaper(config, hypervisor, inventory, domains, hibernation), hibernation=hibernation)

@@ -100,7 +100,7 @@ def run(config: AgentConfig) -> int:
     if config.guard_enabled:  # its own loop: its pace changes with what it sees
         threading.Thread(target=guard_loop, args=(agent.enforcement, stop), name="guard", daemon=True).start()
     if config.controller_address:
-        reporter = Reporter(config, inventory, sampler)
+        reporter = Reporter(config, inventory, sampler, agent.hibernation)
         threading.Thread(target=reporter.run, args=(stop,), name="reporter", daemon=True).start()
     log_event(log, "agent.serving", listen=config.listen, port=server.port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual",

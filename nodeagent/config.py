@@ -22,6 +22,7 @@ from .priority import CpuWeights, DiskPolicy
 DOMAIN_TYPES = ("auto", "kvm", "qemu")
 MAX_CONSOLE_KEEP_SECONDS = 366 * 86400
 CONSOLE_BUDGET_MIB = (16, 1024 * 1024)   # lifecycle.console_budget_mib: at least two domains' full logs, at most 1 TiB
+HIBERNATION_MIB = (0, 2**30)   # hibernation.budget_mib and disk_reserve_mib: 0 to 1 PiB
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,12 @@ class AgentConfig:
     controller_address: str = ""        # HOST:PORT of the controller to report to; "" = standalone
     controller_report_seconds: float = 2.0
     advertise_address: str = ""         # where the controller reaches this agent; "" = from listen
+    # Hibernated backfill domains' state files (docs/agent.md, "Hibernation"): where ("" =
+    # <state_dir>/hibernation, on the overlays' filesystem), how much together (a file is at most
+    # its domain's memory; 0 turns hibernation off), and the free disk always left for overlays.
+    hibernation_directory: str = ""
+    hibernation_budget_mib: int = 32768
+    hibernation_disk_reserve_mib: int = 10240
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -106,6 +113,10 @@ class AgentConfig:
     @property
     def console_dir(self) -> Path:
         return self.state_dir / "console"
+
+    @property
+    def hibernation_dir(self) -> Path:
+        return Path(self.hibernation_directory) if self.hibernation_directory else self.state_dir / "hibernation"
 
 
 HOUR, DAY = 3600, 86400
@@ -152,6 +163,9 @@ _SCHEMA: dict[str, dict[str, tuple]] = {
     "controller": {"address": ("controller_address", str),
                    "report_seconds": ("controller_report_seconds", float, INTERVAL),
                    "advertise": ("advertise_address", str)},
+    "hibernation": {"directory": ("hibernation_directory", str),
+                    "budget_mib": ("hibernation_budget_mib", int, HIBERNATION_MIB),
+                    "disk_reserve_mib": ("hibernation_disk_reserve_mib", int, HIBERNATION_MIB)},
 }
 NUMBER_KEYS = number_keys(_SCHEMA)
 
@@ -191,6 +205,7 @@ def check_config(config: AgentConfig, source: str) -> None:
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: agent.log_level must be debug, info, warning or error")
     check_controller_addresses(config, source)
+    check_hibernation_directory(config, source)
     check_tls(config.tls, config.listen, source)
 
 
@@ -211,6 +226,21 @@ def check_controller_addresses(config: AgentConfig, source: str) -> None:
         if problem:
             raise ConfigError(f"{source}: the address reported to the controller, {config.reachable_address[:80]!r} "
                               f"(from agent.listen), must be HOST:PORT: {problem}; set controller.advertise")
+
+
+def check_hibernation_directory(config: AgentConfig, source: str) -> None:
+    """An absolute path of its own: never the overlay or console directory (their sweeps would
+    judge the state files), nor inside them."""
+    if not config.hibernation_directory:
+        return
+    directory = Path(config.hibernation_directory)
+    if not directory.is_absolute() or ".." in directory.parts:
+        raise ConfigError(f"{source}: hibernation.directory {config.hibernation_directory!r} must be an absolute "
+                          "path without '..'")
+    for key, other in (("the overlay directory", config.overlay_dir), ("the console directory", config.console_dir)):
+        if directory == other or other in directory.parents:
+            raise ConfigError(f"{source}: hibernation.directory {config.hibernation_directory!r} must not be "
+                              f"{key} ({other}) or inside it; use a directory of its own")
 
 
 def with_overrides(config: AgentConfig, listen: str | None = None, insecure: bool = False,

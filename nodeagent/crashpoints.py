@@ -10,6 +10,12 @@ leave it: no cleanup, no `finally`, no log flushed beyond what was written. The 
     terminate.after_acpi     the ACPI power button was pressed; the domain is still defined
     terminate.after_undefine the domain is undefined (by terminate or the reaper); its overlay
                              is still on disk
+    hibernate.after_save_started  libvirtd has created the state file and saves into it (its job
+                             goes on without the agent)
+    hibernate.after_save     the save finished: the domain is stopped, its state file complete
+    resume.restore_started   libvirtd has begun restoring from the state file
+    resume.after_restore     the domain is restored, PAUSED, its volunteer settings not yet on
+    resume.before_run        its settings are on; it is still paused, the state file still there
 
 What a restarted agent does with each is in nodeagent/reaper.py and nodeagent/domains.py.
 
@@ -28,7 +34,8 @@ log = logging.getLogger(__name__)
 ENV = "GLEANER_AGENT_CRASH_AT"
 PAUSE_ENV = "GLEANER_AGENT_PAUSE_AT"
 POINTS = frozenset({"launch.after_overlay", "launch.after_define", "launch.after_start",
-                    "terminate.after_acpi", "terminate.after_undefine"})
+                    "terminate.after_acpi", "terminate.after_undefine", "hibernate.after_save_started",
+                    "hibernate.after_save", "resume.restore_started", "resume.after_restore", "resume.before_run"})
 EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL
 
 _armed = frozenset(name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip())
@@ -46,6 +53,12 @@ def announce() -> None:
         log_event(log, "crash_points.armed", logging.WARNING, points=",".join(sorted(_armed)),
                   pauses=",".join(f"{p}:{s:g}" for p, s in sorted(_pauses.items())),
                   unknown=",".join(sorted((_armed | set(_pauses)) - POINTS)))
+
+
+def is_armed(name: str) -> bool:
+    """Whether a test asked to die or wait at this point (so that the agent looks for the moment
+    only then)."""
+    return name in _armed or name in _pauses
 
 
 def crash_point(name: str) -> None:

@@ -34,6 +34,7 @@ from .crashpoints import crash_point
 from .enforcement import Enforcement
 from .events import Event, EventBus
 from .host.domainxml import NAMESPACE, PREFIX, GleanerMetadata, build_domain_xml, metadata_xml, read_metadata, read_shape
+from .host import statefiles
 from .host.errors import HostRefused
 from .host.hypervisor import DomainRecord, Hypervisor, HypervisorError, NoSuchDomain, is_active_state
 from .host.images import BootImage, OverlayError, create_overlay, delete_overlay, overlay_path, resolve_image
@@ -365,9 +366,14 @@ class Domains:
                 f"the guest did not power off within the {grace}s grace period; destroyed")
 
     def remove(self, name: str, meta: GleanerMetadata) -> None:
-        """Forget a stopped domain, undefine it and delete its overlay (the caller holds its lock)."""
+        """Forget a stopped domain, undefine it and delete its overlay and its state file, if it
+        was hibernated (the caller holds its lock)."""
         self.inventory.forget(name)
         self.enforcement.forget(name)
+        freed = statefiles.delete(self.config.hibernation_dir, name)   # a crash after it: a stopped domain, reaped
+        if freed:
+            log_event(log, "hibernate.discarded", domain=name, lease_id=meta.lease_id, state_bytes=freed,
+                      note="a hibernated domain was removed: the work its state file held is lost")
         try:
             self.hv.undefine(name)
         except NoSuchDomain:

@@ -21,6 +21,7 @@ from .config import AgentConfig
 from .events import Event, EventBus
 from .host import blockdev, netshape
 from .host.domainxml import DISK_TARGET
+from .host.errors import HostRefused
 from .host.hypervisor import Hypervisor, HypervisorError
 from .inventory import Inventory
 from .metrics import DomainInfo
@@ -29,6 +30,10 @@ from .priority import disk_mechanism, disk_setting, launch_shares, net_cap
 from .priorityctl import PriorityController
 
 log = logging.getLogger(__name__)
+
+
+class RestoreUnprotected(HostRefused):
+    """A restored domain's class could not be put on: it is not let run."""
 
 
 class Enforcement:
@@ -87,6 +92,23 @@ class Enforcement:
         self.inventory.remember(name, info)
         self._apply_cpu(name, info.priority_class)
         self._apply_net(name, info.priority_class, info.interfaces)
+
+    def restored(self, name: str, info: DomainInfo, has_disk: bool) -> None:
+        """A domain restored from its state file, still paused: put its class on, CPU, disk and
+        network (its XML is the saved one, which may predate a class change). Called within
+        launching(name), before the domain is let run."""
+        self.priority.forget(name)   # a new QEMU: a new cgroup
+        self.inventory.remember(name, info)
+        try:   # strict, unlike a launch: a domain whose CPU class is not on is not let run
+            changes = self.priority.apply(name, info.priority_class)
+        except (OSError, ValueError) as exc:
+            raise RestoreUnprotected(f"{name} is restored but its CPU class could not be put on ({exc}); it stays "
+                                     "paused, and the reaper tries again") from None
+        log_event(log, "priority.applied", domain=name, priority_class=info.priority_class.value,
+                  changes="; ".join(changes), after="restore")
+        self._apply_net(name, info.priority_class, info.interfaces)
+        if has_disk:
+            self._apply_disk(name, info.priority_class)
 
     def apply_class(self, name: str, cls: PriorityClass, has_disk: bool, interfaces: tuple[str, ...]) -> None:
         """Put a running domain in `cls` on CPU, disk and network; called within changing_class()."""

@@ -21,9 +21,10 @@ from gleaner_common.logs import log_event
 from gleaner_common.vocabulary import PriorityClass
 
 from .config import AgentConfig
-from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape
+from .host.domainxml import DomainShape, GleanerMetadata, read_metadata, read_shape, slept_since
 from .host import system
 from .host.hypervisor import DomainRecord, HostFacts, Hypervisor
+from .host.statefiles import Kind, StateFile, read_state_file
 from .host.workchannel import SILENT, WorkState, channel_path, read_work_state
 from .metrics import DomainInfo
 from .validation import HostLimits
@@ -61,23 +62,45 @@ class ManagedDomain:
     priority_class: PriorityClass = PriorityClass.FOREGROUND
     boosted: bool = False
     work: WorkState = SILENT   # what a backfill guest last said on its work channel
+    hibernated_bytes: int = 0            # its state file's size while hibernated
+    hibernated_at: float | None = None   # when its save finished (epoch seconds), while hibernated
+    slept_s: float = 0.0                 # seconds spent hibernated since launch, the current sleep too
 
 
 def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False,
-                   work: WorkState = SILENT) -> ManagedDomain:
+                   work: WorkState = SILENT, saved: StateFile | None = None) -> ManagedDomain:
+    """`saved`: the domain's state file, if any; a stopped domain with a complete one is hibernated."""
     shape = read_shape(record.xml)
-    return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role, state=record.state,
+    asleep = asleep_since(record, saved)
+    return ManagedDomain(name=record.name, uuid=record.uuid, role=meta.role,
+                         state="hibernated" if asleep is not None else record.state,
                          vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at,
-                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns, image=meta.image,
-                         kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log, cpuset=shape.cpuset,
-                         priority_class=meta.priority_class, boosted=boosted, work=work)
+                         lease_id=meta.lease_id, cpu_time_ns=record.cpu_time_ns + meta.banked_cpu_ns,
+                         image=meta.image, kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log,
+                         cpuset=shape.cpuset, priority_class=meta.priority_class, boosted=boosted, work=work,
+                         hibernated_bytes=saved.size if asleep is not None and saved else 0, hibernated_at=asleep,
+                         slept_s=meta.slept_s + (max(0.0, time.time() - asleep) if asleep is not None else 0.0))
 
 
-def guest_work(console_dir: Path, name: str, meta: GleanerMetadata) -> WorkState:
-    """What a backfill domain's guest last said of its work (SILENT for on-demand domains)."""
+def asleep_since(record: DomainRecord, saved: StateFile | None) -> float | None:
+    """When a hibernated domain's save finished (its state file's mtime); None if it is not hibernated."""
+    if record.active or saved is None or saved.kind is not Kind.COMPLETE:
+        return None
+    return saved.mtime
+
+
+def guest_work(console_dir: Path, name: str, meta: GleanerMetadata, asleep_from: float | None = None) -> WorkState:
+    """What a backfill domain's guest last said of its work (SILENT for on-demand domains), its
+    age counting only the time the domain ran: the naps since the statement (and the current one,
+    from `asleep_from`, while it is hibernated) are taken off."""
     if meta.role is not PriorityClass.VOLUNTEER:
         return SILENT
-    return read_work_state(channel_path(console_dir, name), time.time())
+    now = time.time()
+    work = read_work_state(channel_path(console_dir, name), now)
+    if not work.state or not (meta.naps or asleep_from is not None):
+        return work
+    slept = slept_since(meta.naps, now - work.for_s, now, asleep_from)
+    return dataclasses.replace(work, for_s=max(0.0, work.for_s - slept))
 
 
 def choose_domain_type(configured: str, kvm_usable: bool) -> str:
@@ -151,9 +174,14 @@ class Inventory:
         return [(r, m) for r, m in pairs if m is not None]
 
     def list(self) -> list[ManagedDomain]:
-        domains = [managed_domain(r, m, self._boosted(r.name), self.work_state(r.name, m))
-                   for r, m in self.managed_records()]
+        domains = [self._described(r, m) for r, m in self.managed_records()]
         return sorted(domains, key=lambda d: (d.launched_at, d.name))
+
+    def _described(self, record: DomainRecord, meta: GleanerMetadata) -> ManagedDomain:
+        saved = None if record.active else read_state_file(self.config.hibernation_dir, record.name)
+        asleep = asleep_since(record, saved)
+        return managed_domain(record, meta, self._boosted(record.name),
+                              self.work_state(record.name, meta, asleep), saved)
 
     def lookup(self, name: str) -> tuple[DomainRecord, GleanerMetadata]:
         record = self.hv.get_domain(name)
@@ -167,10 +195,10 @@ class Inventory:
     def describe(self, name: str) -> ManagedDomain:
         """The domain as it is now, with `name`'s boost."""
         record, meta = self.lookup(name)
-        return managed_domain(record, meta, self._boosted(name), self.work_state(name, meta))
+        return self._described(record, meta)
 
-    def work_state(self, name: str, meta: GleanerMetadata) -> WorkState:
-        work = guest_work(self.config.console_dir, name, meta)
+    def work_state(self, name: str, meta: GleanerMetadata, asleep_from: float | None = None) -> WorkState:
+        work = guest_work(self.config.console_dir, name, meta, asleep_from)
         if work.noisy and name not in self._noisy:
             self._noisy.add(name)   # once per domain (the set is as bounded as the domains)
             log_event(log, "guest.work_channel_noisy", logging.WARNING, domain=name,

@@ -1,7 +1,9 @@
 """The reaper: removes what no one will come back for.
 
 * A volunteer that stopped on its own: its work is disposable, so once its guest is off
-  there is nothing to keep.
+  there is nothing to keep. A hibernated volunteer (stopped, with a complete state file) is
+  not: its state file is its work, and it is left alone, overlay and all.
+* State files settled first, each pass (nodeagent/hibernation.py, reconcile).
 * A domain of ours that is stopped and was never started (its metadata says started=no):
   the agent died between defining and starting it, and the launch never returned. Once it
   is older than lifecycle.unfinished_launch_seconds (its launched_at is when it was
@@ -16,7 +18,7 @@
   then every tenth of that time but at least once a minute (console_sweep_seconds).
 * Console logs of ended domains, oldest first, while all console logs together exceed
   lifecycle.console_budget_mib (in the same sweep, after the expired ones): each file removed
-  is logged with its size. A running domain's logs stay, whatever the budget.
+  is logged with its size. A running or hibernated domain's logs stay, whatever the budget.
 
 Stopped domains are listed only when libvirt reported an event since the last pass (or
 every FULL_REFRESH_PASSES passes, in case one was missed). The agent reaps once at start-up,
@@ -33,6 +35,8 @@ from gleaner_common.vocabulary import PriorityClass, role_of
 
 from .config import AgentConfig
 from .domains import Domains
+from .hibernation import Hibernation
+from .host import statefiles
 from .host.domainxml import GleanerMetadata
 from .host.hypervisor import Hypervisor, HypervisorError
 from .host.images import delete_overlay, list_overlays
@@ -52,8 +56,10 @@ def console_sweep_seconds(config: AgentConfig) -> float:
 
 
 class Reaper:
-    def __init__(self, config: AgentConfig, hypervisor: Hypervisor, inventory: Inventory, domains: Domains) -> None:
+    def __init__(self, config: AgentConfig, hypervisor: Hypervisor, inventory: Inventory, domains: Domains,
+                 hibernation: Hibernation | None = None) -> None:
         self.config = config
+        self.hibernation = hibernation
         self.hv = hypervisor
         self.inventory = inventory
         self.domains = domains
@@ -65,8 +71,11 @@ class Reaper:
         """One pass; returns what was removed, for logs and tests."""
         self._passes += 1
         hinted = self.inventory.take_reap_hint()
-        removed = []
-        if hinted or self._recheck or self._passes % FULL_REFRESH_PASSES == 0:
+        # first: state files settled (nodeagent/hibernation.py), so a half-saved domain is a
+        # stopped one below, and a hibernated one is known as such
+        removed = self.hibernation.reconcile() if self.hibernation else []
+        recheck = self.hibernation.recheck if self.hibernation else False
+        if hinted or self._recheck or recheck or self._passes % FULL_REFRESH_PASSES == 0:
             removed += self._reap_stopped()
         self._mark_running_started()
         removed += self._remove_orphan_overlays()
@@ -94,6 +103,8 @@ class Reaper:
                 meta = self.inventory.ours(current)  # as it is now, under the lock
                 if meta is None or (meta.role is not PriorityClass.VOLUNTEER and meta.started):
                     continue
+                if self._hibernated(record.name):
+                    continue   # its state file is its work: it waits for ResumeDomain or TerminateDomain
                 if not meta.started and self._unfinished_launch_is_young(meta):
                     self._recheck = True  # a repeated launch may still finish it
                     continue
@@ -105,6 +116,14 @@ class Reaper:
                     log_event(log, "domain.unstarted_removed", domain=record.name, role=role_of(meta.role).value,
                               state=current.state, note="defined but never started: its launch never finished")
         return removed
+
+    def _hibernated_names(self) -> set[str]:
+        return {name for name, saved in statefiles.list_state_files(self.config.hibernation_dir).items()
+                if saved.kind is statefiles.Kind.COMPLETE}
+
+    def _hibernated(self, name: str) -> bool:
+        saved = statefiles.read_state_file(self.config.hibernation_dir, name)
+        return saved is not None and saved.kind is statefiles.Kind.COMPLETE
 
     def _mark_running_started(self) -> None:
         """Running domains the last reconcile pass saw still marked started=no."""
@@ -186,12 +205,14 @@ class Reaper:
         if total <= budget:
             return []
         removed: list[str] = []
-        for candidate in over_budget(logs, budget, self.hv.active_domain_names()):
+        # a hibernated domain's files stay like a running one's: its work channel is its work clock
+        kept = self.hv.active_domain_names() | self._hibernated_names()
+        for candidate in over_budget(logs, budget, kept):
             if total <= budget:
                 break
             with self.domains.locks.hold(candidate.name, blocking=False) as free:
                 record = self.hv.get_domain(candidate.name) if free else None
-                if not free or (record is not None and record.active):
+                if not free or (record is not None and (record.active or self._hibernated(candidate.name))):
                     continue
                 total -= self._remove_for_budget(candidate.name, budget)
                 removed.append(candidate.name)

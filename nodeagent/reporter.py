@@ -1,7 +1,8 @@
 """Reports this node to the controller: one long-lived stream, a report every few seconds.
 
-A report carries the host's size and load, the residual capacity, and the running managed
-domains as their metadata says. When the controller is unreachable the agent keeps working
+A report carries the host's size and load, the residual capacity, the running managed
+domains as their metadata says, and apart from them the hibernated ones (present, not running)
+with the hibernation directory's budget, use and room. When the controller is unreachable the agent keeps working
 on its own and retries with a growing pause; the controller marks the node suspect, then down,
 and takes it back when reports resume.
 """
@@ -24,6 +25,8 @@ from protos import controller_pb2, controller_pb2_grpc
 
 from .config import AgentConfig
 from .host.images import list_images
+from .hibernation import Hibernation
+from .host.domainxml import read_shape
 from .inventory import Inventory
 from .metrics import Sampler
 from .validation import MIN_MEMORY_MIB
@@ -60,8 +63,10 @@ def wait_for_listener(address: str, pause: float, stop: threading.Event, every: 
 
 
 class Reporter:
-    def __init__(self, config: AgentConfig, inventory: Inventory, sampler: Sampler) -> None:
+    def __init__(self, config: AgentConfig, inventory: Inventory, sampler: Sampler,
+                 hibernation: Hibernation | None = None) -> None:
         self.config = config
+        self.hibernation = hibernation
         self.inventory = inventory
         self.sampler = sampler
         self._seq = 0
@@ -89,8 +94,25 @@ class Reporter:
             report.vms.add(name=name, lease_id=meta.lease_id, role=role.value, vm_role=VM_ROLES[role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,
-                           work_state=work.state, work_for_s=work.for_s)
+                           work_state=work.state, work_for_s=work.for_s, slept_s=meta.slept_s)
+        if self.hibernation is not None:
+            self._add_hibernated(report, self.hibernation)
         return report
+
+    def _add_hibernated(self, report: controller_pb2.NodeReport, hibernation: Hibernation) -> None:
+        """The hibernated VMs (present, not running: never in `vms`) and the hibernation disk figures."""
+        figures = hibernation.figures()
+        report.hibernation_budget_bytes = figures.budget_bytes
+        report.hibernation_used_bytes = figures.used_bytes
+        report.hibernation_room_bytes = figures.room_bytes
+        for record, meta, saved in hibernation.hibernated():
+            work = self.inventory.work_state(record.name, meta, asleep_from=saved.mtime)
+            shape = read_shape(record.xml)
+            report.hibernated.add(name=record.name, lease_id=meta.lease_id, vm_role=VM_ROLES[role_of(meta.role)],
+                                  vcpus=shape.vcpus, memory_mib=shape.memory_mib,
+                                  launched_at=meta.launched_at.timestamp(), image=meta.image, state_bytes=saved.size,
+                                  hibernated_at=saved.mtime, slept_s=meta.slept_s, work_state=work.state,
+                                  work_for_s=work.for_s)
 
     def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:
         while not stop.is_set():

@@ -43,7 +43,7 @@ STATE_TO_PROTO = {
     "running": agent_pb2.DOMAIN_STATE_RUNNING, "blocked": agent_pb2.DOMAIN_STATE_BLOCKED,
     "paused": agent_pb2.DOMAIN_STATE_PAUSED, "shutting_down": agent_pb2.DOMAIN_STATE_SHUTTING_DOWN,
     "shutoff": agent_pb2.DOMAIN_STATE_SHUTOFF, "crashed": agent_pb2.DOMAIN_STATE_CRASHED,
-    "suspended": agent_pb2.DOMAIN_STATE_SUSPENDED,
+    "suspended": agent_pb2.DOMAIN_STATE_SUSPENDED, "hibernated": agent_pb2.DOMAIN_STATE_HIBERNATED,
 }
 OUTCOME_TO_PROTO = {
     TerminationOutcome.CLEAN_SHUTDOWN: agent_pb2.TERMINATION_OUTCOME_CLEAN_SHUTDOWN,
@@ -95,13 +95,17 @@ def bugs_as_internal(method: Callable[..., Any]) -> Callable[..., Any]:
 def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
     launched = Timestamp()
     launched.FromDatetime(domain.launched_at)
-    return agent_pb2.Domain(
+    proto = agent_pb2.Domain(
         name=domain.name, uuid=domain.uuid, role=role_to_proto(domain.role),
         state=STATE_TO_PROTO.get(domain.state, agent_pb2.DOMAIN_STATE_UNSPECIFIED), vcpus=domain.vcpus,
         memory_mib=domain.memory_mib, launched_at=launched, lease_id=domain.lease_id,
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
         console_log=domain.console_log, cpuset=domain.cpuset, priority_class=CLASS_TO_PROTO[domain.priority_class],
-        boosted=domain.boosted, work_state=domain.work.state, work_for_s=domain.work.for_s)
+        boosted=domain.boosted, work_state=domain.work.state, work_for_s=domain.work.for_s,
+        hibernated_bytes=domain.hibernated_bytes, slept_s=domain.slept_s)
+    if domain.hibernated_at is not None:
+        proto.hibernated_at.FromNanoseconds(int(domain.hibernated_at * 1e9))
+    return proto
 
 
 def event_to_proto(event: Event) -> agent_pb2.Event:
@@ -153,7 +157,10 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             cgroup_version=host.cgroup.version, cpu_idle_supported=host.cgroup.cpu_idle,
             domain_type=host.domain_type, libvirt_uri=host.libvirt_uri, agent_version=host.agent_version,
             managed_domains=host.managed_domains, disk_scheduler=host.disk_scheduler,
-            volunteer_disk_mechanism=host.disk_mechanism)
+            volunteer_disk_mechanism=host.disk_mechanism,
+            hibernation_budget_bytes=host.hibernation.budget_bytes,
+            hibernation_used_bytes=host.hibernation.used_bytes,
+            hibernation_room_bytes=host.hibernation.room_bytes)
 
     @rpc
     def ListDomains(self, request, context):
@@ -179,6 +186,21 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                                                  duration_seconds=result.duration_seconds,
                                                  detail=result.detail)
 
+
+    @rpc
+    def HibernateDomain(self, request, context):
+        saved = self.agent.hibernation.hibernate(validate_name(request.name))
+        when = Timestamp()
+        when.FromNanoseconds(int(saved.hibernated_at * 1e9))
+        return agent_pb2.HibernateDomainResponse(name=saved.name, duration_seconds=saved.duration_seconds,
+                                                 state_bytes=saved.state_bytes, detail=saved.detail,
+                                                 saved=saved.saved, hibernated_at=when)
+
+    @rpc
+    def ResumeDomain(self, request, context):
+        resumed = self.agent.hibernation.resume(validate_name(request.name))
+        return agent_pb2.ResumeDomainResponse(domain=domain_to_proto(resumed.domain),
+                                              duration_seconds=resumed.duration_seconds, resumed=resumed.resumed)
 
     @rpc
     def SetDomainClass(self, request, context):

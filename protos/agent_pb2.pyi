@@ -32,6 +32,7 @@ class DomainState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DOMAIN_STATE_SHUTOFF: _ClassVar[DomainState]
     DOMAIN_STATE_CRASHED: _ClassVar[DomainState]
     DOMAIN_STATE_SUSPENDED: _ClassVar[DomainState]
+    DOMAIN_STATE_HIBERNATED: _ClassVar[DomainState]
 
 class TerminationOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -54,6 +55,7 @@ DOMAIN_STATE_SHUTTING_DOWN: DomainState
 DOMAIN_STATE_SHUTOFF: DomainState
 DOMAIN_STATE_CRASHED: DomainState
 DOMAIN_STATE_SUSPENDED: DomainState
+DOMAIN_STATE_HIBERNATED: DomainState
 TERMINATION_OUTCOME_UNSPECIFIED: TerminationOutcome
 TERMINATION_OUTCOME_CLEAN_SHUTDOWN: TerminationOutcome
 TERMINATION_OUTCOME_DESTROYED_AFTER_GRACE: TerminationOutcome
@@ -65,7 +67,7 @@ class DescribeHostRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HostDescription(_message.Message):
-    __slots__ = ("hostname", "cpus", "memory_mib", "libvirt_version", "qemu_version", "cgroup_version", "cpu_idle_supported", "domain_type", "libvirt_uri", "agent_version", "managed_domains", "disk_scheduler", "volunteer_disk_mechanism")
+    __slots__ = ("hostname", "cpus", "memory_mib", "libvirt_version", "qemu_version", "cgroup_version", "cpu_idle_supported", "domain_type", "libvirt_uri", "agent_version", "managed_domains", "disk_scheduler", "volunteer_disk_mechanism", "hibernation_budget_bytes", "hibernation_used_bytes", "hibernation_room_bytes")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +81,9 @@ class HostDescription(_message.Message):
     MANAGED_DOMAINS_FIELD_NUMBER: _ClassVar[int]
     DISK_SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     VOLUNTEER_DISK_MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_ROOM_BYTES_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     cpus: int
     memory_mib: int
@@ -92,10 +97,13 @@ class HostDescription(_message.Message):
     managed_domains: int
     disk_scheduler: str
     volunteer_disk_mechanism: str
-    def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ..., disk_scheduler: _Optional[str] = ..., volunteer_disk_mechanism: _Optional[str] = ...) -> None: ...
+    hibernation_budget_bytes: int
+    hibernation_used_bytes: int
+    hibernation_room_bytes: int
+    def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ..., disk_scheduler: _Optional[str] = ..., volunteer_disk_mechanism: _Optional[str] = ..., hibernation_budget_bytes: _Optional[int] = ..., hibernation_used_bytes: _Optional[int] = ..., hibernation_room_bytes: _Optional[int] = ...) -> None: ...
 
 class Domain(_message.Message):
-    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s")
+    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s", "hibernated_bytes", "hibernated_at", "slept_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +121,9 @@ class Domain(_message.Message):
     BOOSTED_FIELD_NUMBER: _ClassVar[int]
     WORK_STATE_FIELD_NUMBER: _ClassVar[int]
     WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SLEPT_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     uuid: str
     role: Role
@@ -130,7 +141,10 @@ class Domain(_message.Message):
     boosted: bool
     work_state: str
     work_for_s: float
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
+    hibernated_bytes: int
+    hibernated_at: _timestamp_pb2.Timestamp
+    slept_s: float
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., hibernated_bytes: _Optional[int] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slept_s: _Optional[float] = ...) -> None: ...
 
 class ListDomainsRequest(_message.Message):
     __slots__ = ()
@@ -199,6 +213,44 @@ class SetDomainClassRequest(_message.Message):
     name: str
     priority_class: PriorityClass
     def __init__(self, name: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ...) -> None: ...
+
+class HibernateDomainRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class HibernateDomainResponse(_message.Message):
+    __slots__ = ("name", "duration_seconds", "state_bytes", "detail", "saved", "hibernated_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    SAVED_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    duration_seconds: float
+    state_bytes: int
+    detail: str
+    saved: bool
+    hibernated_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., state_bytes: _Optional[int] = ..., detail: _Optional[str] = ..., saved: _Optional[bool] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ResumeDomainRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ResumeDomainResponse(_message.Message):
+    __slots__ = ("domain", "duration_seconds", "resumed")
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    domain: Domain
+    duration_seconds: float
+    resumed: bool
+    def __init__(self, domain: _Optional[_Union[Domain, _Mapping]] = ..., duration_seconds: _Optional[float] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ()

@@ -59,6 +59,16 @@ class NodeAgentStub:
                 request_serializer=protos_dot_agent__pb2.SetDomainClassRequest.SerializeToString,
                 response_deserializer=protos_dot_agent__pb2.Domain.FromString,
                 _registered_method=True)
+        self.HibernateDomain = channel.unary_unary(
+                '/gleaner.agent.v1.NodeAgent/HibernateDomain',
+                request_serializer=protos_dot_agent__pb2.HibernateDomainRequest.SerializeToString,
+                response_deserializer=protos_dot_agent__pb2.HibernateDomainResponse.FromString,
+                _registered_method=True)
+        self.ResumeDomain = channel.unary_unary(
+                '/gleaner.agent.v1.NodeAgent/ResumeDomain',
+                request_serializer=protos_dot_agent__pb2.ResumeDomainRequest.SerializeToString,
+                response_deserializer=protos_dot_agent__pb2.ResumeDomainResponse.FromString,
+                _registered_method=True)
         self.WatchEvents = channel.unary_stream(
                 '/gleaner.agent.v1.NodeAgent/WatchEvents',
                 request_serializer=protos_dot_agent__pb2.WatchEventsRequest.SerializeToString,
@@ -99,6 +109,7 @@ class NodeAgentServicer:
     def TerminateDomain(self, request, context):
         """Stop a domain and remove it with its overlay: ACPI shutdown, wait up to the grace
         period, then destroy; or destroy at once with force.
+        A hibernated domain's state file is deleted with it (outcome ALREADY_STOPPED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,6 +118,33 @@ class NodeAgentServicer:
     def SetDomainClass(self, request, context):
         """Change a domain's priority class (promote to foreground, demote to volunteer) at once;
         the role, and so preemptibility, stays as it was launched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HibernateDomain(self, request, context):
+        """Hibernate a running backfill domain: save its memory and device state to a file in the
+        agent's hibernation directory (no ACPI power button first). The domain stays defined and
+        inactive (DOMAIN_STATE_HIBERNATED) with its overlay; its CPU and memory are freed.
+        Idempotent: a domain already hibernated answers OK with its figures (saved = false).
+        Errors: INVALID_ARGUMENT (a bad name), NOT_FOUND (no such domain), FAILED_PRECONDITION (an
+        on-demand domain, a domain not ours, a stopped domain that is not hibernated, a hibernation
+        directory that is not a plain directory), RESOURCE_EXHAUSTED (the domain's memory size, the
+        state file's upper bound, would exceed the hibernation budget or leave less free disk than
+        the reserve: nothing was saved, the domain still runs; the message names the budget and its
+        use), UNAVAILABLE (libvirtd away: try again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeDomain(self, request, context):
+        """Resume a hibernated domain: restored paused, its volunteer settings (cpu.idle, block I/O,
+        tc) put on, only then let run, so it never runs a moment at normal priority; its state file
+        is then deleted. Idempotent: a running domain answers OK (resumed = false).
+        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (neither hibernated nor running, or
+        not ours), RESOURCE_EXHAUSTED (the host lacks the memory), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +191,16 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.SetDomainClass,
                     request_deserializer=protos_dot_agent__pb2.SetDomainClassRequest.FromString,
                     response_serializer=protos_dot_agent__pb2.Domain.SerializeToString,
+            ),
+            'HibernateDomain': grpc.unary_unary_rpc_method_handler(
+                    servicer.HibernateDomain,
+                    request_deserializer=protos_dot_agent__pb2.HibernateDomainRequest.FromString,
+                    response_serializer=protos_dot_agent__pb2.HibernateDomainResponse.SerializeToString,
+            ),
+            'ResumeDomain': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeDomain,
+                    request_deserializer=protos_dot_agent__pb2.ResumeDomainRequest.FromString,
+                    response_serializer=protos_dot_agent__pb2.ResumeDomainResponse.SerializeToString,
             ),
             'WatchEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchEvents,
@@ -300,6 +348,60 @@ class NodeAgent:
             '/gleaner.agent.v1.NodeAgent/SetDomainClass',
             protos_dot_agent__pb2.SetDomainClassRequest.SerializeToString,
             protos_dot_agent__pb2.Domain.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HibernateDomain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.agent.v1.NodeAgent/HibernateDomain',
+            protos_dot_agent__pb2.HibernateDomainRequest.SerializeToString,
+            protos_dot_agent__pb2.HibernateDomainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeDomain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.agent.v1.NodeAgent/ResumeDomain',
+            protos_dot_agent__pb2.ResumeDomainRequest.SerializeToString,
+            protos_dot_agent__pb2.ResumeDomainResponse.FromString,
             options,
             channel_credentials,
             insecure,

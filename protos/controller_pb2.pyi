@@ -57,7 +57,7 @@ REQUEST_OUTCOME_FAILED: RequestOutcome
 REQUEST_OUTCOME_CANCELLED: RequestOutcome
 
 class ReportedVm(_message.Message):
-    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s", "vm_role")
+    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s", "vm_role", "slept_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class ReportedVm(_message.Message):
     WORK_STATE_FIELD_NUMBER: _ClassVar[int]
     WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
     VM_ROLE_FIELD_NUMBER: _ClassVar[int]
+    SLEPT_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     lease_id: str
     role: str
@@ -84,10 +85,39 @@ class ReportedVm(_message.Message):
     work_state: str
     work_for_s: float
     vm_role: VmRole
-    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ...) -> None: ...
+    slept_s: float
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., slept_s: _Optional[float] = ...) -> None: ...
+
+class HibernatedVm(_message.Message):
+    __slots__ = ("name", "lease_id", "vm_role", "vcpus", "memory_mib", "launched_at", "image", "state_bytes", "hibernated_at", "slept_s", "work_state", "work_for_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    VM_ROLE_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SLEPT_S_FIELD_NUMBER: _ClassVar[int]
+    WORK_STATE_FIELD_NUMBER: _ClassVar[int]
+    WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lease_id: str
+    vm_role: VmRole
+    vcpus: int
+    memory_mib: int
+    launched_at: float
+    image: str
+    state_bytes: int
+    hibernated_at: float
+    slept_s: float
+    work_state: str
+    work_for_s: float
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., image: _Optional[str] = ..., state_bytes: _Optional[int] = ..., hibernated_at: _Optional[float] = ..., slept_s: _Optional[float] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
 
 class NodeReport(_message.Message):
-    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib")
+    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib", "hibernated", "hibernation_budget_bytes", "hibernation_used_bytes", "hibernation_room_bytes")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +132,10 @@ class NodeReport(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MIN_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATION_ROOM_BYTES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     agent_address: str
     cpus: int
@@ -116,7 +150,11 @@ class NodeReport(_message.Message):
     agent_version: str
     images: _containers.RepeatedScalarFieldContainer[str]
     min_memory_mib: int
-    def __init__(self, node_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., foreground_cpu_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., residual_memory_mib: _Optional[int] = ..., vms: _Optional[_Iterable[_Union[ReportedVm, _Mapping]]] = ..., seq: _Optional[int] = ..., sent_at: _Optional[float] = ..., agent_version: _Optional[str] = ..., images: _Optional[_Iterable[str]] = ..., min_memory_mib: _Optional[int] = ...) -> None: ...
+    hibernated: _containers.RepeatedCompositeFieldContainer[HibernatedVm]
+    hibernation_budget_bytes: int
+    hibernation_used_bytes: int
+    hibernation_room_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., cpu_busy_cores: _Optional[float] = ..., foreground_cpu_cores: _Optional[float] = ..., residual_cpu_cores: _Optional[float] = ..., residual_memory_mib: _Optional[int] = ..., vms: _Optional[_Iterable[_Union[ReportedVm, _Mapping]]] = ..., seq: _Optional[int] = ..., sent_at: _Optional[float] = ..., agent_version: _Optional[str] = ..., images: _Optional[_Iterable[str]] = ..., min_memory_mib: _Optional[int] = ..., hibernated: _Optional[_Iterable[_Union[HibernatedVm, _Mapping]]] = ..., hibernation_budget_bytes: _Optional[int] = ..., hibernation_used_bytes: _Optional[int] = ..., hibernation_room_bytes: _Optional[int] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("reports",)

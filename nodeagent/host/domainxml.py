@@ -6,6 +6,7 @@ agent finds everything it manages in libvirt alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,6 +43,36 @@ class GleanerMetadata:
     # was never started (its agent died mid-launch). Domains defined before this flag existed
     # have no element and read as started.
     started: bool = True
+    # Its past hibernations, (saved, resumed) in seconds since the epoch, oldest first, at most
+    # MAX_NAPS: the time it slept, which its run time and its work clock do not count.
+    naps: tuple[tuple[float, float], ...] = ()
+    # CPU time of its QEMU processes before the last restore (each restore starts a new one)
+    banked_cpu_ns: int = 0
+
+    @property
+    def slept_s(self) -> float:
+        return sum(end - start for start, end in self.naps)
+
+
+MAX_NAPS = 64   # a hibernation every hour for most of three days; older ones are merged into the first
+
+
+def with_nap(meta: GleanerMetadata, start: float, end: float) -> GleanerMetadata:
+    """`meta` with the hibernation from `start` to `end` added (or, if one from `start` is already
+    there, put in its place: recording the same resume twice counts it once)."""
+    naps = sorted(({s: e for s, e in meta.naps if s != start} | {start: max(end, start)}).items())
+    if len(naps) > MAX_NAPS:   # merge the oldest two: the total stays, their gap counts as sleep
+        (s1, _e1), (_s2, e2) = naps[0], naps[1]
+        naps = [(s1, s1 + (naps[0][1] - s1) + (e2 - naps[1][0]))] + naps[2:]
+    return dataclasses.replace(meta, naps=tuple(naps))
+
+
+def slept_since(naps: tuple[tuple[float, float], ...], since: float, now: float,
+                asleep_from: float | None = None) -> float:
+    """Seconds slept between `since` and `now`: the recorded naps, and the current one if the
+    domain sleeps now (from `asleep_from`)."""
+    spans = list(naps) + ([(asleep_from, now)] if asleep_from is not None else [])
+    return sum(max(0.0, min(end, now) - max(start, since)) for start, end in spans)
 
 
 @dataclass(frozen=True)
@@ -72,6 +103,10 @@ def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
                        ("image", meta.image), ("kernel-cmdline", meta.kernel_cmdline), ("overlay", meta.overlay),
                        ("started", "yes" if meta.started else "no")):
         _sub(element, qualify(tag), value)
+    if meta.naps:
+        _sub(element, qualify("naps"), " ".join(f"{start:.3f}-{end:.3f}" for start, end in meta.naps))
+    if meta.banked_cpu_ns:
+        _sub(element, qualify("cpu-ns-before"), str(meta.banked_cpu_ns))
     return element
 
 
@@ -167,7 +202,23 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
     return GleanerMetadata(role=role, lease_id=text("lease-id"), launched_at=launched,
                            image=text("image"), kernel_cmdline=text("kernel-cmdline"),
                            overlay=text("overlay"), priority_class=priority_class,
-                           agent_id=text("agent") or "default", started=text("started") != "no")
+                           agent_id=text("agent") or "default", started=text("started") != "no",
+                           naps=_read_naps(text("naps")),
+                           banked_cpu_ns=int(text("cpu-ns-before")) if text("cpu-ns-before").isdigit() else 0)
+
+
+def _read_naps(text: str) -> tuple[tuple[float, float], ...]:
+    """`START-END START-END ...`; a hand-edited token that is no span is skipped."""
+    naps = []
+    for token in text.split()[:MAX_NAPS]:
+        start, _, end = token.partition("-")
+        try:
+            span = (float(start), float(end))
+        except ValueError:
+            continue
+        if all(map(lambda x: x == x and abs(x) != float("inf"), span)) and span[0] <= span[1]:
+            naps.append(span)
+    return tuple(naps)
 
 
 def read_shape(xml: str) -> DomainShape:

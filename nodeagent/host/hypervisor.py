@@ -59,6 +59,9 @@ STATE_NAMES = {
 }
 
 
+SAVE_FLAGS = libvirt.VIR_DOMAIN_SAVE_BYPASS_CACHE
+
+
 def is_active_state(state: str) -> bool:
     """Whether a domain in this state has a running QEMU (paused and shutting down count)."""
     return state not in ("shutoff", "crashed")
@@ -332,3 +335,47 @@ class Hypervisor:
                 dom.setBlkioParameters({"weight": weight}, flags)
                 dom.setBlockIoTune(disk, caps, flags)
         self._call(f"set disk priority of {name}", update, retry=True)
+
+    # -- hibernation --------------------------------------------------------------------------
+    # SAVE_FLAGS: libvirt_iohelper writes (and reads) the state file with O_DIRECT, in its own
+    # context, which the agent puts at idle priority (host/procprio.py); without it the kernel's
+    # writeback threads flush the file's dirty pages at normal priority, and the file evicts the
+    # foreground VMs' page cache.
+
+    def save(self, name: str, path: str, bypass_cache: bool = True) -> None:
+        """Save a running domain's memory and device state to `path` (virDomainSaveFlags); the
+        domain stops and stays defined. libvirtd runs the save as its own job: it goes on even if
+        this process dies, and on failure libvirt removes the partial file and the domain runs on.
+        No retry: a second save of a domain already saved would fail on its state."""
+        flags = SAVE_FLAGS if bypass_cache else 0
+        self._call(f"save {name} to {path}", lambda c: c.lookupByName(name).saveFlags(path, None, flags), retry=False)
+
+    def save_image_xml(self, path: str) -> str:
+        """The domain XML inside a complete save image; libvirt refuses an incomplete one."""
+        return self._call(f"read the save image {path}", lambda c: c.saveImageGetXMLDesc(path, 0), retry=True)
+
+    def restore_paused(self, path: str, xml: str, bypass_cache: bool = True) -> None:
+        """Restore a domain from `path` with `xml` (the image's own, adjusted) and leave it paused:
+        nothing of it runs until resume()."""
+        self._call(f"restore from {path}",
+                   lambda c: c.restoreFlags(path, xml, (SAVE_FLAGS if bypass_cache else 0) | libvirt.VIR_DOMAIN_SAVE_PAUSED),
+                   retry=False)
+
+    def inactive_xml(self, name: str) -> str:
+        """The domain's persistent definition (what it is defined as, not what runs)."""
+        return self._call(f"read the definition of {name}",
+                          lambda c: c.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), retry=True)
+
+    def job_running(self, name: str) -> bool:
+        """Whether libvirtd may still be saving or restoring the domain: paused by a save (libvirt
+        pauses it for the whole save, and lets it run again only if the save fails), or a job
+        under way by its job statistics (which read "none" for a moment as a save ends)."""
+        def read(conn: libvirt.virConnect) -> bool:
+            dom = conn.lookupByName(name)
+            state, reason = dom.state()
+            if state == libvirt.VIR_DOMAIN_PAUSED and reason == libvirt.VIR_DOMAIN_PAUSED_SAVE:
+                return True
+            stats = dom.jobStats(0)
+            return stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) in (libvirt.VIR_DOMAIN_JOB_BOUNDED,
+                                                                       libvirt.VIR_DOMAIN_JOB_UNBOUNDED)
+        return self._call(f"job of {name}", read, retry=True)

@@ -26,7 +26,8 @@ class Inventory:
 
     def running(self):
         shape = SimpleNamespace(vcpus=1, memory_mib=128)
-        return [(name, SimpleNamespace(lease_id="L", role=role, launched_at=datetime.now(timezone.utc), image="tiny"),
+        return [(name, SimpleNamespace(lease_id="L", role=role, launched_at=datetime.now(timezone.utc), image="tiny",
+                                       naps=(), slept_s=0.0),
                  shape) for name, role in zip(("sampled", "new"), self.roles)]
 
 
