@@ -70,6 +70,31 @@ class AgentLinks:
                                   f"{exc.details()}") from None
         return Stopped(OUTCOMES.get(reply.outcome, "unknown"), reply.duration_seconds, reply.detail)
 
+    def hibernate(self, node_id: str, address: str, name: str) -> Stopped:
+        """Save a backfill VM's state on its node (HibernateDomain): Stopped("hibernated", ...);
+        AgentCallFailed when the agent refused (its budget or disk, RESOURCE_EXHAUSTED: the VM
+        still runs) or could not be reached."""
+        request = agent_pb2.HibernateDomainRequest(name=name)
+        try:
+            reply = self._stub(node_id, address).HibernateDomain(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return Stopped("not_found", 0.0, "the agent no longer had it")
+            raise AgentCallFailed(f"agent at {address} could not hibernate {name}: {exc.code().name}: "
+                                  f"{exc.details()}") from None
+        return Stopped("hibernated", reply.duration_seconds,
+                       reply.detail or f"saved, {reply.state_bytes >> 20} MiB of state")
+
+    def resume(self, node_id: str, address: str, name: str) -> float:
+        """Restore a hibernated VM (ResumeDomain); the seconds it took. AgentCallFailed otherwise."""
+        request = agent_pb2.ResumeDomainRequest(name=name)
+        try:
+            reply = self._stub(node_id, address).ResumeDomain(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise AgentCallFailed(f"agent at {address} could not resume {name}: {exc.code().name}: "
+                                  f"{exc.details()}") from None
+        return reply.duration_seconds
+
     def close(self) -> None:
         with self._lock:
             for channel in self._channels.values():

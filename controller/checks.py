@@ -216,6 +216,44 @@ def report(message, known: set | None = None) -> None:
             raise InvalidField("vms.work_state", f"{vm.work_state[:20]!r} is not one of ''"
                                + "".join(f", {s}" for s in ids.WORK_STATES if s))
         _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "vms.work_for_s")
+        _finite(getattr(vm, "slept_s", 0.0), 0.0, float(MAX_DURATION_SECONDS), "vms.slept_s")
+    _hibernated(message, names, cpus, memory, latest)
+
+
+MAX_HIBERNATION_BYTES = 2**50   # a PiB: more disk than any node gives saved VMs
+
+
+def _hibernated(message, names: set, cpus: int, memory: int, latest: float) -> None:
+    """The hibernated VMs a report lists (never also running) and the node's hibernation disk
+    figures: each within bounds, so a report cannot book a saved VM the node could not hold."""
+    saved = getattr(message, "hibernated", ())
+    if len(saved) > MAX_REPORTED_VMS:
+        raise InvalidField("hibernated", f"{len(saved)} VMs; at most {MAX_REPORTED_VMS}")
+    budget = bounded(getattr(message, "hibernation_budget_bytes", 0), 0, MAX_HIBERNATION_BYTES,
+                     "hibernation_budget_bytes", "bytes")
+    for name in ("hibernation_used_bytes", "hibernation_room_bytes"):
+        bounded(getattr(message, name, 0), 0, MAX_HIBERNATION_BYTES, name, "bytes")
+    for vm in saved:
+        if vm.name in names:
+            raise InvalidField("hibernated.name", f"{vm.name[:80]!r} is reported twice (running or hibernated)")
+        names.add(vm.name)
+        _check_vm_names(vm)
+        try:
+            role = from_wire(controller_pb2.VmRole, VM_ROLE, vm.vm_role) if vm.vm_role else ""
+        except ValueError:
+            role = ""
+        if role != "backfill":
+            raise InvalidField("hibernated.vm_role", f"{vm.vm_role}: only backfill VMs are hibernated")
+        bounded(vm.vcpus, 1, cpus, "hibernated.vcpus")
+        bounded(vm.memory_mib, 1, memory, "hibernated.memory_mib", "MiB")
+        bounded(vm.state_bytes, 0, max(budget, vm.memory_mib << 21), "hibernated.state_bytes", "bytes")
+        _finite(vm.launched_at, 0.0, latest, "hibernated.launched_at")
+        _finite(vm.hibernated_at, 0.0, latest, "hibernated.hibernated_at")
+        _finite(vm.slept_s, 0.0, float(MAX_DURATION_SECONDS), "hibernated.slept_s")
+        if vm.work_state not in ids.WORK_STATES:
+            raise InvalidField("hibernated.work_state", f"{vm.work_state[:20]!r} is not one of ''"
+                               + "".join(f", {s}" for s in ids.WORK_STATES if s))
+        _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "hibernated.work_for_s")
 
 
 def agent_address(address: str) -> str:

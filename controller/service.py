@@ -39,7 +39,7 @@ from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
-from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord,
+from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord, Resume,
                            Reserve, Stop, VmRole, Write, work)
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
@@ -206,6 +206,30 @@ class PoolService:
             self._launching[lease.lease_id] = self.executor.submit(lease.node_id, Lane.URGENT, self._launch_refused,
                                                                    lease, str(exc))
 
+    def resume(self, resume: Resume) -> None:
+        lease = resume.lease
+        try:   # a resume is a backfill VM coming back: the backfill lane, as its launch was
+            self.executor.submit(lease.node_id, Lane.BACKFILL, self._resume, lease)
+        except NodeBusy as exc:
+            self.executor.submit(lease.node_id, Lane.URGENT, self._resume_answer, lease, False, str(exc))
+
+    def _resume(self, lease: Lease) -> None:
+        self._crash_point("before_call:resume")
+        address = self._address(lease.node_id)
+        try:
+            if address is None:
+                raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            self.agents.resume(lease.node_id, address, lease.vm_name)
+            ok, detail = True, ""
+        except AgentCallFailed as exc:
+            ok, detail = False, str(exc)
+        self._crash_point("after_call:resume")
+        self._resume_answer(lease, ok, detail)
+
+    def _resume_answer(self, lease: Lease, ok: bool, detail: str) -> None:
+        with self.lock:
+            self._apply(self.ledger.resume_done(lease.lease_id, ok, detail, self.clock()))
+
     def stop(self, stop: Stop, after: Launch | None) -> None:
         if after is None:
             self.executor.submit(stop.lease.node_id, Lane.URGENT, self._stop, stop)
@@ -282,7 +306,11 @@ class PoolService:
         try:
             if address is None:
                 raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
-            stopped = self.agents.terminate(lease.node_id, address, lease.vm_name, effect.grace_seconds, effect.force)
+            if effect.hibernate:
+                stopped = self.agents.hibernate(lease.node_id, address, lease.vm_name)
+            else:
+                stopped = self.agents.terminate(lease.node_id, address, lease.vm_name, effect.grace_seconds,
+                                                effect.force)
             ok = True
         except AgentCallFailed as exc:
             stopped, ok = Stopped("unreachable", 0.0, str(exc)), False

@@ -15,6 +15,27 @@ from .records import (DISCARDING, HIBERNATED, NOT_YET_LAUNCHED, RESUMING, VICTIM
                       ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace)
 
 
+class SavedVm:
+    """A hibernated VM as a report lists it (NodeReport.hibernated), read as a reported VM that
+    runs nowhere: no CPU, its work clock stopped, `hibernated` true."""
+    __slots__ = ("name", "lease_id", "vcpus", "memory_mib", "launched_at", "image", "work_state", "work_for_s")
+    role = "backfill"   # only backfill VMs are hibernated (controller.checks refuses any other)
+    cpu_cores = 0.0
+    cpu_sampled = False
+    hibernated = True
+
+    def __init__(self, vm) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(vm, name))
+
+
+def reported_vms(report: ReportLike) -> Sequence:
+    """The report's VMs: those running, then those it lists hibernated (an agent that does not
+    hibernate lists none)."""
+    saved = getattr(report, "hibernated", None)
+    return report.vms if not saved else [*report.vms, *map(SavedVm, saved)]
+
+
 class ReportMatching:
     """Stage: reports against the books. Owns the refused adoptions and the clean-up retries;
     adds nodes, books recoveries and adoptions through the kernel."""
@@ -65,7 +86,7 @@ class ReportMatching:
                 or not node.images.issuperset(report.images):
             node.images, node.min_memory_mib = frozenset(report.images), report.min_memory_mib
             self._images_changed()
-        vms = report.vms   # this runs for every report of every node
+        vms = reported_vms(report)   # this runs for every report of every node
         signature = tuple([vm.name for vm in vms])
         backfill_cpu = 0.0
         for vm in vms:
