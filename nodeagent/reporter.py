@@ -88,19 +88,21 @@ class Reporter:
             report.foreground_cpu_cores = snap.residual.foreground_cpu_demand_cores
             report.residual_cpu_cores = snap.residual.residual_cpu_cores
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
+        asleep = self._add_hibernated(report, self.hibernation) if self.hibernation is not None else set()
         for name, meta, shape in self.inventory.running():
+            if name in asleep:   # the inventory's view may lag a save just done: it runs no more
+                continue
             work = self.inventory.work_state(name, meta)
             role = role_of(meta.role)
             report.vms.add(name=name, lease_id=meta.lease_id, role=role.value, vm_role=VM_ROLES[role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,
                            work_state=work.state, work_for_s=work.for_s, slept_s=meta.slept_s)
-        if self.hibernation is not None:
-            self._add_hibernated(report, self.hibernation)
         return report
 
-    def _add_hibernated(self, report: controller_pb2.NodeReport, hibernation: Hibernation) -> None:
-        """The hibernated VMs (present, not running: never in `vms`) and the hibernation disk figures."""
+    def _add_hibernated(self, report: controller_pb2.NodeReport, hibernation: Hibernation) -> set[str]:
+        """The hibernated VMs (present, not running: never in `vms`) and the hibernation disk
+        figures; their names."""
         figures = hibernation.figures()
         report.hibernation_budget_bytes = figures.budget_bytes
         report.hibernation_used_bytes = figures.used_bytes
@@ -113,6 +115,7 @@ class Reporter:
                                   launched_at=meta.launched_at.timestamp(), image=meta.image, state_bytes=saved.size,
                                   hibernated_at=saved.mtime, slept_s=meta.slept_s, work_state=work.state,
                                   work_for_s=work.for_s)
+        return {vm.name for vm in report.hibernated}
 
     def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:
         while not stop.is_set():
