@@ -143,9 +143,13 @@ class BackfillConfig:
     retry_seconds: int = 300
     grace_seconds: int = 10
     # What a victim's preemption does to it: "terminate" (shut down, its work lost) or "hibernate"
-    # (saved to its node's disk, resumed there when room returns, discarded after hibernate_wait_seconds)
+    # (saved to its node's disk, resumed there when room returns, discarded after hibernate_wait_seconds).
+    # The wait limit: 3 days. Saved VMs wait on nodes that on-demand VMs keep full, and packing keeps
+    # them full: on a week of 100 nodes (SDSC-SP2 jobs) a 1-day limit discarded 2.3 % of them (2.1 %
+    # of job time lost), 3 days 1.0 %; a saved 128 MiB guest costs about 90 MiB of disk.
+
     interruption: str = "terminate"
-    hibernate_wait_seconds: int = 86400
+    hibernate_wait_seconds: int = 259200
 
     @property
     def hibernates(self) -> bool:

@@ -34,8 +34,8 @@ controller.sim.engine.Simulation:
   draining, drain = false: the reserve's nodes only take no new backfill); reserve_wait, a wait window of
   600 s before a request with no room is rejected (controller/core/reserves.py);
 - hibernate: victims are saved to their node's disk and resumed there, oldest first, when the
-  launcher gives the node room again (interruption = hibernate, the default wait limit of a day;
-  hibernate_wait_6h: a 6-hour limit); a job loses its progress only when its VM is discarded.
+  launcher gives the node room again (interruption = hibernate, the default wait limit of 3 days;
+  hibernate_wait_1d: a 1-day limit); a job loses its progress only when its VM is discarded.
   Its goal (`hibernate_job_lost_under_1pct`, issue 25): job time lost under 1 %, beside how long
   saved VMs slept (resume_delay_p50_s, _p99_s), how many were discarded, the jobs completed, and
   the disk the saved VMs used (the p99 over nodes of each node's peak).
@@ -127,8 +127,8 @@ def settings_compared(nodes: int, days: float = 30.0) -> dict[str, dict[str, Any
                                            reserves={}, sim=dict(guest_work_channel=True))
     # hibernation (issue 25): victims saved and resumed on their node, discarded after the wait limit
     runs["hibernate"] = dict(backfill=BackfillConfig(enabled=True, interruption="hibernate"), reserves={})
-    runs["hibernate_wait_6h"] = dict(backfill=BackfillConfig(enabled=True, interruption="hibernate",
-                                                             hibernate_wait_seconds=6 * 3600), reserves={})
+    runs["hibernate_wait_1d"] = dict(backfill=BackfillConfig(enabled=True, interruption="hibernate",
+                                                             hibernate_wait_seconds=86400), reserves={})
     runs["reserve_static"] = dict(backfill=BackfillConfig(enabled=True), reserves=reserved)
     on = BackfillConfig(enabled=True)
     hints = [Hint(min(RESERVED_NODES, nodes), d * DAY + 8 * HOUR, d * DAY + 18 * HOUR, f"day{d}")
