@@ -87,7 +87,8 @@ def rpc_code(call) -> grpc.StatusCode | None:
 
 
 def books_match_node(controller: ControllerProcess, agent_stub) -> bool:
-    """Books and node agree: every lease running with its VM, every VM of ours with a running lease."""
+    """Books and node agree: every lease running with its VM, every VM of ours with a running lease;
+    and every hibernated lease with its saved domain, every saved domain with a hibernated lease."""
     from protos import agent_pb2
     try:
         leases = controller.leases()
@@ -95,5 +96,8 @@ def books_match_node(controller: ControllerProcess, agent_stub) -> bool:
     except grpc.RpcError:
         return False
     running = {d.name for d in domains if d.state == agent_pb2.DOMAIN_STATE_RUNNING}
-    return all(l.state == "running" for l in leases) and {l.vm_name for l in leases} == running \
-        and len(running) == len(domains)
+    saved = {d.name for d in domains if d.state == agent_pb2.DOMAIN_STATE_HIBERNATED}
+    return all(l.state in ("running", "hibernated") for l in leases) \
+        and {l.vm_name for l in leases if l.state == "running"} == running \
+        and {l.vm_name for l in leases if l.state == "hibernated"} == saved \
+        and len(running) + len(saved) == len(domains)

@@ -30,7 +30,7 @@ from .filling import Filling
 from .idleness import GUEST_CLOCK_TOLERANCE_S, IDLE_CPU_CORES, Idleness, shows_idle
 from .lifecycle import MAX_LAUNCH_BACKOFF_SECONDS, Lifecycle
 from .matching import ReportMatching
-from .records import (STOP_UNCONFIRMED, STOPS, Ask, BackfillConfig, Lease, LedgerSettings, RequestRecord, Reserve)
+from .records import (RESUMING, STOP_UNCONFIRMED, STOPS, Ask, BackfillConfig, Lease, LedgerSettings, RequestRecord, Reserve)
 from .requests import Requests
 from .reserve_settings import Hint, ReserveSettings
 from .reserves import DemandHistory
@@ -82,7 +82,7 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
                         record.created_at + self.reserve_settings.wait_seconds   # a row from before wait_until
                     self.waiting[record.request_id] = (Ask(record.vcpus, record.memory_mib, record.image,
                                                            record.owner, record.request_id), record.created_at, until)
-        self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting"}}
+        self._redrive_nodes = {l.node_id for l in self.leases.values() if l.state in STOPS | {"starting", "waiting", RESUMING}}
         waited_for = {r.request_id for r in self.requests.values() if r.outcome == "pending" and r.lease_id}
         self.unconfirmed = {l.lease_id for l in ended if l.state == "failed" and l.request_id in waited_for
                             and l.role == "backfill" and l.end_reason.startswith(STOP_UNCONFIRMED)}

@@ -373,3 +373,28 @@ def test_interruptions_stay_within_the_budget_and_never_drop_more_at_stake_for_l
     for v in plan.terminate:
         kept = [s for s in saved if s[0] not in plan.discard and s[2] < at_stake[v]]
         assert sum(s[1] for s in kept) + free - used < sizes[v], (plan, victims, saved, free)
+
+
+def test_after_a_restart_a_resume_and_a_save_under_way_are_asked_again_when_the_node_reports():
+    ledger, _ = full_node()
+    victim, od = hibernated_one(ledger, T0 + 10, "r1")
+    ledger.release(od, False, T0 + 20)
+    ledger.stop_done(od, "clean_shutdown", True, 1.0, "", T0 + 21)
+    [resume] = calls(ledger.fill(T0 + 21), Resume)
+    # the controller dies with only the resume under way: its successor asks it again
+    alone = Ledger(SETTINGS, HIBERNATING, {}, counter(), leases=list(ledger.leases.values()))
+    asleep = ledger.leases[victim]
+    saved_vm = SavedVm(asleep.vm_name, asleep.lease_id, "backfill", 1, 256, T0)
+    others = [Vm(l.vm_name, l.lease_id, "backfill", 1, 256, T0) for l in ledger.leases.values() if l.state == "running"]
+    assert [r.lease.lease_id for r in calls(alone.report(SavingReport("n1", "n1:1", *NODES["n1"], others + [saved_vm]),
+                                                         T0 + 25), Resume)] == [victim]
+    effects = preempt(ledger, 1, T0 + 30, "r2")   # the other backfill VM goes on notice, to be saved
+    [save] = [s for s in calls(effects, Stop) if s.hibernate]
+    # the controller dies before any answer; its successor reads the rows and the node reports
+    again = Ledger(SETTINGS, HIBERNATING, {}, counter(), leases=list(ledger.leases.values()))
+    other, asleep = ledger.leases[save.lease.lease_id], ledger.leases[victim]
+    shown = [Vm(other.vm_name, other.lease_id, "backfill", 1, 256, T0),       # still runs: its save is asked again
+             SavedVm(asleep.vm_name, asleep.lease_id, "backfill", 1, 256, T0)]  # still saved: its resume too
+    redriven = again.report(SavingReport("n1", "n1:1", *NODES["n1"], shown), T0 + 40)
+    assert [r.lease.lease_id for r in calls(redriven, Resume)] == [victim]
+    assert [s.lease.lease_id for s in calls(redriven, Stop) if s.hibernate] == [save.lease.lease_id]
