@@ -422,14 +422,20 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
             self._discarding(lease)
         node = self.nodes[lease.node_id]
         vm = node.vms.get(lease.vm_name)
-        if vm is not None and lease.state == "on_notice" and not vm.noticed:
-            self.allocated.integrate(self.now)
-            vm.noticed = True     # it runs at the volunteer class: its vCPUs are the new VM's
-            self.allocated.backfill -= vm.vcpus
+        if vm is not None and lease.state == "on_notice":
+            self._vcpus_given_up(vm)   # it runs at the volunteer class: its vCPUs are the new VM's
         if vm is not None and vm.role == "backfill":   # told once noticed: it works no more from now
             self.work.vm_stopping(vm, self.now, lease.state in VICTIM or lease.end_reason.startswith(DRAINED))
         answer = self.agents.stop(lease, stop.grace_seconds, stop.force, self.now)
         self.at(self.now + answer.seconds, self._stopped, (lease, answer))
+
+    def _vcpus_given_up(self, vm: SimVm) -> None:
+        """A backfill VM's vCPUs go to the VM that preempted it (a victim on notice, or one being
+        saved): no longer counted as backfill's, once."""
+        if not vm.noticed:
+            self.allocated.integrate(self.now)
+            vm.noticed = True
+            self.allocated.backfill -= vm.vcpus
 
     def _stopped(self, arg: tuple[Lease, StopAnswer]) -> None:
         lease, answer = arg

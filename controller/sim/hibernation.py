@@ -17,17 +17,10 @@ from typing import Any
 
 from ..core.records import Lease, Resume, Stop
 from .agents import LaunchAnswer, StopAnswer
+from .figures import percentile
 from .world import SimNode, SimVm
 
 HIBERNATION_EVENTS = frozenset({"vm.hibernated", "vm.resumed", "vm.discarded"})
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (nearest rank) of values, None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(max(int(round(q / 100 * len(ordered) + 0.5)) - 1, 0), len(ordered) - 1)]
 
 
 class SimHibernation:
@@ -60,10 +53,7 @@ class SimHibernation:
             return
         self.saved_mib[node.node_id] = used = used + vm.memory_mib
         self.saved_peak_mib[node.node_id] = max(self.saved_peak_mib.get(node.node_id, 0), used)
-        self.allocated.integrate(self.now)
-        if not vm.noticed:
-            self.allocated.backfill -= vm.vcpus   # paused: its vCPUs are free from the call
-            vm.noticed = True
+        self._vcpus_given_up(vm)   # paused: its vCPUs are free from the call
         self.asleep[lease.lease_id] = vm
         self.work.vm_hibernated(vm, self.now)
         answer = self.agents.hibernate(lease, self.now)
