@@ -111,7 +111,8 @@ class LivePool:
         cpus, _memory = self.node_size()
         stub = self.controller.stub()
         stub.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, vcpus=BACKFILL_VCPUS,
-                                                           memory_mb=BACKFILL_MIB), timeout=10)
+                                                           memory_mb=BACKFILL_MIB, interruption="terminate"),
+                         timeout=10)
         want = self.nodes * (cpus // BACKFILL_VCPUS)
         wait_for(lambda: len(self.controller.leases("backfill", "running")) >= want, timeout,
                  f"{want} backfill VMs to run", interval=0.5)

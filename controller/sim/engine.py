@@ -121,7 +121,7 @@ class SimulationResults:
             records=store.requests.values(), rejections=self.rejections,
             rejected_larger_than_node=self.rejected_larger_than_node,
             rejected_due_to_backfill=self.rejected_due_to_backfill, released=self.released, queued=self.queued,
-            drained=self.drained, waits=self.waits, preempted=store.details.get("vm.preempted", ()),
+            drained=self.drained, waits=self.waits, preempted=(*store.details.get("vm.preempted", ()), *store.details.get("vm.hibernated", ())),
             work=self.work.summary(self.end, self.lost_vcpu_seconds, self.preemptions),
             events=self.events_run + self.checks_dropped, wall=self.wall,
             stopped_early=self.stopped_early_at is not None)

@@ -156,7 +156,8 @@ def summary_figures(*, pool_vcpus: int, end: float, od_area: float, bf_area: flo
                     stopped_early: bool) -> dict[str, Any]:
     """The run's figures. `od_area`, `bf_area`: vCPU-seconds allocated to on-demand and backfill
     VMs up to `end`; `records`: the request records (RequestRecord) as written; `preempted`: the
-    vm.preempted events' details; `work`: the backfill work's own figures (BackfillWork.summary,
+    vm.preempted and vm.hibernated events'
+    details (a victim saved is preempted all the same); `work`: the backfill work's own figures (BackfillWork.summary,
     whose backfill_working_vcpu_seconds gives utilization_working); `events`: the events the run
     counted; `wall`: its wall seconds."""
     capacity = pool_vcpus * end

@@ -151,6 +151,9 @@ class JobLevelWork(VmLevelWork):
             backfill_job_seconds_lost=round(self.lost_seconds, 3),
             backfill_job_seconds_lost_to_preemption=round(self.lost_to_preemption, 3),
             backfill_job_lost_share=round(self.lost_seconds / total, 6) if total else None,
+            # what preemptions threw away (a victim terminated, or discarded after its sleep), apart
+            # from jobs a VM's recycling at the end of its duration_seconds cut short
+            backfill_job_lost_to_preemption_share=round(self.lost_to_preemption / total, 6) if total else None,
         )
         return figures
 

@@ -28,7 +28,7 @@ from .traces import DemandSeries, NodeGroup
 HOUR = 3600.0
 DAY = 86400.0
 FAR = 1e15            # suspect/down timers beyond any run: node failures are not simulated
-KEPT_DETAILS = frozenset({"vm.preempted", "request.rejected", "request.expired", "vm.stop_expired",
+KEPT_DETAILS = frozenset({"vm.preempted", "vm.hibernated", "request.rejected", "request.expired", "vm.stop_expired",
                           "vm.launch_failed", "vm.unexpected", "vm.conflict", "vm.lost"})
 
 

@@ -258,8 +258,11 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     say(f"lab up in {result['up_s']}s: {result['nodes']} nodes; {labctl.gleanctl('nodes').stdout.strip()}")
 
     t = time.monotonic()
+    # victims terminated: the verdict checks the clean shutdown of the ACPI path (hibernation, the
+    # default, is proven on real VMs by tests/integration/test_hibernate_pool.py)
     wait_for(lambda: gleanctl_json("backfill", "set", "enabled=true", "image=tiny", "memory_mb=128", "vcpus=1",
-                                   "grace_seconds=20", "retry_seconds=15"), 120, "backfill to be enabled")
+                                   "grace_seconds=20", "retry_seconds=15", "interruption=terminate"), 120,
+             "backfill to be enabled")
     seen: dict = {}
     backfill = wait_for(lambda: settled_backfill(seen), 600, "backfill VMs to start")
     wait_for(lambda: all_ready(backfill), 600, "the backfill guests to boot", every=5)

@@ -71,7 +71,8 @@ def running_backfill(controller: ControllerProcess, count: int) -> list:
 
 def test_backfill_fills_the_idle_node(pool):
     controller, agent = pool
-    done = gleanctl(controller, "--json", "backfill", "set", "enabled=true", "memory_mb=128", "grace_seconds=10")
+    done = gleanctl(controller, "--json", "backfill", "set", "enabled=true", "memory_mb=128", "grace_seconds=10",
+                    "interruption=terminate")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["enabled"] is True
     leases = wait_for(lambda: running_backfill(controller, 2), 60, "two running backfill VMs")  # 2 host CPUs

@@ -29,7 +29,8 @@ def pool(test_env):
     agent = AgentProcess(test_env, name="crash-node", settings=agent_settings(controller)).start()
     wait_for(lambda: controller.node_state("crash-node") == "up", 20, "the node to report")
     controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, grace_seconds=10,
-                                                                    retry_seconds=5), timeout=10)
+                                                                    retry_seconds=5, interruption="terminate"),
+                                  timeout=10)
     yield controller, agent
     agent.stop()
     controller.stop()
@@ -94,7 +95,8 @@ def big_pool(test_env):
                 if n.node_id == "crash-big-node")
     size = (node.memory_mib - 1024) // 2
     controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=size, grace_seconds=10,
-                                                                    retry_seconds=5), timeout=10)
+                                                                    retry_seconds=5, interruption="terminate"),
+                                  timeout=10)
     yield controller, agent, node.memory_mib, size
     agent.stop()
     controller.stop()

@@ -39,7 +39,8 @@ def test_idle_first_stops_the_idle_backfill_vm_not_the_busy_younger_one(test_env
             subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), "backfill",
                             "set", *items], check=True, capture_output=True, timeout=60)
 
-        backfill_set("enabled=true", "memory_mb=128", "max_instances=1", "termination_policy=idle_first")
+        backfill_set("enabled=true", "memory_mb=128", "max_instances=1", "termination_policy=idle_first",
+                     "interruption=terminate")
         older = wait_for(lambda: controller.leases("backfill", "running"), 60, "the controller's backfill VM")[0]
         wait_for_console(str(agent.state_dir / "console" / f"{older.vm_name}.log"), "GLEANER-READY", 120)
         hog = unique_name("hog")

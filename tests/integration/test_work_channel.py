@@ -102,7 +102,7 @@ def test_idle_first_stops_the_vm_whose_job_is_youngest_by_its_guests_word(test_e
     try:
         wait_for(lambda: controller.node_state("node1") == "up", 20, "node1 to report")
         subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), "backfill", "set",
-                        "termination_policy=idle_first"], check=True, capture_output=True, timeout=60)
+                        "termination_policy=idle_first", "interruption=terminate"], check=True, capture_output=True, timeout=60)
         console = agent.state_dir / "console"
         chain, long = unique_name("chain"), unique_name("long")
         agent.stub().LaunchDomain(launch_request(chain, kernel_cmdline="gleaner.workload=jobs gleaner.jobs=2,0"))

@@ -30,7 +30,7 @@ SETTINGS = LedgerSettings(vm_name_prefix="t-", launch_timeout=20, stop_timeout=2
                           headroom_mib=128, retry_seconds=2, suspect_after=6, down_after=20, lost_after=4,
                           use_prediction=False)
 BACKFILL = BackfillConfig(enabled=True, memory_mb=256, vcpus=1, grace_seconds=3,
-                          termination_policy=Policy.MOST_RECENT)
+                          termination_policy=Policy.MOST_RECENT, interruption="terminate")
 
 
 @dataclass

@@ -26,7 +26,7 @@ from controller.sim.replay_compare import aggregates, compare, decisions, predic
 from controller.sim.world import Report, SimNode, SimVm
 
 NODE_CPUS, NODE_MIB = 16, 24576
-BACKFILL = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024)
+BACKFILL = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024, interruption="terminate")
 SMALL, LARGE = (2, 512), (4, NODE_MIB - 16 * 1024 - 256 + 512)   # instant path; after_victims path
 
 
@@ -41,7 +41,7 @@ class LedgerDriver:
 
     def __init__(self, nodes: int = 3) -> None:
         self.now = 0.0
-        self.ledger = Ledger(LedgerSettings(use_prediction=False), BackfillConfig(), {},
+        self.ledger = Ledger(LedgerSettings(use_prediction=False), BackfillConfig(interruption="terminate"), {},
                              lambda prefix: f"{prefix}-{uuid.uuid4().hex[:12]}")
         self.out = io.StringIO()
         self.recorder = Recorder(self.out, 2**40, clock=lambda: self.now)

@@ -42,7 +42,7 @@ def scenario(requests, **backfill) -> Simulation:
     settings = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0)
     config = BackfillConfig(**{**dict(enabled=True, vcpus=1, memory_mb=1024, grace_seconds=10,
-                                      termination_policy=Policy.MOST_RECENT), **backfill})
+                                      termination_policy=Policy.MOST_RECENT, interruption="terminate"), **backfill})
     return Simulation(requests, settings, config, LedgerSettings(use_prediction=False))
 
 
@@ -191,11 +191,12 @@ def test_backfill_disabled_leaves_utilization_to_on_demand():
     assert f["utilization_on_demand"] == round((2 * 1000 + 1 * 1995) / (8 * END), 6)
 
 
-def azure_day(nodes: int = 100, days: float = 1.0, policy: Policy = Policy.MOST_RECENT) -> Simulation:
+def azure_day(nodes: int = 100, days: float = 1.0, policy: Policy = Policy.MOST_RECENT,
+              interruption: str = "terminate") -> Simulation:
     requests = traces.azure_requests(AZURE)
     requests, _ = stretch_to_load(requests, days * DAY, 0.6, nodes * 16)
     return Simulation(requests, SimSettings(nodes=nodes, days=days, progress_seconds=0),
-                      BackfillConfig(enabled=True, termination_policy=policy))
+                      BackfillConfig(enabled=True, termination_policy=policy, interruption=interruption))
 
 
 def figures_without_wall(summary):
@@ -210,8 +211,9 @@ def test_the_same_inputs_give_the_same_summary(azure):
     assert a["events"] == b["events"] and first.vm_rows() == second.vm_rows()
 
 
-def test_a_day_of_100_nodes_on_the_azure_trace(azure):
-    sim = azure_day()
+@pytest.mark.parametrize("interruption", ["terminate", "hibernate"])
+def test_a_day_of_100_nodes_on_the_azure_trace(azure, interruption):
+    sim = azure_day(interruption=interruption)
     summary = sim.run()
     f = summary["figures"]
     assert 0 < f["utilization_on_demand"] <= f["utilization"] <= 1
@@ -223,11 +225,15 @@ def test_a_day_of_100_nodes_on_the_azure_trace(azure):
     assert f["rejected_larger_than_node"] > 0   # the trace has 20- and 32-vCPU VMs
     assert 0 <= f["vm_level_lost_share"] < 1 and f["vm_level_goodput_vcpu_hours"] > 0
     assert f["wait_p50_s"] is not None and f["wait_p99_s"] < 60
-    assert summary["events"]["vm.preempted"] == f["preemptions"] > 0
-    # the books still match: every live lease the ledger holds is a VM on its node, or is on its way
+    # a victim is saved or terminated (one saved and then refused is counted once, terminated)
+    events = summary["events"]
+    assert events.get("vm.preempted", 0) + events.get("vm.hibernated", 0) == f["preemptions"] > 0
+    assert (events.get("vm.hibernated", 0) > events.get("vm.preempted", 0)) == (interruption == "hibernate")
+    # the books still match: every live lease the ledger holds is a VM on its node, or is on its way,
+    # or is saved (a hibernated VM is no longer on its node)
     for lease in sim.ledger.leases.values():
         on_node = lease.vm_name in sim.nodes[lease.node_id].vms
-        assert on_node == (lease.state not in ("starting", "waiting")), lease
+        assert on_node == (lease.state not in ("starting", "waiting", "hibernated")), lease
 
 
 def test_the_cli_writes_a_summary_and_a_vm_table(tmp_path, capsys):
@@ -348,12 +354,15 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
     assert out["goals"]["job_lost_at_most_before"]["applies"] is False   # not a month of 1,000 nodes
     assert out["goals"]["utilization_at_least_nimbus"]["measured"] == out["default"]["utilization_working"]
     names = {"default", "reserve_static", "reserve_balancer_static", "reserve_hint", "reserve_predictive_day",
-             "reserve_predictive_week", "reserve_predictive_day_soft", "reserve_predictive_week_soft", "reserve_wait"} | {p.value for p in Policy}
+             "reserve_predictive_week", "reserve_predictive_day_soft", "reserve_predictive_week_soft", "reserve_wait",
+             "hibernate_wait_1d"} | {p.value for p in Policy}
     assert names <= set(out)
     for name in names:
         for key in ("utilization", "vm_level_lost_share", "rejected", "rejected_due_to_backfill", "on_demand_wait_p99_s"):
             assert key in out[name], (name, key)
-    assert out["most_recent"]["same_run_as"] == "default"
+    assert out["hibernate"]["same_run_as"] == "default"   # the default hibernates its victims
+    assert "same_run_as" not in out["most_recent"] and set(out["goals"]["hibernate_job_lost_under_1pct"]) == \
+        {"default", "hibernate_wait_1d"}
     # all 4 nodes reserved whole (12 asked): no backfill at all
     assert out["reserve_static"]["reserved_nodes"] == 4 and out["reserve_static"]["utilization_backfill"] == 0
     assert out["default"]["utilization_backfill"] > 0
@@ -367,7 +376,8 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
             round(out[name]["utilization_on_demand"] / baseline["utilization_on_demand"], 6), name
     promise = out["goals"]["promise"]
     assert promise["rejected_beyond_no_backfill"]["default"] == out["default"]["rejected_beyond_no_backfill"]
-    assert promise["met"] is True and "most_recent" not in promise["rejected_beyond_no_backfill"]   # (the default's run)
+    assert promise["met"] is True and "hibernate" not in promise["rejected_beyond_no_backfill"]   # (the default's run)
+    assert "most_recent" in promise["rejected_beyond_no_backfill"]   # terminate's own run
 
 
 def test_a_run_is_the_same_in_another_process(azure):
@@ -391,7 +401,7 @@ def reserve_scenario(reserve_settings, hints=(), backfill=True) -> Simulation:
                 OnDemandRequest(200.0, 4, 2048, 100.0, "bob", "Y")]
     settings = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0)
-    config = BackfillConfig(enabled=backfill, vcpus=1, memory_mb=1024, grace_seconds=10)
+    config = BackfillConfig(enabled=backfill, vcpus=1, memory_mb=1024, grace_seconds=10, interruption="terminate")
     return Simulation(requests, settings, config, LedgerSettings(use_prediction=False),
                       reserve_settings=reserve_settings or ReserveSettings(), hints=hints)
 
@@ -453,8 +463,8 @@ def test_at_vm_level_idle_first_decides_as_most_recent(tmp_path):
     what most_recent stops, on a pool busy enough to preempt."""
     names = ("most_recent", "idle_first", "idle_first+work_channel=true")
     code = cli.main(["--requests", str(AZURE_SMALL), "--nodes", "3", "--days", "1", "--load", "0.7",
-                     "--backfill", "enabled=true", "--compare", ",".join(names), "--out", str(tmp_path),
-                     "--quiet"])
+                     "--backfill", "enabled=true", "interruption=terminate", "--compare", ",".join(names),
+                     "--out", str(tmp_path), "--quiet"])
     assert code == 0
     runs = {name: json.loads((tmp_path / name / "summary.json").read_text())["figures"] for name in names}
     for figures in runs.values():

@@ -60,8 +60,8 @@ def azure_run(backfill: bool, days: float = 0.25, nodes: int = 30, **params) -> 
                            agent_params=tuple(params.items()), seed=3)
     requests, _ = stretch_to_load(traces.azure_requests(AZURE), days * DAY, 0.6, nodes * 16)
     agents = Recording(settings)
-    sim = Simulation(requests, settings, BackfillConfig(enabled=backfill), ledger_settings(ControllerConfig()),
-                     agents=agents)
+    sim = Simulation(requests, settings, BackfillConfig(enabled=backfill, interruption="terminate"),
+                     ledger_settings(ControllerConfig()), agents=agents)
     sim.run()
     return sim, agents
 
@@ -195,7 +195,7 @@ def test_a_nodes_changes_while_its_report_is_on_its_way_go_in_that_one_report():
     settings = SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=0.05, progress_seconds=0,
                            agents="modelled", agent_params=(("launch_failure", 0.0), ("report_seconds", 60.0)))
     agents = Recording(settings)
-    sim = Simulation([], settings, BackfillConfig(enabled=True, vcpus=1, memory_mb=1024),
+    sim = Simulation([], settings, BackfillConfig(enabled=True, vcpus=1, memory_mb=1024, interruption="terminate"),
                      ledger_settings(ControllerConfig()), agents=agents)
     reported: list[float] = []
     ledger_report = sim.ledger.report
@@ -242,7 +242,8 @@ def test_the_ledger_judges_idleness_from_the_sampled_figures(azure):
     jobs = [Job(60.0 * i, 600.0 + 37 * (i % 11), 1, f"j{i}", 0) for i in range(400)]
     settings = SimSettings(nodes=10, days=0.2, progress_seconds=0, agents="modelled", seed=1)
     requests, _ = stretch_to_load(traces.azure_requests(AZURE), 0.2 * DAY, 0.5, 160)
-    sim = Simulation(requests, settings, BackfillConfig(enabled=True, termination_policy=Policy.IDLE_FIRST),
+    sim = Simulation(requests, settings, BackfillConfig(enabled=True, termination_policy=Policy.IDLE_FIRST,
+                                                        interruption="terminate"),
                      ledger_settings(ControllerConfig()), work=JobLevelWork(jobs, 1))
     sim.run()
     vms = [vm for node in sim.nodes.values() for vm in node.vms.values() if vm.role == "backfill"]
@@ -279,7 +280,7 @@ def test_the_cli_refuses_bad_agent_flags_with_a_clear_error(flags, message, caps
 
 def test_the_cli_runs_modelled_agents_by_default_and_the_header_records_them(tmp_path, capsys):
     assert cli.main(["--requests", str(AZURE_SMALL), "--format", "azure", "--quiet", "--nodes", "4", "--days", "0.1",
-                     "--backfill", "enabled=true", "--launch-failure", "0.2", "--seed", "5",
+                     "--backfill", "enabled=true", "interruption=terminate", "--launch-failure", "0.2", "--seed", "5",
                      "--out", str(tmp_path)]) == 0
     import json
     header = json.loads((tmp_path / "summary.json").read_text())["header"]
@@ -288,5 +289,6 @@ def test_the_cli_runs_modelled_agents_by_default_and_the_header_records_them(tmp
     assert header["sim"]["agent_params"] == [["launch_failure", 0.2]]
     capsys.readouterr()
     assert cli.main(["--requests", str(AZURE_SMALL), "--format", "azure", "--quiet", "--nodes", "4", "--days", "0.1",
-                     "--backfill", "enabled=true", "--compare", "agents=ideal,agents=modelled"]) == 0
+                     "--backfill", "enabled=true", "interruption=terminate",
+                     "--compare", "agents=ideal,agents=modelled"]) == 0
     assert "agents=ideal" in capsys.readouterr().out

@@ -33,7 +33,7 @@ def one_node(jobs: list[traces.Job], requests=(), end: float = 2000.0) -> Simula
     clean stops 5 s; allocation-only placement."""
     settings = SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=end / DAY, launch_seconds=10,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0)
-    backfill = BackfillConfig(enabled=True, vcpus=4, memory_mb=128)
+    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=4, memory_mb=128)
     sim = Simulation(list(requests), settings, backfill, LedgerSettings(use_prediction=False),
                      work=JobLevelWork(jobs, backfill.vcpus))
     sim.run()
@@ -92,7 +92,7 @@ def test_every_arrived_job_is_done_running_or_queued_on_a_busy_pool(tmp_path):
                                 f"r{i}") for i in range(200)]
     requests.sort(key=lambda r: r.at)
     settings = SimSettings(nodes=4, node_cpus=8, node_memory_mib=16384, days=21600 / DAY, progress_seconds=0)
-    backfill = BackfillConfig(enabled=True, vcpus=4, memory_mb=512)
+    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=4, memory_mb=512)
     sim = Simulation(requests, settings, backfill, LedgerSettings(use_prediction=False),
                      work=JobLevelWork(jobs, backfill.vcpus))
     figures = sim.run()["figures"]
@@ -155,7 +155,8 @@ def test_the_first_job_a_backfill_vm_can_run_arrives_at_the_start(tmp_path):
 def test_at_vm_level_the_whole_backfill_vm_counts_as_working(tmp_path):
     sim = Simulation([], SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=200 / DAY, launch_seconds=10,
                                      launch_jitter=0, stop_seconds=5, progress_seconds=0),
-                     BackfillConfig(enabled=True, vcpus=4, memory_mb=128), LedgerSettings(use_prediction=False))
+                     BackfillConfig(enabled=True, interruption="terminate", vcpus=4, memory_mb=128),
+                     LedgerSettings(use_prediction=False))
     figures = sim.run()["figures"]
     assert figures["utilization_working"] == round(4 * 190 / (4 * 200), 6)   # running from 10 s to the end
 
@@ -201,7 +202,8 @@ def two_workers(jobs: list[traces.Job], policy: Policy, vcpus: int = 1, channel:
     guests say on the work channel when they turn busy or idle."""
     settings = SimSettings(nodes=1, node_cpus=2 * vcpus, node_memory_mib=8192, days=2000 / DAY, launch_seconds=10,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0, guest_work_channel=channel)
-    backfill = BackfillConfig(enabled=True, vcpus=vcpus, memory_mb=128, termination_policy=policy)
+    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=vcpus, memory_mb=128,
+                              termination_policy=policy)
     sim = Simulation([OnDemandRequest(200.0, vcpus, 512, 100.0, "od", "od-1")], settings, backfill,
                      LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, backfill.vcpus))
     figures = sim.run()["figures"]
@@ -302,7 +304,8 @@ def one_worker_recycled(jobs: list[traces.Job], policy: Policy, channel: bool) -
     """One 1-vCPU backfill VM fills a 1-vCPU node from 10 s; its longest life is 1,000 s."""
     settings = SimSettings(nodes=1, node_cpus=1, node_memory_mib=8192, days=4000 / DAY, launch_seconds=10,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0, guest_work_channel=channel)
-    backfill = BackfillConfig(enabled=True, vcpus=1, memory_mb=128, termination_policy=policy, duration_seconds=1000)
+    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=1, memory_mb=128,
+                              termination_policy=policy, duration_seconds=1000)
     sim = Simulation([], settings, backfill, LedgerSettings(use_prediction=False), work=JobLevelWork(jobs, 1))
     return sim.run()["figures"]
 

@@ -43,7 +43,7 @@ def test_victims_on_notice_do_not_count_as_working_at_task_level():
     settings = SimSettings(nodes=2, node_cpus=4, node_memory_mib=8192, days=END / DAY, launch_seconds=5,
                            launch_jitter=0, stop_seconds=5, progress_seconds=0)
     config = BackfillConfig(enabled=True, vcpus=1, memory_mb=1024, grace_seconds=10,
-                            termination_policy=Policy.MOST_RECENT)
+                            termination_policy=Policy.MOST_RECENT, interruption="terminate")
     sim = Simulation(REQUESTS, settings, config, LedgerSettings(use_prediction=False),
                      work=JobLevelWork(jobs_for(40, 10 * END), 1))
     f = sim.run()["figures"]
@@ -52,10 +52,10 @@ def test_victims_on_notice_do_not_count_as_working_at_task_level():
     assert f["utilization_working"] <= f["utilization"]
 
 
-def run_day(tmp_path: Path, *extra: str) -> dict:
-    out = tmp_path / "_".join(extra).replace("/", "_")[-60:]
+def run_day(tmp_path: Path, *extra: str, interruption: str = "terminate") -> dict:
+    out = tmp_path / f"{interruption}_{'_'.join(extra)}".replace("/", "_")[-60:]
     argv = ["--nodes", "12", "--days", "1", "--requests", str(EXAMPLE), "--format", "csv", "--load", "0.6",
-            "--backfill", "enabled=true", "--quiet", "--out", str(out), *extra]
+            "--backfill", "enabled=true", f"interruption={interruption}", "--quiet", "--out", str(out), *extra]
     assert cli.main(argv) == 0
     return json.loads((out / "summary.json").read_text())["figures"]
 
@@ -65,10 +65,11 @@ def test_working_is_never_above_allocated_on_a_day_of_the_example(tmp_path, caps
     jobs = tmp_path / "jobs.swf"
     jobs.write_text("".join(f"{i} {i * 30} 0 {600 + 37 * i % 3000} 1 -1 -1 1 -1 -1 1 1 1 1 1 -1 -1 -1\n"
                             for i in range(1, 400)))
-    for extra in ((), ("--backfill-jobs", str(jobs))):
-        f = run_day(tmp_path, *extra)
-        assert f["preempted_paths"].get("instant", 0) > 10
-        assert f["utilization_working"] <= f["utilization"], extra
+    for interruption in ("terminate", "hibernate"):
+        for extra in ((), ("--backfill-jobs", str(jobs))):
+            f = run_day(tmp_path, *extra, interruption=interruption)
+            assert f["preempted_paths"].get("instant", 0) > 10, (interruption, f["preempted_paths"])
+            assert f["utilization_working"] <= f["utilization"], (interruption, extra)
 
 
 def test_task_level_runs_name_the_vm_level_work_apart_from_the_jobs(tmp_path, capsys):

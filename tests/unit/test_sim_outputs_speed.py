@@ -31,7 +31,7 @@ REQUESTS = REPO / "controller" / "sim" / "examples" / "azure-on-demand.csv.gz"
 BASE = ["--nodes", "12", "--days", "1", "--requests", str(REQUESTS), "--format", "csv", "--load", "0.6", "--quiet"]
 JOBS = ["--backfill-jobs", "{shared}/swf/SDSC-SP2-1998-4.2-cln.swf.gz", "--backfill-jobs-load", "0.5",
         "--backfill-jobs-max-runtime", "2089"]
-IDLE_FIRST = ["--backfill", "enabled=true", "termination_policy=idle_first"]
+IDLE_FIRST = ["--backfill", "enabled=true", "termination_policy=idle_first", "interruption=terminate"]
 RUNS = {
     "idle_first_tasks": IDLE_FIRST + JOBS,
     "idle_first_tasks_channel": IDLE_FIRST + JOBS + ["--guest-work-channel"],

@@ -22,7 +22,7 @@ def test_the_parity_sequence_through_the_simulator_gives_the_worked_out_outcome(
 
 
 def test_a_node_that_joins_late_gets_backfill_only_from_then():
-    sim = Simulation([], small(), BackfillConfig(enabled=True, vcpus=4), script=[Scripted(500.0, "join", "n1")])
+    sim = Simulation([], small(), BackfillConfig(enabled=True, vcpus=4, interruption="terminate"), script=[Scripted(500.0, "join", "n1")])
     sim.run()
     by_node = {}
     for lease in sim.store.leases.values():
@@ -34,7 +34,7 @@ def test_a_node_that_joins_late_gets_backfill_only_from_then():
 
 def test_a_scripted_release_ends_the_requests_vm_and_backfill_takes_the_room_back():
     requests = [OnDemandRequest(100.0, 4, 512, None, "me", "r1")]
-    sim = Simulation(requests, small(nodes=1), BackfillConfig(enabled=True, vcpus=4),
+    sim = Simulation(requests, small(nodes=1), BackfillConfig(enabled=True, vcpus=4, interruption="terminate"),
                      script=[Scripted(300.0, "release", "r1"), Scripted(400.0, "release", "r1"),
                              Scripted(400.0, "release", "never-asked")])
     sim.run()
