@@ -23,8 +23,12 @@ Hibernate runs (the victim is saved; releasing the on-demand VM makes room and b
   (after_write:vm.resuming, before_call:resume, after_call:resume), armed during the release of
   the on-demand VM, once the victim is saved;
 - agent_kill mid-save: the agent is killed a random 0 to 2 s after the request; or mid-restore:
-  once the victim is saved, a random 0 to 1 s after the release of the on-demand VM;
-- libvirtd_restart during the resume: once the victim is saved, a random 0 to 1 s after the release.
+  once the victim is saved, a random 0 to 1 s after the release of the on-demand VM is answered;
+- libvirtd_restart during the resume: once the victim is saved, a random 0 to 1 s after the
+  release is answered.
+The controller asks for the resume once the node reports the room (resuming_after_release_s, from
+the audit log's vm.resuming); struck_after_resuming_s says where each agent kill or libvirtd
+restart fell against it (negative: before the resume was asked).
 
 The request is then asked again with its id. A run has settled when the request is answered
 (placed or failed), every lease is running with its VM on the node, and every VM of ours has a
@@ -50,7 +54,7 @@ resume fault. The on-demand VM is released after each run.
 Prints one JSON object: runs, converged, max_converge_s, p50_converge_s, orphan_vms, stuck_leases
 (VMs without a lease and leases not running or hibernated, in runs that did not settle),
 orphan_state_files and missing_state_files (likewise), unresolved_requests, the runs by fault,
-by_interruption (the same figures per interruption, with each fault's every converge_s, and on
+by_interruption (the same figures per interruption, with each fault's (on hibernate: fault/step's) every converge_s, and on
 hibernate the saved VMs resumed, discarded or lost), and what a controller crash during a
 request costs the user: od_running_after_restart_s, per path, every run's time from the crashed
 controller's exit to its on-demand lease running (polled with the convergence, every 0.5 s), with
@@ -223,7 +227,7 @@ def crash_controller(controller: ControllerProcess, agent: AgentProcess, headroo
 
 def kill_agent_after(agent: AgentProcess, call, delay: float) -> float:
     """Start `call` (a gRPC future), kill the agent `delay` s later, start it again; the kill's time."""
-    future = call()
+    future = call()   # a gRPC future, or None for a call already answered
     time.sleep(delay)
     agent.process.kill()
     agent.process.wait()
@@ -231,7 +235,8 @@ def kill_agent_after(agent: AgentProcess, call, delay: float) -> float:
     agent.process = None
     agent.start()
     try:
-        future.result()
+        if future is not None:
+            future.result()
     except grpc.RpcError:
         pass
     return struck
@@ -242,7 +247,8 @@ def restart_libvirtd_after(call, delay: float) -> float:
     time.sleep(delay)
     restart_libvirtd()
     try:
-        future.result()
+        if future is not None:
+            future.result()
     except grpc.RpcError:
         pass
     return time.monotonic()
@@ -272,20 +278,26 @@ def strike_request(fault: str, rng: random.Random, controller: ControllerProcess
 
 
 def strike_resume(fault: str, rng: random.Random, controller: ControllerProcess, agent: AgentProcess,
-                  headroom: int, point: str) -> tuple[str, float | None, float]:
+                  headroom: int, point: str) -> tuple[str, float | None, float, float]:
     """A fault around the resume the release of the on-demand VM brings: its detail, its time,
-    and the release's wall-clock time (to date the resume's start in the audit log)."""
-    (od,) = controller.leases("on_demand")
-    released = time.time()
+    and the wall-clock times of the release's answer and of the strike (to place the strike
+    against the resume's start in the audit log)."""
     if fault == "controller_crash":
+        released = time.time()
         struck = crash_controller(controller, agent, headroom, point, lambda: release_on_demand(controller))
-        return point + ("" if struck else " (not reached)"), struck, released
+        return point + ("" if struck else " (not reached)"), struck, released, time.time()
     delay = rng.uniform(0, 1)
+    released = 0.0
+
+    def release():   # the resume starts once the release is answered and the node reports its room
+        nonlocal released
+        release_on_demand(controller)
+        released = time.time()
     if fault == "agent_kill":
-        return f"mid-restore: {delay:.2f}s after the release", kill_agent_after(
-            agent, release_future(controller, od.lease_id), delay), released
-    return f"during the resume: {delay:.2f}s after the release", restart_libvirtd_after(
-        release_future(controller, od.lease_id), delay), released
+        struck = kill_agent_after(agent, lambda: release(), delay)
+        return f"mid-restore: {delay:.2f}s after the release", struck, released, time.time() - (time.monotonic() - struck)
+    struck = restart_libvirtd_after(lambda: release(), delay)
+    return f"during the resume: {delay:.2f}s after the release", struck, released, released + delay
 
 
 def settle_loop(controller: ControllerProcess, agent: AgentProcess, struck: float, settle: float,
@@ -400,10 +412,13 @@ def _resume_fault(fault: str, rng: random.Random, controller: ControllerProcess,
     if reply is None or reply.outcome != "placed" or not victims:
         result.update(_settle(controller, agent, time.monotonic(), settle, None, True, victims))
         return f"not struck: no saved victim beside a placed on-demand VM ({result['answer']})", None
-    detail, struck, since = strike_resume(fault, rng, controller, agent, headroom, point)
+    detail, struck, since, struck_wall = strike_resume(fault, rng, controller, agent, headroom, point)
     result.update(_settle(controller, agent, struck, settle, None, True, victims))
     result["victims"] = {v: victim_outcome(controller, v) for v in victims}
     result["resuming_after_release_s"] = resuming_after(controller, victims[0], since)
+    if result["resuming_after_release_s"] is not None and fault != "controller_crash":
+        # negative: the fault struck before the controller asked for the resume
+        result["struck_after_resuming_s"] = round(struck_wall - since - result["resuming_after_release_s"], 2)
     return detail, struck
 
 
@@ -416,12 +431,17 @@ def interruptions_for(choice: str, runs: int, seed: int) -> list[str]:
     return [pick.choice(INTERRUPTIONS) for _ in range(runs)]
 
 
+def fault_key(result: dict) -> str:
+    """A terminate run's fault; a hibernate run's fault and the step it struck (agent_kill/save)."""
+    return result["fault"] + ("" if result["phase"] == "request" else f"/{result['phase']}")
+
+
 def figures(results: list[dict]) -> dict:
     """Convergence figures over some runs."""
     times = [r["converge_s"] for r in results if r["converged"]]
     by_fault = {}
-    for fault in FAULTS:
-        mine = [r for r in results if r["fault"] == fault]
+    for fault in [f"{f}{p}" for f in FAULTS for p in ("", "/save", "/resume")]:
+        mine = [r for r in results if fault_key(r) == fault]
         if mine:
             by_fault[fault] = {"runs": len(mine), "converged": sum(r["converged"] for r in mine),
                                "converge_s": [r["converge_s"] for r in mine],
