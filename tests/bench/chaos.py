@@ -54,8 +54,9 @@ resume fault. The on-demand VM is released after each run.
 Prints one JSON object: runs, converged, max_converge_s, p50_converge_s, orphan_vms, stuck_leases
 (VMs without a lease and leases not running or hibernated, in runs that did not settle),
 orphan_state_files and missing_state_files (likewise), unresolved_requests, the runs by fault,
-by_interruption (the same figures per interruption, with each fault's (on hibernate: fault/step's) every converge_s, and on
-hibernate the saved VMs resumed, discarded or lost), and what a controller crash during a
+by_interruption (the same figures per interruption, with every converge_s of each fault, on
+hibernate of each fault and step as in agent_kill/save, and the saved VMs resumed, discarded or
+lost), and what a controller crash during a
 request costs the user: od_running_after_restart_s, per path, every run's time from the crashed
 controller's exit to its on-demand lease running (polled with the convergence, every 0.5 s), with
 p50 and max. The command fails (exit 1) if a run did not converge, or if on the instant path that
@@ -208,7 +209,8 @@ def leftovers(controller: ControllerProcess, agent: AgentProcess, hibernate: boo
 
 # -- striking ---------------------------------------------------------------------------------------
 
-def crash_controller(controller: ControllerProcess, agent: AgentProcess, headroom: int, point: str, act) -> float | None:
+def crash_controller(controller: ControllerProcess, agent: AgentProcess, headroom: int, point: str,
+                     act) -> float | None:
     """Restart the controller armed at `point`, do `act`, see it exit there and start it again:
     the exit's time, or None if the point was never reached (then it is restarted plainly)."""
     restart(controller, headroom, env={"GLEANER_CRASH_AT": point})
@@ -280,24 +282,30 @@ def strike_request(fault: str, rng: random.Random, controller: ControllerProcess
 def strike_resume(fault: str, rng: random.Random, controller: ControllerProcess, agent: AgentProcess,
                   headroom: int, point: str) -> tuple[str, float | None, float, float]:
     """A fault around the resume the release of the on-demand VM brings: its detail, its time,
-    and the wall-clock times of the release's answer and of the strike (to place the strike
-    against the resume's start in the audit log)."""
-    if fault == "controller_crash":
-        released = time.time()
-        struck = crash_controller(controller, agent, headroom, point, lambda: release_on_demand(controller))
-        return point + ("" if struck else " (not reached)"), struck, released, time.time()
-    delay = rng.uniform(0, 1)
+    and the wall-clock times of the release and of the strike (to place the strike against the
+    resume's start in the audit log)."""
     released = 0.0
 
-    def release():   # the resume starts once the release is answered and the node reports its room
+    def release() -> None:   # the resume starts once the release is done and the node reports its room
         nonlocal released
-        release_on_demand(controller)
         released = time.time()
+        release_on_demand(controller)   # a controller armed at a resume point dies after answering it
+        if fault != "controller_crash":
+            released = time.time()   # the release's answer: the agent's fault waits from there
+    if fault == "controller_crash":
+        struck = crash_controller(controller, agent, headroom, point, release)
+        return point + ("" if struck else " (not reached)"), struck, released, wall(struck)
+    delay = rng.uniform(0, 1)
     if fault == "agent_kill":
-        struck = kill_agent_after(agent, lambda: release(), delay)
-        return f"mid-restore: {delay:.2f}s after the release", struck, released, time.time() - (time.monotonic() - struck)
-    struck = restart_libvirtd_after(lambda: release(), delay)
+        struck = kill_agent_after(agent, release, delay)
+        return f"mid-restore: {delay:.2f}s after the release", struck, released, wall(struck)
+    struck = restart_libvirtd_after(release, delay)
     return f"during the resume: {delay:.2f}s after the release", struck, released, released + delay
+
+
+def wall(monotonic: float | None) -> float:
+    """A time.monotonic() reading as wall-clock time (the audit log's)."""
+    return time.time() - (time.monotonic() - monotonic) if monotonic is not None else time.time()
 
 
 def settle_loop(controller: ControllerProcess, agent: AgentProcess, struck: float, settle: float,
