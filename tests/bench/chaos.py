@@ -44,7 +44,8 @@ vm.stopping saying so and vm.discarded in the audit log). converge_s is timed (p
   of state files, a save or restore libvirtd finished alone) are included;
 - libvirtd_restart: the end of the restart and of the release call it interrupted (both left out;
   libvirtd's own restart is not ours to time).
-A hibernate run whose fault struck the save then releases the on-demand VM and times resume_s,
+A hibernate run whose fault struck the save records what became of its victim (save_outcomes:
+hibernated, or ended and why), then releases the on-demand VM and times resume_s,
 from the release call's answer until the saved VM runs again (or was discarded) and the checks
 above hold; the run has converged only if that too settles within --settle-seconds. On a resume
 fault converge_s includes the resume (the fault strikes around it). Left out everywhere: filling
@@ -177,6 +178,24 @@ def victim_outcome(controller: ControllerProcess, lease_id: str) -> str:
     if lease.end_reason.startswith("discarded: ") and gone and any(r.startswith("discarded: ") for r in said):
         return lease.end_reason
     return f"lost: {lease.state} ({lease.end_reason})"
+
+
+def victim_fates(controller: ControllerProcess, lease_ids: list[str]) -> dict[str, str]:
+    """What became of the backfill VMs that filled the node before a save fault, those not running:
+    hibernated (their work kept), or ended (and why; with the agent's refusal if it refused the save)."""
+    leases = {l.lease_id: l for l in controller.stub().ListVms(controller_pb2.ListVmsRequest(include_ended=True),
+                                                                timeout=10).leases}
+    refused = {e.lease_id: json.loads(e.detail_json).get("error", "")
+               for e in controller.events("vm.hibernate_refused")}
+    fates = {}
+    for lease_id in lease_ids:
+        lease = leases.get(lease_id)
+        if lease is None or lease.state == "running":
+            continue
+        fates[lease_id] = lease.state if lease.state == "hibernated" else f"{lease.state}: {lease.end_reason}"
+        if lease_id in refused:
+            fates[lease_id] += f" (save refused: {refused[lease_id]})"
+    return fates
 
 
 def settled(controller: ControllerProcess, agent: AgentProcess, hibernate: bool, victims: list[str]) -> bool:
@@ -352,8 +371,10 @@ def one_run(run: int, interruption: str, fault: str, rng: random.Random, control
         phase = hibernate_phase(fault, rng)
         result["phase"] = phase
         if phase == "save":
+            filled = [l.lease_id for l in controller.leases("backfill")]
             detail, struck = strike_request(fault, rng, controller, agent, request, headroom, SAVE_POINTS)
             result.update(_settle(controller, agent, struck, settle, request, True, []))
+            result["save_outcomes"] = victim_fates(controller, filled)
             if result["converged"]:
                 result.update(_resume_after_release(controller, agent, settle))
         else:
