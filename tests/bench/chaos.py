@@ -26,9 +26,9 @@ Hibernate runs (the victim is saved; releasing the on-demand VM makes room and b
   once the victim is saved, a random 0 to 1 s after the release of the on-demand VM is answered;
 - libvirtd_restart during the resume: once the victim is saved, a random 0 to 1 s after the
   release is answered.
-The controller asks for the resume once the node reports the room (resuming_after_release_s, from
-the audit log's vm.resuming); struck_after_resuming_s says where each agent kill or libvirtd
-restart fell against it (negative: before the resume was asked).
+resuming_after_release_s: from the release's answer (for a controller crash, from the release
+call) to the controller's vm.resuming in the audit log; struck_after_resuming_s: where each agent
+kill or libvirtd restart fell against that vm.resuming (negative: before the resume was asked).
 
 The request is then asked again with its id. A run has settled when the request is answered
 (placed or failed), every lease is running with its VM on the node, and every VM of ours has a
@@ -43,10 +43,11 @@ vm.stopping saying so and vm.discarded in the audit log). converge_s is timed (p
 - agent_kill: the killed agent's exit, so its restart and the agent's own recovery (its settling
   of state files, a save or restore libvirtd finished alone) are included;
 - libvirtd_restart: the end of the restart and of the release call it interrupted (both left out;
-  libvirtd's own restart is not ours to time).
+  libvirtd's own restart is not ours to time). On hibernate runs the release is answered before
+  the restart: timed from the restart's end.
 A hibernate run whose fault struck the save records what became of its victim (save_outcomes:
-hibernated, or ended and why), then releases the on-demand VM and times resume_s,
-from the release call's answer until the saved VM runs again (or was discarded) and the checks
+hibernated, or ended and why), then releases the on-demand VM and times resume_s, from the
+release call's answer until the saved VM runs again (or was discarded) and the checks
 above hold; the run has converged only if that too settles within --settle-seconds. On a resume
 fault converge_s includes the resume (the fault strikes around it). Left out everywhere: filling
 the node with booted backfill VMs before each run, and waiting for the victim's save before a
@@ -57,10 +58,10 @@ Prints one JSON object: runs, converged, max_converge_s, p50_converge_s, orphan_
 orphan_state_files and missing_state_files (likewise), unresolved_requests, the runs by fault,
 by_interruption (the same figures per interruption, with every converge_s of each fault, on
 hibernate of each fault and step as in agent_kill/save, and the saved VMs resumed, discarded or
-lost), and what a controller crash during a
-request costs the user: od_running_after_restart_s, per path, every run's time from the crashed
-controller's exit to its on-demand lease running (polled with the convergence, every 0.5 s), with
-p50 and max. The command fails (exit 1) if a run did not converge, or if on the instant path that
+lost), and what a controller crash during a request costs the user: od_running_after_restart_s,
+per path, every run's time from the crashed controller's exit to its on-demand lease running
+(polled with the convergence, every 0.5 s; resume faults, where the on-demand VM is released, are
+left out), with p50 and max. The command fails (exit 1) if a run did not converge, or if on the instant path that
 time is over 5 s in any run: a victim may take its notice again after a crash, the on-demand VM
 must not wait for it.
 """
