@@ -5,14 +5,17 @@ the agent's own statefiles module."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
+from gleaner_common.logs import LogfmtFormatter, log_event
 from nodeagent.host import statefiles
 from protos import controller_pb2
-from tests.bench.hibernate import INSTANT_GOAL, instant_summary, judge_save, missed_goals, parse_parts
+from tests.bench.hibernate import INSTANT_GOAL, instant_summary, judge_save, missed_goals, parse_parts, saves_logged
 
 MIB = 2**20
 
@@ -67,3 +70,24 @@ def test_parts_are_checked_and_named():
     for wrong in ("4", "", "x,3"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not a part; give some of 1,2,3"):
             parse_parts(wrong)
+
+
+def test_the_save_time_is_read_from_the_agents_own_log_lines():
+    """The agent's logfmt, written by the agent's formatter: only hibernate.saved lines count."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(LogfmtFormatter())
+    logger = logging.getLogger("test.bench.hibernate.saves")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        log_event(logger, "hibernate.started", domain="gleaner-bf-1", memory_mib=128)
+        log_event(logger, "hibernate.saved", domain="gleaner-bf-1", lease_id="l-1", path="/x/gleaner-bf-1.save",
+                  state_bytes=93847552, memory_mib=128, duration_s=5.904, slept_before_s=0.0,
+                  note="the domain is stopped")
+        log_event(logger, "resume.resumed", domain="gleaner-bf-1", duration_s=0.7)
+        log_event(logger, "hibernate.saved", domain="gleaner-bf-2", duration_s=2.5)
+    finally:
+        logger.removeHandler(handler)
+    assert saves_logged(out.getvalue()) == [("gleaner-bf-1", 5.904), ("gleaner-bf-2", 2.5)]
