@@ -50,7 +50,10 @@ saved_after_request_s (vm.hibernated's time minus the request's sending, wall cl
 (the state file on disk), resume_after_release_s (from the forced Release call's answer until
 the victim's lease reads "running" again, polled every RESUME_POLL_S: the on-demand VM's
 destruction, the launcher's turn, the agent's restore; then its vm.resumed event and the state
-file gone are checked) and slept_s (vm.resumed's). Left out of every timer: the boots filling
+file gone are checked) and slept_s (vm.resumed's); and, to place the save against the timed
+window, answered_s (until RequestVm was answered), launched_logged_s and save_started_s (the
+agent log's domain.launched of the on-demand VM and hibernate.started of the victim, wall clock,
+to the ms, after the request's sending). Left out of every timer: the boots filling
 the node and the wait for the node to be full again between requests. --requests requests
 (default 10); instant_p50_s, instant_p99_s, instant_max_s and the same for
 instant_victim_save_* and resume_after_release_* are nearest-rank over all requests. Goal
@@ -65,10 +68,13 @@ Prints each run's figures to stderr as it goes and one JSON object with everythi
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -220,6 +226,20 @@ def saves_logged(log_text: str) -> list[tuple[str, float]]:
     return [(m.group(1), float(m.group(2))) for m in found if m]
 
 
+def logged_at(log_text: str, event: str, domain: str) -> float | None:
+    """The wall-clock time (epoch seconds, to the ms) of the last `event` line about `domain`."""
+    pattern = re.compile(rf"^ts=(\S+?)(\.\d+)?Z .*\bevent={re.escape(event)} .*\bdomain={re.escape(domain)}(\s|$)")
+    for line in reversed(log_text.splitlines()):
+        m = pattern.match(line)
+        if m:
+            return calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) + float(m.group(2) or 0)
+    return None
+
+
+def since(at: float | None, sent_at: float) -> float | None:
+    return None if at is None else round(at - sent_at, 3)
+
+
 def await_saved(controller: ControllerProcess, agent: AgentProcess, after: int, logged: int, victim) -> dict:
     """The victim's save, checked three ways (audit event, lease state, complete state file);
     SystemExit if it was terminated instead or never saved. Its time is the agent log's: the
@@ -270,7 +290,7 @@ def hibernating_request(controller: ControllerProcess, agent: AgentProcess, i: i
         raise
     after, logged = last_seq(controller), len(saves_logged(agent.log_text()))
     request_id, sent_at = f"bench-hibernate-{i}", time.time()
-    seconds, reply = request_until_running(controller.stub(), request_id)
+    seconds, reply, answered = request_until_running(controller.stub(), request_id)
     victims = [l for l in backfill if l.lease_id in {p.lease_id for p in reply.preempted}]
     if len(victims) != 1 or len(reply.preempted) != 1:
         raise SystemExit(f"{request_id} preempted {[p.lease_id for p in reply.preempted]}, not one of "
@@ -281,7 +301,11 @@ def hibernating_request(controller: ControllerProcess, agent: AgentProcess, i: i
     saved = await_saved(controller, agent, after, logged, victims[0])
     controller.stub().Release(controller_pb2.ReleaseRequest(lease_id=reply.lease.lease_id, force=True), timeout=60)
     resumed = await_resumed(controller, agent, after, victims[0])
-    run = {"request": i + 1, "instant_s": round(seconds, 3), "victim": victims[0].vm_name,
+    log = agent.log_text()   # where the agent's launch and save began, against the timed window
+    run = {"request": i + 1, "instant_s": round(seconds, 3), "answered_s": round(answered, 3),
+           "launched_logged_s": since(logged_at(log, "domain.launched", reply.lease.vm_name), sent_at),
+           "save_started_s": since(logged_at(log, "hibernate.started", victims[0].vm_name), sent_at),
+           "victim": victims[0].vm_name,
            "save_s": saved["save_s"], "audit_save_s": saved["audit_save_s"],
            "saved_after_request_s": round(saved["saved_at"] - sent_at, 3),
            "state_mib": saved["state_mib"], **resumed}
@@ -293,8 +317,21 @@ def instant_figures(env: LabEnv, requests: int) -> dict:
     """Part 3: --requests on-demand requests, each saving one of two backfill VMs (see the doc)."""
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)   # polling a domain not yet defined
     with backfilled_node(env, "hibernate", name="bench-hib") as (controller, agent):
-        runs = [hibernating_request(controller, agent, i) for i in range(requests)]
+        try:
+            runs = [hibernating_request(controller, agent, i) for i in range(requests)]
+        except (TimeoutError, SystemExit):
+            keep_logs(controller, agent)
+            raise
     return instant_summary(runs)
+
+
+def keep_logs(controller: ControllerProcess, agent: AgentProcess) -> None:
+    """A failed run's leases and both logs whole, kept past the lab's removal, for its post-mortem."""
+    explain_stall(controller, agent)
+    kept = Path(tempfile.mkdtemp(prefix="gleaner-bench-hibernate-"))
+    for process, name in ((controller, "controller.log"), (agent, "agent.log")):
+        shutil.copyfile(process.log_path, kept / name)
+    say(f"logs kept in {kept}")
 
 
 def instant_summary(runs: list[dict]) -> dict:

@@ -97,17 +97,19 @@ def explain_stall(controller: ControllerProcess, agent: AgentProcess) -> None:
         print(f"--- end of {process.log_path}", *lines, sep="\n", file=sys.stderr)
 
 
-def request_until_running(stub, request_id: str) -> tuple[float, controller_pb2.VmRequestResult]:
+def request_until_running(stub, request_id: str) -> tuple[float, controller_pb2.VmRequestResult, float]:
     """One 1-vCPU on-demand request, timed from sending it until libvirt shows its domain
-    running (polled every 5 ms); SystemExit if it is not placed."""
+    running (polled every 5 ms); SystemExit if it is not placed. Also the seconds until the
+    RequestVm call was answered."""
     started = time.monotonic()
     reply = stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="bench",
                                                     request_id=request_id), timeout=120)
+    answered = time.monotonic() - started
     if reply.outcome != "placed":
         raise SystemExit(f"request {request_id} was {reply.outcome}: {reply.reason}")
     wait_for(lambda: domain_state(reply.lease.vm_name) == libvirt.VIR_DOMAIN_RUNNING, 30, "on-demand running",
              interval=0.005)
-    return time.monotonic() - started, reply
+    return time.monotonic() - started, reply, answered
 
 
 @contextmanager
@@ -142,7 +144,7 @@ def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, 
             explain_stall(controller, agent)
             raise
         youngest = max(backfill, key=lambda l: l.launched_at)
-        seconds, reply = request_until_running(stub, f"bench-{tag}-{i}")
+        seconds, reply, _answered = request_until_running(stub, f"bench-{tag}-{i}")
         times.append(seconds)
         if [p.lease_id for p in reply.preempted] != [youngest.lease_id]:
             raise SystemExit(f"request {i} preempted {[p.lease_id for p in reply.preempted]}, "

@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ import pytest
 from gleaner_common.logs import LogfmtFormatter, log_event
 from nodeagent.host import statefiles
 from protos import controller_pb2
-from tests.bench.hibernate import INSTANT_GOAL, instant_summary, judge_save, missed_goals, parse_parts, saves_logged
+from tests.bench.hibernate import (INSTANT_GOAL, instant_summary, judge_save, logged_at, missed_goals, parse_parts,
+                                  saves_logged)
 
 MIB = 2**20
 
@@ -91,3 +93,9 @@ def test_the_save_time_is_read_from_the_agents_own_log_lines():
     finally:
         logger.removeHandler(handler)
     assert saves_logged(out.getvalue()) == [("gleaner-bf-1", 5.904), ("gleaner-bf-2", 2.5)]
+    text = out.getvalue()
+    first = text.splitlines()[0]   # ts=YYYY-MM-DDTHH:MM:SS.mmmZ, UTC
+    at = logged_at(text, "hibernate.started", "gleaner-bf-1")
+    assert at is not None and abs(at - time.time()) < 5 and f"{at % 1:.3f}"[1:] == first[22:26]
+    assert logged_at(text, "hibernate.started", "gleaner-bf") is None   # a name is matched whole
+    assert logged_at(text, "hibernate.saved", "gleaner-bf-2") > logged_at(text, "hibernate.started", "gleaner-bf-1") - 1
