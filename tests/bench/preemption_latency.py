@@ -2,8 +2,9 @@
 
     python -m tests.bench.preemption_latency [--requests 10]
 
-A real controller and a real agent on this host (2 CPUs), both with mutual TLS. Backfill fills
-the host with two 1-vCPU VMs; once both guests have booted, a 1-vCPU on-demand request must
+A real controller and a real agent on this host (2 CPUs), both with mutual TLS. Backfill
+(interruption = terminate, set explicitly: the hibernate path is tests/bench/hibernate.py's part 3)
+fills the host with two 1-vCPU VMs; once both guests have booted, a 1-vCPU on-demand request must
 preempt the most recent one. Each request is timed by this process from sending it until
 libvirt shows the on-demand domain running (polled every 5 ms); the victim's shutdown is timed
 by the agent and read from the audit log. Then the victim is awaited, the on-demand VM released
@@ -45,7 +46,9 @@ import statistics
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import libvirt
 
@@ -94,6 +97,41 @@ def explain_stall(controller: ControllerProcess, agent: AgentProcess) -> None:
         print(f"--- end of {process.log_path}", *lines, sep="\n", file=sys.stderr)
 
 
+def request_until_running(stub, request_id: str) -> tuple[float, controller_pb2.VmRequestResult, float]:
+    """One 1-vCPU on-demand request, timed from sending it until libvirt shows its domain
+    running (polled every 5 ms); SystemExit if it is not placed. Also the seconds until the
+    RequestVm call was answered."""
+    started = time.monotonic()
+    reply = stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="bench",
+                                                    request_id=request_id), timeout=120)
+    answered = time.monotonic() - started
+    if reply.outcome != "placed":
+        raise SystemExit(f"request {request_id} was {reply.outcome}: {reply.reason}")
+    wait_for(lambda: domain_state(reply.lease.vm_name) == libvirt.VIR_DOMAIN_RUNNING, 30, "on-demand running",
+             interval=0.005)
+    return time.monotonic() - started, reply, answered
+
+
+@contextmanager
+def backfilled_node(env: LabEnv, interruption: str, name: str = "bench") -> Iterator[tuple]:
+    """A real controller (no headroom: the instant path) and a real agent, node `{name}-node`,
+    backfill on with 1-vCPU 128 MiB VMs preempted as `interruption` says; all stopped and our
+    domains removed on the way out."""
+    # No headroom: the node's memory (gigabytes) holds the new VM beside its victim, so it starts at once.
+    controller = ControllerProcess(env, name=f"{name}-ctl", settings=dict(use_prediction=False, host_headroom_mib=0))
+    controller.start()
+    agent = AgentProcess(env, name=f"{name}-node", settings=agent_settings(controller)).start()
+    try:
+        wait_for(lambda: controller.node_state(f"{name}-node") == "up", 30, "the agent to report")
+        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
+            enabled=True, memory_mb=128, vcpus=1, grace_seconds=10, interruption=interruption), timeout=10)
+        yield controller, agent
+    finally:
+        agent.stop()
+        controller.stop()
+        remove_test_domains()
+
+
 def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, tag: str) -> dict:
     """`count` on-demand requests that each preempt the most recent of two booted backfill VMs;
     each timed from sending the request until libvirt shows the on-demand domain running."""
@@ -106,14 +144,8 @@ def preemptions(controller: ControllerProcess, agent: AgentProcess, count: int, 
             explain_stall(controller, agent)
             raise
         youngest = max(backfill, key=lambda l: l.launched_at)
-        started = time.monotonic()
-        reply = stub.RequestVm(controller_pb2.VmRequest(vcpus=1, memory_mib=128, image="tiny", owner="bench",
-                                                        request_id=f"bench-{tag}-{i}"), timeout=120)
-        if reply.outcome != "placed":
-            raise SystemExit(f"request {i} was {reply.outcome}: {reply.reason}")
-        wait_for(lambda: domain_state(reply.lease.vm_name) == libvirt.VIR_DOMAIN_RUNNING, 30, "on-demand running",
-                 interval=0.005)
-        times.append(time.monotonic() - started)
+        seconds, reply, _answered = request_until_running(stub, f"bench-{tag}-{i}")
+        times.append(seconds)
         if [p.lease_id for p in reply.preempted] != [youngest.lease_id]:
             raise SystemExit(f"request {i} preempted {[p.lease_id for p in reply.preempted]}, "
                              f"not the most recent backfill VM {youngest.lease_id}")
@@ -229,15 +261,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def preemption_figures(env: LabEnv, requests: int, instant_only: bool) -> dict:
-    """instant_*, preempt_* and reject_* (see the module's doc)."""
-    # No headroom: the node's memory (gigabytes) holds the new VM beside its victim, so it starts at once.
-    controller = ControllerProcess(env, name="bench-ctl", settings=dict(use_prediction=False, host_headroom_mib=0))
-    controller.start()
-    agent = AgentProcess(env, name="bench-node", settings=agent_settings(controller)).start()
-    try:
+    """instant_*, preempt_* and reject_* (see the module's doc), all on the terminate path: set
+    explicitly, whatever the controller's default interruption."""
+    with backfilled_node(env, "terminate") as (controller, agent):
         stub = controller.stub()
-        wait_for(lambda: controller.node_state("bench-node") == "up", 30, "the agent to report")
-        stub.SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, vcpus=1, grace_seconds=10))
         instant = preemptions(controller, agent, requests, "instant")
         if instant["paths"] != ["instant"]:
             raise SystemExit(f"paths taken with no headroom: {instant['paths']}")
@@ -262,10 +289,6 @@ def preemption_figures(env: LabEnv, requests: int, instant_only: bool) -> dict:
             raise SystemExit(f"the impossible request was {reply.outcome}")
         terminations = (len(controller.events("vm.preempted")) - preemptions_before) + len(
             before - {l.lease_id for l in controller.leases()})
-    finally:
-        agent.stop()
-        controller.stop()
-        remove_test_domains()
     preempt = waiting["times"]
     return {
         "requests": len(preempt), **instant_summary(instant),
