@@ -6,9 +6,10 @@ It makes a lab CA, starts gleaner-controller (its SQLite store under the state d
 gleaner-agent, both with mutual TLS on loopback, and the agent reports to the controller. Then
 it does what a new admin would do in the first five minutes, showing each gleanctl command:
 enables backfill so the host fills with volunteer VMs, asks for an on-demand VM that needs the
-room of the most recent backfill VM (which is shut down cleanly to make room), and shows the
-pool's status and audit log. Without --keep it then releases every VM and stops; with --keep
-the pool runs until Ctrl-C.
+room of the most recent backfill VM (which is hibernated, the default: saved to the node's disk),
+shows the pool's status and audit log, releases the on-demand VM and shows the saved VM resumed
+where it stopped. Without --keep it then releases every VM and stops; with --keep the pool runs
+until Ctrl-C.
 """
 from __future__ import annotations
 
@@ -130,8 +131,10 @@ def run_pool(lab: Lab, stub, keep: bool) -> None:
                              if n.state == "up"], 60, "the agent to report")[0]
     say(f"node {node.node_id} reported: {node.cpus} CPUs, {node.memory_mib} MiB")
     lab.gleanctl("nodes")
-    lab.gleanctl("backfill", "set", "enabled=true", "memory_mb=128", "vcpus=1", "grace_seconds=15")
-    say("the backfill launcher fills the idle host (one VM per free vCPU the foreground leaves)")
+    lab.gleanctl("backfill", "set", "enabled=true", "memory_mb=128", "vcpus=1", "grace_seconds=15",
+                 "retry_seconds=20")
+    say("the backfill launcher fills the idle host (one VM per free vCPU the foreground leaves); it looks "
+        "again every 20 s here (retry_seconds), so the demo's saved VM resumes soon after its room returns")
     seen: dict = {}
     (backfill,) = wait_for(lambda: settled_backfill(stub, seen), READY_TIMEOUT, "backfill VMs to start")
     if not backfill:
@@ -152,19 +155,36 @@ def run_pool(lab: Lab, stub, keep: bool) -> None:
         if lease.role == "on_demand":
             wait_for(lambda: guest_ready(lab.agent_dir, lease.vm_name), READY_TIMEOUT, f"{lease.vm_name} to boot")
             say(f"the on-demand guest {lease.vm_name} has booted")
-    # its victim shuts down beside it (on notice): shown once it is gone, so status counts it
+    # its victim is saved (or shuts down) beside it: shown once it is gone, so status counts it
     wait_for(lambda: not [l for l in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases
                           if l.state in ("on_notice", "preempting")], READY_TIMEOUT, "the preempted backfill VM to stop")
-    say("the preempted backfill VM has shut down")
+    saved = [l for l in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases if l.state == "hibernated"]
+    say("the preempted backfill VM was saved to disk (hibernated): it keeps its lease and its work" if saved
+        else "the preempted backfill VM has shut down")
     lab.gleanctl("vms")
     lab.gleanctl("status")
     lab.gleanctl("events", "--limit", "12")
+    if saved:
+        show_resume(lab, stub, saved[0])
     if keep:
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         say(f"the pool keeps running; try: gleanctl --config {lab.gleanctl_config} status  (Ctrl-C to stop)")
         stop.wait()
+
+
+def show_resume(lab: Lab, stub, saved) -> None:
+    """Release the on-demand VM: the room goes back to backfill, and the saved VM resumes first."""
+    for lease in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases:
+        if lease.role == "on_demand":
+            say("releasing the on-demand VM: its room goes back to backfill, the saved VM first")
+            lab.gleanctl("release", lease.lease_id)
+    wait_for(lambda: [l for l in stub.ListVms(controller_pb2.ListVmsRequest(), timeout=10).leases
+                      if l.lease_id == saved.lease_id and l.state == "running"], READY_TIMEOUT,
+             f"{saved.vm_name} to resume")
+    say(f"{saved.vm_name} resumed from its saved state, its work kept")
+    lab.gleanctl("events", "--limit", "4")
 
 
 def release_everything(lab: Lab, stub) -> None:

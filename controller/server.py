@@ -206,7 +206,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             setattr(status, f"{role}_vcpus", getattr(status, f"{role}_vcpus") + lease.vcpus)
             setattr(status, f"{role}_memory_mib", getattr(status, f"{role}_memory_mib") + lease.memory_mib)
             setattr(status, f"{role}_vms", getattr(status, f"{role}_vms") + 1)
-        status.preemptions = self.pool.store.count_events("vm.preempted")
+        # a victim saved (hibernated) is preempted all the same; a save refused ends in vm.preempted only
+        status.preemptions = sum(self.pool.store.count_events(kind) for kind in ("vm.preempted", "vm.hibernated"))
         status.rejections = self.pool.store.count_events("request.rejected")
         return status
 

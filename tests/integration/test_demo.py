@@ -22,6 +22,8 @@ def test_the_readme_pool_demo_runs_end_to_end(test_env):
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "every backfill guest has booted" in out
-    assert "preempted bf-" in out and "clean_shutdown" in out
+    # the default interruption: the victim is saved, counted as a preemption, and resumed after the release
+    assert "preempted bf-" in out and "vm.hibernated" in out and "saved to disk (hibernated)" in out
     assert "backfill   enabled; 1 preemptions" in out
+    assert "resumed from its saved state" in out and "vm.resumed" in out
     assert not [name for name in domain_states() if name.startswith("pool-")]
