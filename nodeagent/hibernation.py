@@ -116,6 +116,7 @@ class Hibernation:
         self.directory = config.hibernation_dir
         self._pending: dict[str, int] = {}   # saves under way: their files' upper bounds
         self._pending_lock = threading.Lock()
+        self._jobs: set[str] = set()         # names libvirtd is saving or restoring now (under _pending_lock)
         self.recheck = False                 # a job was under way: look again next pass
 
     # -- the disk ------------------------------------------------------------------------------------
@@ -127,6 +128,23 @@ class Hibernation:
             pending = sum(self._pending.values())
         free = statefiles.free_bytes(self.directory) - self.config.hibernation_disk_reserve_mib * MIB
         return Figures(budget, used, max(0, min(budget - used - pending, free - pending)))
+
+    def busy(self) -> frozenset[str]:
+        """The domains libvirtd is saving or restoring now. libvirtd holds such a domain's lock for
+        the whole job, and every call that looks at it (a listing of the running domains too)
+        waits that long: the reporter reads what it knew before instead."""
+        with self._pending_lock:
+            return frozenset(self._jobs)
+
+    @contextmanager
+    def _job_under_way(self, name: str) -> Iterator[None]:
+        with self._pending_lock:
+            self._jobs.add(name)
+        try:
+            yield
+        finally:
+            with self._pending_lock:
+                self._jobs.discard(name)
 
     @contextmanager
     def _reserved(self, name: str, bound: int) -> Iterator[None]:
@@ -211,8 +229,9 @@ class Hibernation:
         log_event(log, "hibernate.started", domain=name, lease_id=meta.lease_id, role=role_of(meta.role).value,
                   memory_mib=read_shape(record.xml).memory_mib, path=str(path), state=record.state)
         try:
-            self._libvirt_job(lambda: self.hv.save(name, str(path), bypass_cache=not UNTUNED), path,
-                              "hibernate.after_save_started", path.exists)
+            with self._job_under_way(name):
+                self._libvirt_job(lambda: self.hv.save(name, str(path), bypass_cache=not UNTUNED), path,
+                                  "hibernate.after_save_started", path.exists)
         except HypervisorError as exc:
             # libvirt removes its partial file and lets the domain run on; make sure of the file
             still = statefiles.read_state_file(self.directory, name)
@@ -270,7 +289,7 @@ class Hibernation:
                       slept_s=round(time.time() - state.mtime, 1))
             try:
                 xml = restore_xml(self.hv.save_image_xml(str(state.path)))
-                with self.enforcement.launching(name):   # no reconcile pass judges it half-restored
+                with self.enforcement.launching(name), self._job_under_way(name):   # (reconcile: not half-restored)
                     self._libvirt_job(lambda: self.hv.restore_paused(str(state.path), xml, not UNTUNED), state.path,
                                       "resume.restore_started", lambda: self.hv.state(name) != "shutoff")
                     crash_point("resume.after_restore")
@@ -313,10 +332,12 @@ class Hibernation:
     # -- what is hibernated, and recovery ---------------------------------------------------------------
 
     def hibernated(self) -> list[tuple[DomainRecord, GleanerMetadata, StateFile]]:
-        """The hibernated managed domains: inactive, with a complete state file."""
+        """The hibernated managed domains: inactive, with a complete state file (one being restored
+        is left out: libvirtd holds it until it runs, and the controller waits for it as resuming)."""
         found = []
+        busy = self.busy()
         for name, state in statefiles.list_state_files(self.directory).items():
-            if state.kind is not Kind.COMPLETE:
+            if state.kind is not Kind.COMPLETE or name in busy:
                 continue
             record = self.hv.get_domain(name)
             meta = self.inventory.ours(record) if record is not None else None

@@ -130,6 +130,8 @@ class Inventory:
         self._stale_lock = threading.Lock()
         self._passes = 0
         self._views_lock = threading.Lock()
+        # the last pass's running managed domains, read without a lock (one reference swapped per pass)
+        self._snapshot: list[tuple[str, GleanerMetadata, DomainShape]] = []
         self._reap_hint = True   # libvirt reported something since the reaper last asked
         self._noisy: set[str] = set()   # domains whose noisy work channel was logged
         hypervisor.watch(self.note_change)
@@ -250,7 +252,14 @@ class Inventory:
                 record = self.hv.get_domain(name)
                 meta = self.ours(record) if record is not None and record.active else None
                 self._views[name] = (meta, read_shape(record.xml)) if meta is not None else None
-        return [(name, *view) for name, view in self._views.items() if view is not None]
+        self._snapshot = [(name, *view) for name, view in self._views.items() if view is not None]
+        return list(self._snapshot)
+
+    def running_snapshot(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
+        """The running managed domains as the last finished pass saw them: no libvirt call and no
+        lock, for a reader that must not wait while libvirtd holds a domain (a save or restore
+        locks it, and every listing with it, for as long as it runs)."""
+        return list(self._snapshot)
 
     def last_running(self) -> list[tuple[str, GleanerMetadata, DomainShape]]:
         """The running managed domains as the last pass saw them, without asking libvirt."""

@@ -89,7 +89,12 @@ class Reporter:
             report.residual_cpu_cores = snap.residual.residual_cpu_cores
             report.residual_memory_mib = snap.residual.residual_memory_bytes // 2**20
         asleep = self._add_hibernated(report, self.hibernation) if self.hibernation is not None else set()
-        for name, meta, shape in self.inventory.running():
+        # while libvirtd saves or restores a domain, every listing waits for it (seconds, minutes for
+        # a large guest): the report says what the last pass saw, and the node stays alive to the
+        # controller (the VM being saved still shows running, as it is until the save is done)
+        busy = self.hibernation.busy() if self.hibernation is not None else frozenset()
+        running = self.inventory.running_snapshot() if busy else self.inventory.running()
+        for name, meta, shape in running:
             if name in asleep:   # the inventory's view may lag a save just done: it runs no more
                 continue
             work = self.inventory.work_state(name, meta)
