@@ -22,8 +22,24 @@ OUTCOMES = {v: k.lower().removeprefix("termination_outcome_")
             for k, v in agent_pb2.TerminationOutcome.items()}
 
 
+# codes after which a call's outcome is unknown: the agent may have done it (an agent killed
+# mid-call, a timeout), so the call is asked again rather than taken as refused
+OUTCOME_UNKNOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                             grpc.StatusCode.CANCELLED})
+
+
 class AgentCallFailed(RuntimeError):
-    """The agent refused or could not be reached; the message says which and why."""
+    """The agent refused or could not be reached; the message says which and why. `answered`:
+    the agent answered with a refusal (False: the call's outcome is unknown)."""
+
+    def __init__(self, message: str, answered: bool = True) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+def _failed(verb: str, address: str, name: str, exc: grpc.RpcError) -> AgentCallFailed:
+    return AgentCallFailed(f"agent at {address} could not {verb} {name}: {exc.code().name}: {exc.details()}",
+                           answered=exc.code() not in OUTCOME_UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -80,8 +96,7 @@ class AgentLinks:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return Stopped("not_found", 0.0, "the agent no longer had it")
-            raise AgentCallFailed(f"agent at {address} could not hibernate {name}: {exc.code().name}: "
-                                  f"{exc.details()}") from None
+            raise _failed("hibernate", address, name, exc) from None
         return Stopped("hibernated", reply.duration_seconds,
                        reply.detail or f"saved, {reply.state_bytes >> 20} MiB of state")
 
@@ -91,8 +106,7 @@ class AgentLinks:
         try:
             reply = self._stub(node_id, address).ResumeDomain(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise AgentCallFailed(f"agent at {address} could not resume {name}: {exc.code().name}: "
-                                  f"{exc.details()}") from None
+            raise _failed("resume", address, name, exc) from None
         return reply.duration_seconds
 
     def close(self) -> None:

@@ -39,8 +39,8 @@ from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
-from .core.records import (VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError, RequestRecord, Resume,
-                           Reserve, Stop, VmRole, Write, work)
+from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
+                           RequestRecord, Resume, Reserve, Stop, VmRole, Write, work)
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
@@ -220,15 +220,15 @@ class PoolService:
             if address is None:
                 raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
             self.agents.resume(lease.node_id, address, lease.vm_name)
-            ok, detail = True, ""
+            ok, detail, unknown = True, "", False
         except AgentCallFailed as exc:
-            ok, detail = False, str(exc)
+            ok, detail, unknown = False, str(exc), not exc.answered
         self._crash_point("after_call:resume")
-        self._resume_answer(lease, ok, detail)
+        self._resume_answer(lease, ok, detail, unknown)
 
-    def _resume_answer(self, lease: Lease, ok: bool, detail: str) -> None:
+    def _resume_answer(self, lease: Lease, ok: bool, detail: str, unknown: bool = False) -> None:
         with self.lock:
-            self._apply(self.ledger.resume_done(lease.lease_id, ok, detail, self.clock()))
+            self._apply(self.ledger.resume_done(lease.lease_id, ok, detail, self.clock(), unknown=unknown))
 
     def stop(self, stop: Stop, after: Launch | None) -> None:
         if after is None:
@@ -239,7 +239,7 @@ class PoolService:
     @staticmethod
     def _log(event) -> None:
         level = logging.WARNING if event.kind in ("vm.lost", "vm.conflict", "vm.unexpected", "vm.stop_failed",
-                                                  "vm.stop_expired", "vm.launch_failed", "request.expired",
+                                                  "vm.resume_failed", "vm.stop_expired", "vm.launch_failed", "request.expired",
                                                   "node.suspect", "node.down") else logging.INFO
         detail = {k: v for k, v in event.detail.items() if not isinstance(v, (list, dict))}
         log_event(log, event.kind, level, node=event.node_id or "-", lease_id=event.lease_id or "-", **detail)
@@ -312,8 +312,9 @@ class PoolService:
                 stopped = self.agents.terminate(lease.node_id, address, lease.vm_name, effect.grace_seconds,
                                                 effect.force)
             ok = True
-        except AgentCallFailed as exc:
-            stopped, ok = Stopped("unreachable", 0.0, str(exc)), False
+        except AgentCallFailed as exc:   # a save the agent refused terminates the victim; one unknown is asked again
+            outcome = REFUSED if effect.hibernate and exc.answered else UNREACHABLE
+            stopped, ok = Stopped(outcome, 0.0, str(exc)), False
         self._crash_point("after_call:stop")
         with self.lock:
             self.recorder.stop_answer(lease, ok, stopped.outcome, stopped.seconds, stopped.detail)

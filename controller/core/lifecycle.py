@@ -4,8 +4,8 @@ and never while its node runs more than the books explain.
 """
 from __future__ import annotations
 
-from .records import (DISCARDED, DISCARDING, DRAINED, HIBERNATED, RESUMING, STOP_UNCONFIRMED, STOPS, VICTIM, Audit, Effect,
-                      Launch, Lease, LeaseError, Resume, Stop, Write, replace, stop_event, work)
+from .records import (DISCARDED, DISCARDING, DRAINED, HIBERNATED, RESUMING, STOP_UNCONFIRMED, STOPS, UNREACHABLE, VICTIM,
+                      Audit, Effect, Launch, Lease, LeaseError, Resume, Stop, Write, replace, stop_event, work)
 
 
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
@@ -80,7 +80,7 @@ class Lifecycle:
         lease = self.leases.get(lease_id)
         if lease is None or lease.state not in STOPS:
             return []   # a report already showed it gone
-        if not ok and lease.ending == HIBERNATED:
+        if not ok and lease.ending == HIBERNATED and outcome != UNREACHABLE:
             return self._hibernate_refused(lease, detail, now)
         if not ok:
             self.retry_at[lease_id] = now + self.settings.retry_seconds
@@ -114,12 +114,19 @@ class Lifecycle:
             vm=lease.vm_name, error=detail, then="terminated instead: its work since launch is lost")),))
         return [refused] + self._stop(lease, grace, now, lease.end_reason, state=lease.state)
 
-    def resume_done(self, lease_id: str, ok: bool, detail: str, now: float) -> list[Effect]:
+    def resume_done(self, lease_id: str, ok: bool, detail: str, now: float, unknown: bool = False) -> list[Effect]:
         """The agent's answer to a resume: the VM runs on with its work (its time asleep is not
-        work), or, restored not, is discarded with its work lost."""
+        work), or, restored not, is discarded with its work lost. `unknown`: the call's outcome is
+        (the agent died or was unreachable mid-call, and libvirtd may have restored it): asked
+        again after retry_seconds, until the resume's deadline."""
         lease = self.leases.get(lease_id)
         if lease is None or lease.state not in (RESUMING, "cancelling") or lease.hibernated_at is None:
             return []   # ended meanwhile, or answered twice
+        if not ok and unknown and lease.state == RESUMING:
+            self.retry_at[lease_id] = now + self.settings.retry_seconds
+            return [Write(events=(Audit("vm.resume_failed", lease.node_id, lease_id, dict(
+                vm=lease.vm_name, error=detail, retry_in_s=self.settings.retry_seconds,
+                gives_up_in_s=round((lease.deadline or now) - now, 1))),))]
         if not ok:
             return self._discard(lease, f"its resume failed: {detail}", now)
         slept = now - lease.hibernated_at
@@ -261,6 +268,8 @@ class Lifecycle:
             node = self.nodes.get(lease.node_id) if lease else None
             if lease is not None and lease.state in STOPS and node is not None and node.state == "up":
                 effects.append(self._ask_stop(lease, max(int((lease.deadline or now) - now - s.stop_timeout), 0)))
+            elif lease is not None and lease.state == RESUMING and node is not None and node.state == "up":
+                effects.append(Resume(lease))   # the agent resumes by name: asking again is harmless
         effects += self.retry_waiting(now)   # windows that closed
         self._prune_cleanups(now)
         return [e for e in effects if not isinstance(e, Write) or e]

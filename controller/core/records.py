@@ -178,6 +178,9 @@ HIBERNATE = "hibernate"
 # -- lease states ------------------------------------------------------------------------------
 
 HIBERNATED = "hibernated"   # a victim's VM saved to its node's disk: kept, holding nothing
+# a failed stop's outcome: the agent refused it (a save it would not make), or it is unknown (the
+# agent was unreachable or died mid-call: it may have done it, so the call is asked again)
+REFUSED, UNREACHABLE = "refused", "unreachable"
 RESUMING = "resuming"       # a hibernated VM asked to restore
 DISCARDING = "discarding"   # a hibernated VM's stop (its saved state deleted): it holds nothing
 HOLDS_ALL = frozenset({"waiting", "starting", "running", "cancelling", "stopping", "lost", RESUMING})

@@ -21,7 +21,7 @@ from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
 from controller.core.hibernation import interruptions
 from controller.core.ledger import Ledger
-from controller.core.records import (HIBERNATED, RESUMING, STOPS, VICTIM, Ask, Launch, Resume, Stop, Write,
+from controller.core.records import (HIBERNATED, RESUMING, STOPS, UNREACHABLE, VICTIM, Ask, Launch, Resume, Stop, Write,
                                      work)
 
 from .test_ledger import BACKFILL, NODES, SETTINGS, LedgerMachine, Report, Vm, counter
@@ -398,3 +398,77 @@ def test_after_a_restart_a_resume_and_a_save_under_way_are_asked_again_when_the_
     redriven = again.report(SavingReport("n1", "n1:1", *NODES["n1"], shown), T0 + 40)
     assert [r.lease.lease_id for r in calls(redriven, Resume)] == [victim]
     assert [s.lease.lease_id for s in calls(redriven, Stop) if s.hibernate] == [save.lease.lease_id]
+
+
+# -- calls whose outcome is unknown (tests.bench.chaos: an agent killed mid-save or mid-restore) ---------
+
+def report_as_booked(ledger: Ledger, now: float) -> None:
+    """n1 reports what the books say runs on it, and what they say is saved there."""
+    vms = []
+    for lease in (l for l in ledger.leases.values() if l.node_id == "n1"):
+        kind = SavedVm if lease.state == HIBERNATED else Vm if lease.state == "running" or lease.state in VICTIM \
+            else None
+        if kind is not None:
+            vms.append(kind(lease.vm_name, lease.lease_id, lease.role, lease.vcpus, lease.memory_mib,
+                            lease.launched_at or now))
+    ledger.report(SavingReport("n1", "n1:1", *NODES["n1"], vms), now)
+
+
+def test_a_save_whose_outcome_is_unknown_is_asked_again_and_the_work_is_kept():
+    """The agent died mid-save (libvirtd may finish it alone): not a refusal, so not terminated."""
+    ledger, _ = full_node()
+    effects = preempt(ledger, 1, T0 + 2)
+    [stop], [launch] = calls(effects, Stop), calls(effects, Launch)
+    ledger.launch_done(launch.lease.lease_id, True, "", T0 + 3)
+    failed = ledger.stop_done(stop.lease.lease_id, UNREACHABLE, False, 0.0, "UNAVAILABLE: Socket closed", T0 + 3)
+    assert events(failed, "vm.stop_failed") and not events(failed, "vm.hibernate_refused")
+    assert not calls(failed, Stop) and ledger.leases[stop.lease.lease_id].state in VICTIM
+    [again] = calls(ledger.tick(T0 + 3 + SETTINGS.retry_seconds), Stop)
+    assert again.hibernate and again.lease.lease_id == stop.lease.lease_id
+    saved = ledger.stop_done(stop.lease.lease_id, HIBERNATED, True, 0.0, "it was already hibernated", T0 + 5.5)
+    assert events(saved, "vm.hibernated") and not events(saved, "vm.preempted")
+    assert ledger.leases[stop.lease.lease_id].state == HIBERNATED
+
+
+def test_a_resume_whose_outcome_is_unknown_is_asked_again_until_its_deadline():
+    ledger, _ = full_node()
+    victim, od = hibernated_one(ledger, T0 + 2, "r1")
+    ledger.release(od, False, T0 + 4.2)
+    ledger.stop_done(od, "clean_shutdown", True, 0.1, "", T0 + 4.3)
+    [resume] = calls(ledger.fill(T0 + 4.4), Resume)
+    failed = ledger.resume_done(victim, False, "UNAVAILABLE: Stream removed", T0 + 4.5, unknown=True)
+    [warning] = events(failed, "vm.resume_failed")
+    assert warning.detail["retry_in_s"] == SETTINGS.retry_seconds and not calls(failed, Stop)
+    assert ledger.leases[victim].state == RESUMING   # not discarded: libvirtd may have restored it
+    report_as_booked(ledger, T0 + 5)                 # the node lives (its agent restarted)
+    [again] = calls(ledger.tick(T0 + 4.5 + SETTINGS.retry_seconds), Resume)
+    assert again.lease.lease_id == victim
+    ledger.resume_done(victim, True, "", T0 + 7)
+    assert ledger.leases[victim].state == "running"
+    # asked again and never answered: its deadline discards it, as before
+    other, od2 = hibernated_one(ledger, T0 + 8, "r2")
+    ledger.release(od2, False, T0 + 10)
+    ledger.stop_done(od2, "clean_shutdown", True, 0.1, "", T0 + 10.1)
+    calls(ledger.fill(T0 + 10.2), Resume)
+    ledger.resume_done(other, False, "DEADLINE_EXCEEDED", T0 + 10.3, unknown=True)
+    [discard] = calls(ledger.tick(T0 + 10.2 + SETTINGS.launch_timeout), Stop)
+    assert discard.lease.lease_id == other and discard.force and "not confirmed" in discard.lease.end_reason
+
+
+def test_only_codes_that_leave_the_outcome_unknown_make_an_agent_call_worth_asking_again():
+    import grpc
+
+    from controller.agents import _failed
+
+    class Error(grpc.RpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+        def details(self) -> str:
+            return "why"
+
+    unknown = {c for c in grpc.StatusCode if not _failed("resume", "a:1", "vm", Error(c)).answered}
+    assert unknown == {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
