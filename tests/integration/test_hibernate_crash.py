@@ -90,7 +90,9 @@ def test_an_agent_killed_mid_save_and_mid_restore_leaves_no_half_state(crashing_
     assert libvirt_state(name) == (True, libvirt.VIR_DOMAIN_RUNNING)
     assert read_cgroup_int(domain_cgroup_dir(name), "cpu.idle") == 1
     assert listed(agent.stub(), name).state == agent_pb2.DOMAIN_STATE_RUNNING
-    assert "event=resume.finished" in agent.log_text()
+    # logged right after the file's deletion, which the wait above watched: wait for the line too
+    wait_for(lambda: "event=resume.finished" in agent.log_text(), 10, "the agent to log resume.finished",
+             interval=0.1)
     following = max(jobs_at_save) + 1
     wait_for_console(console, f"GLEANER-JOB {following} start", 60)
     assert jobs_started(console_text(console)) == list(range(1, following + 1))   # no job started again
