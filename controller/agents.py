@@ -72,8 +72,7 @@ class AgentLinks:
         try:
             self._stub(node_id, address).LaunchDomain(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise AgentCallFailed(f"agent at {address} could not launch {name}: {exc.code().name}: "
-                                  f"{exc.details()}") from None
+            raise _failed("launch", address, name, exc) from None
 
     def terminate(self, node_id: str, address: str, name: str, grace_seconds: int, force: bool = False) -> Stopped:
         request = agent_pb2.TerminateDomainRequest(name=name, force=force, grace_seconds=grace_seconds)
@@ -82,8 +81,7 @@ class AgentLinks:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return Stopped("not_found", 0.0, "the agent no longer had it")
-            raise AgentCallFailed(f"agent at {address} could not terminate {name}: {exc.code().name}: "
-                                  f"{exc.details()}") from None
+            raise _failed("terminate", address, name, exc) from None
         return Stopped(OUTCOMES.get(reply.outcome, "unknown"), reply.duration_seconds, reply.detail)
 
     def hibernate(self, node_id: str, address: str, name: str) -> Stopped:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from controller.config import ControllerConfig, to_toml
 from gleaner_common.identity import Role
 from gleaner_common.pki import TlsFiles
 from protos import controller_pb2, controller_pb2_grpc
-from tests.agentproc import TEST_PREFIX, LabEnv, ServiceProcess, free_port
+from tests.agentproc import TEST_PREFIX, AgentProcess, LabEnv, ServiceProcess, free_port, wait_for, wait_for_console
 
 
 @dataclass
@@ -101,3 +103,34 @@ def books_match_node(controller: ControllerProcess, agent_stub) -> bool:
         and {l.vm_name for l in leases if l.state == "running"} == running \
         and {l.vm_name for l in leases if l.state == "hibernated"} == saved \
         and len(running) + len(saved) == len(domains)
+
+
+@contextmanager
+def backfilled_pool(env: LabEnv, name: str, interruption: str, settings: dict | None = None, controller_name: str = "",
+                    **backfill) -> Iterator[tuple[ControllerProcess, AgentProcess]]:
+    """A controller (`settings`; by default no prediction and a 5 s notice) and its agent
+    `name`-node, backfill on with 128 MiB VMs (`backfill`: other SetBackfill fields) and victims
+    treated per `interruption`; both stopped on the way out."""
+    controller = ControllerProcess(env, name=controller_name or name,
+                                   settings=settings or dict(use_prediction=False, notice_seconds=5))
+    controller.start()
+    agent = AgentProcess(env, name=f"{name}-node", settings=agent_settings(controller)).start()
+    try:
+        wait_for(lambda: controller.node_state(f"{name}-node") == "up", 30, "the node to report")
+        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
+            enabled=True, memory_mb=128, interruption=interruption, **{"grace_seconds": 10, **backfill}), timeout=10)
+        yield controller, agent
+    finally:
+        agent.stop()
+        controller.stop()
+
+
+def full_of_backfill(controller: ControllerProcess, agent: AgentProcess) -> list:
+    """The two backfill leases of a 2-CPU node once both run booted guests and nothing else is
+    booked; [] until then."""
+    leases = controller.leases("backfill", "running")
+    if len(leases) != 2 or len(controller.leases()) != 2:
+        return []
+    for lease in leases:
+        wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
+    return leases

@@ -56,7 +56,7 @@ from protos import agent_pb2, controller_pb2
 from tests.agentproc import (LIBVIRT_URI, AgentProcess, LabEnv, exit_cleanly_on_sigterm, launch_request,
                              remove_test_domains, unique_name, wait_for, wait_for_console)
 from tests.bench.interference import SETTLE_SECONDS, measure, phase_stats, set_class
-from tests.controllerproc import ControllerProcess, agent_settings
+from tests.controllerproc import ControllerProcess, backfilled_pool
 
 NOTICE_SECONDS = 30   # the controller's default notice_seconds
 NOTICE_WORK_S = 40    # the hog's guest works on past the notice: the agent destroys it at its end
@@ -118,17 +118,11 @@ def backfilled_node(env: LabEnv, interruption: str, name: str = "bench") -> Iter
     backfill on with 1-vCPU 128 MiB VMs preempted as `interruption` says; all stopped and our
     domains removed on the way out."""
     # No headroom: the node's memory (gigabytes) holds the new VM beside its victim, so it starts at once.
-    controller = ControllerProcess(env, name=f"{name}-ctl", settings=dict(use_prediction=False, host_headroom_mib=0))
-    controller.start()
-    agent = AgentProcess(env, name=f"{name}-node", settings=agent_settings(controller)).start()
     try:
-        wait_for(lambda: controller.node_state(f"{name}-node") == "up", 30, "the agent to report")
-        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
-            enabled=True, memory_mb=128, vcpus=1, grace_seconds=10, interruption=interruption), timeout=10)
-        yield controller, agent
+        with backfilled_pool(env, name, interruption, settings=dict(use_prediction=False, host_headroom_mib=0),
+                             controller_name=f"{name}-ctl", vcpus=1) as pool:
+            yield pool
     finally:
-        agent.stop()
-        controller.stop()
         remove_test_domains()
 
 

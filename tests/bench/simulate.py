@@ -226,14 +226,13 @@ def hibernation(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def goals(default: dict[str, Any], entries: dict[str, dict[str, Any]], month: bool,
-          hibernating: dict[str, bool] | None = None) -> dict[str, Any]:
+          hibernating: dict[str, bool]) -> dict[str, Any]:
     """The issue's goals. The promise, over every entry: no request that the run without
     backfill placed is rejected, and on-demand is served at least as much. Utilization and lost
     work as Nimbus measured them (cycles running an on-demand VM or an HTC job; the running jobs'
     progress a preemption throws away), from the task-level default run; the job loss goal is
     the month's (4.3 %, what the earlier rule lost there)."""
     with_backfill = {name: e for name, e in entries.items() if name != NO_BACKFILL and "same_run_as" not in e}
-    hibernating = hibernating or {}
     beyond = {name: e["rejected_beyond_no_backfill"] for name, e in with_backfill.items()}
     served = {name: e["on_demand_served_with_delay_vs_no_backfill"] for name, e in with_backfill.items()}
     return dict(
@@ -349,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"--settings: unknown {', '.join(sorted(unknown))}; known: {', '.join(runs)}")
         runs = {name: run for name, run in runs.items() if name in set(args.settings) | {"default", NO_BACKFILL}}
+    # name -> whether the hibernation goal applies to it (the default wait limit; others are for reading)
+    hibernating = {name: run["backfill"].hibernate_wait_seconds == BackfillConfig().hibernate_wait_seconds
+                   for name, run in runs.items() if run["backfill"].hibernates}
     timings = sorted((run_one("default (VM-level)", requests, sim_settings, inputs=inputs, demand=demand,
                               **runs["default"])
                       for _ in range(args.timed_runs)), key=lambda r: r["wall_s"])
@@ -366,10 +368,6 @@ def main(argv: list[str] | None = None) -> int:
     results[BackfillConfig().interruption] = dict(results["default"], same_run_as="default")
     default = results["default"]
     month = args.days >= 30 and args.nodes >= 1000
-    # name -> whether the goal applies to it (the default wait limit; other limits are for reading)
-    hibernating = {name: run["backfill"].hibernate_wait_seconds == BackfillConfig().hibernate_wait_seconds
-                   for name, run in settings_compared(args.nodes, args.days).items()
-                   if name in results and run["backfill"].hibernates}
     out = dict(sim_events_per_s=timed["sim_events_per_s"], wall_s=timed["wall_s"], wall_s_runs=timed["wall_s_runs"],
                default_vm_level=timed,
                bench_wall_s=round(time.perf_counter() - started, 3), nodes=args.nodes, days=args.days,

@@ -14,8 +14,9 @@ import grpc
 import pytest
 
 from protos import controller_pb2
-from tests.agentproc import AgentProcess, wait_for, wait_for_console
-from tests.controllerproc import ControllerProcess, agent_settings, books_match_node
+from tests.agentproc import AgentProcess, wait_for
+from tests.controllerproc import (ControllerProcess, agent_settings, backfilled_pool, books_match_node,
+                                 full_of_backfill)
 
 CONVERGE_SECONDS = 90   # the most a crashed request may take to settle after the restart
 POINTS = ["after_write:request.placed", "before_call:launch", "before_call:stop", "after_call:launch",
@@ -24,25 +25,8 @@ POINTS = ["after_write:request.placed", "before_call:launch", "before_call:stop"
 
 @pytest.fixture(scope="module")
 def pool(test_env):
-    controller = ControllerProcess(test_env, name="crash", settings=dict(use_prediction=False, notice_seconds=5))
-    controller.start()
-    agent = AgentProcess(test_env, name="crash-node", settings=agent_settings(controller)).start()
-    wait_for(lambda: controller.node_state("crash-node") == "up", 20, "the node to report")
-    controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, grace_seconds=10,
-                                                                    retry_seconds=5, interruption="terminate"),
-                                  timeout=10)
-    yield controller, agent
-    agent.stop()
-    controller.stop()
-
-
-def full_of_backfill(controller: ControllerProcess, agent: AgentProcess) -> list:
-    leases = controller.leases("backfill", "running")
-    if len(leases) != 2 or len(controller.leases()) != 2:
-        return []
-    for lease in leases:
-        wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
-    return leases
+    with backfilled_pool(test_env, "crash", interruption="terminate", retry_seconds=5) as (controller, agent):
+        yield controller, agent
 
 
 @pytest.mark.parametrize("point", POINTS)

@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from protos import controller_pb2
-from tests.agentproc import AgentProcess, wait_for, wait_for_console
-from tests.controllerproc import ControllerProcess, agent_settings, books_match_node
+from tests.agentproc import wait_for
+from tests.controllerproc import ControllerProcess, backfilled_pool, books_match_node, full_of_backfill
 
 CONVERGE_SECONDS = 120
 SAVE_POINTS = ["before_call:stop", "after_call:stop", "after_write:vm.hibernated"]
@@ -25,24 +25,8 @@ RESUME_POINTS = ["after_write:vm.resuming", "before_call:resume", "after_call:re
 
 @pytest.fixture(scope="module")
 def pool(test_env):
-    controller = ControllerProcess(test_env, name="hibcrash", settings=dict(use_prediction=False, notice_seconds=5))
-    controller.start()
-    agent = AgentProcess(test_env, name="hibcrash-node", settings=agent_settings(controller)).start()
-    wait_for(lambda: controller.node_state("hibcrash-node") == "up", 20, "the node to report")
-    controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
-        enabled=True, memory_mb=128, grace_seconds=10, retry_seconds=5, interruption="hibernate"), timeout=10)
-    yield controller, agent
-    agent.stop()
-    controller.stop()
-
-
-def full_of_backfill(controller: ControllerProcess, agent: AgentProcess) -> list:
-    leases = controller.leases("backfill", "running")
-    if len(leases) != 2 or len(controller.leases()) != 2:
-        return []
-    for lease in leases:
-        wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
-    return leases
+    with backfilled_pool(test_env, "hibcrash", interruption="hibernate", retry_seconds=5) as (controller, agent):
+        yield controller, agent
 
 
 def crash_and_restart(controller: ControllerProcess, point: str, act) -> None:

@@ -275,6 +275,16 @@ def hibernated_one(ledger: Ledger, at: float, request_id: str) -> tuple[str, str
     return stop.lease.lease_id, launch.lease.lease_id
 
 
+def resume_asked(ledger: Ledger, at: float, request_id: str) -> tuple[str, Resume]:
+    """A VM of n1 hibernated for a 1-vCPU request at `at`; the request's VM released 2 s later, so
+    the launcher asks the saved one back. (victim, the Resume asked)."""
+    victim, od = hibernated_one(ledger, at, request_id)
+    ledger.release(od, False, at + 2.2)
+    ledger.stop_done(od, "clean_shutdown", True, 0.1, "", at + 2.3)
+    [resume] = calls(ledger.fill(at + 2.4), Resume)
+    return victim, resume
+
+
 def test_the_launcher_resumes_the_oldest_hibernated_vm_first_and_time_asleep_is_not_work():
     ledger, _ = full_node()
     first, od1 = hibernated_one(ledger, T0 + 10, "r1")
@@ -308,10 +318,7 @@ def test_the_wait_limit_discards_and_only_then_is_the_work_lost():
 
 def test_a_failed_resume_discards_the_vm():
     ledger, _ = full_node()
-    victim, od = hibernated_one(ledger, T0 + 10, "r1")
-    ledger.release(od, False, T0 + 20)
-    ledger.stop_done(od, "clean_shutdown", True, 1.0, "", T0 + 21)
-    [resume] = calls(ledger.fill(T0 + 21), Resume)
+    victim, _resume = resume_asked(ledger, T0 + 10, "r1")
     effects = ledger.resume_done(victim, False, "the state file is unreadable", T0 + 22)
     [stop] = calls(effects, Stop)
     assert stop.force and "resume failed" in stop.lease.end_reason
@@ -377,10 +384,7 @@ def test_interruptions_stay_within_the_budget_and_never_drop_more_at_stake_for_l
 
 def test_after_a_restart_a_resume_and_a_save_under_way_are_asked_again_when_the_node_reports():
     ledger, _ = full_node()
-    victim, od = hibernated_one(ledger, T0 + 10, "r1")
-    ledger.release(od, False, T0 + 20)
-    ledger.stop_done(od, "clean_shutdown", True, 1.0, "", T0 + 21)
-    [resume] = calls(ledger.fill(T0 + 21), Resume)
+    victim, _resume = resume_asked(ledger, T0 + 10, "r1")
     # the controller dies with only the resume under way: its successor asks it again
     alone = Ledger(SETTINGS, HIBERNATING, {}, counter(), leases=list(ledger.leases.values()))
     asleep = ledger.leases[victim]
@@ -432,10 +436,7 @@ def test_a_save_whose_outcome_is_unknown_is_asked_again_and_the_work_is_kept():
 
 def test_a_resume_whose_outcome_is_unknown_is_asked_again_until_its_deadline():
     ledger, _ = full_node()
-    victim, od = hibernated_one(ledger, T0 + 2, "r1")
-    ledger.release(od, False, T0 + 4.2)
-    ledger.stop_done(od, "clean_shutdown", True, 0.1, "", T0 + 4.3)
-    [resume] = calls(ledger.fill(T0 + 4.4), Resume)
+    victim, _resume = resume_asked(ledger, T0 + 2, "r1")
     failed = ledger.resume_done(victim, False, "UNAVAILABLE: Stream removed", T0 + 4.5, unknown=True)
     [warning] = events(failed, "vm.resume_failed")
     assert warning.detail["retry_in_s"] == SETTINGS.retry_seconds and not calls(failed, Stop)
@@ -446,12 +447,9 @@ def test_a_resume_whose_outcome_is_unknown_is_asked_again_until_its_deadline():
     ledger.resume_done(victim, True, "", T0 + 7)
     assert ledger.leases[victim].state == "running"
     # asked again and never answered: its deadline discards it, as before
-    other, od2 = hibernated_one(ledger, T0 + 8, "r2")
-    ledger.release(od2, False, T0 + 10)
-    ledger.stop_done(od2, "clean_shutdown", True, 0.1, "", T0 + 10.1)
-    calls(ledger.fill(T0 + 10.2), Resume)
+    other, _resume = resume_asked(ledger, T0 + 8, "r2")
     ledger.resume_done(other, False, "DEADLINE_EXCEEDED", T0 + 10.3, unknown=True)
-    [discard] = calls(ledger.tick(T0 + 10.2 + SETTINGS.launch_timeout), Stop)
+    [discard] = calls(ledger.tick(T0 + 10.4 + SETTINGS.launch_timeout), Stop)
     assert discard.lease.lease_id == other and discard.force and "not confirmed" in discard.lease.end_reason
 
 
