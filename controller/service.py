@@ -289,8 +289,10 @@ class PoolService:
         try:
             if address is None:
                 raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
+            # a backfill guest is told when it will be recycled, so it can leave work it could not finish
+            retire = self.ledger.backfill.duration_seconds if lease.role == VmRole.BACKFILL.value else 0
             self.agents.launch(lease.node_id, address, lease.vm_name, VmRole(lease.role), lease.vcpus,
-                               lease.memory_mib, lease.image, lease.lease_id)
+                               lease.memory_mib, lease.image, lease.lease_id, retire_after_seconds=retire)
             ok, detail = True, ""
         except AgentCallFailed as exc:
             ok, detail = False, str(exc)

@@ -93,6 +93,8 @@ def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
              "memory_mib": (domain.memory_mib, spec.memory_mib), "image": (domain.image, spec.image),
              "kernel_cmdline": (domain.kernel_cmdline, spec.kernel_cmdline),
              "lease_id": (domain.lease_id, spec.lease_id), "cpuset": (domain.cpuset, spec.cpuset)}
+    # retire_after_seconds is left out: a launch asked again after the pool's duration_seconds
+    # changed is still the same VM, and its guest keeps what it was told at boot
     def plain(value: object) -> str:
         return repr(value.value if isinstance(value, Enum) else value)
     return [f"{field} is {plain(have)}, not {plain(want)}" for field, (have, want) in pairs.items()

@@ -65,6 +65,7 @@ class ManagedDomain:
     hibernated_bytes: int = 0            # its state file's size while hibernated
     hibernated_at: float | None = None   # when its save finished (epoch seconds), while hibernated
     slept_s: float = 0.0                 # seconds spent hibernated since launch, the current sleep too
+    retire_after_s: int = 0              # what its guest was told of its recycle (gleaner.retire_after)
 
 
 def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = False,
@@ -79,7 +80,8 @@ def managed_domain(record: DomainRecord, meta: GleanerMetadata, boosted: bool = 
                          image=meta.image, kernel_cmdline=meta.kernel_cmdline, console_log=shape.console_log,
                          cpuset=shape.cpuset, priority_class=meta.priority_class, boosted=boosted, work=work,
                          hibernated_bytes=saved.size if asleep is not None and saved else 0, hibernated_at=asleep,
-                         slept_s=meta.slept_s + (max(0.0, time.time() - asleep) if asleep is not None else 0.0))
+                         slept_s=meta.slept_s + (max(0.0, time.time() - asleep) if asleep is not None else 0.0),
+                         retire_after_s=meta.retire_after_s)
 
 
 def asleep_since(record: DomainRecord, saved: StateFile | None) -> float | None:

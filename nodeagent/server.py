@@ -102,7 +102,7 @@ def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
         console_log=domain.console_log, cpuset=domain.cpuset, priority_class=CLASS_TO_PROTO[domain.priority_class],
         boosted=domain.boosted, work_state=domain.work.state, work_for_s=domain.work.for_s,
-        hibernated_bytes=domain.hibernated_bytes, slept_s=domain.slept_s)
+        hibernated_bytes=domain.hibernated_bytes, slept_s=domain.slept_s, retire_after_seconds=domain.retire_after_s)
     if domain.hibernated_at is not None:
         proto.hibernated_at.FromNanoseconds(int(domain.hibernated_at * 1e9))
     return proto
@@ -174,7 +174,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         spec = validate_launch(   # launched in its role's priority class
             name=request.name, role=class_of(role), vcpus=request.vcpus,
             memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
-            lease_id=request.lease_id, limits=self.inventory.limits(), cpuset=request.cpuset)
+            lease_id=request.lease_id, limits=self.inventory.limits(), cpuset=request.cpuset,
+            retire_after_seconds=request.retire_after_seconds)
         domain, created = self.domains.launch(spec)
         return agent_pb2.LaunchDomainResponse(domain=domain_to_proto(domain), created=created)
 

@@ -18,6 +18,7 @@ CMDLINE_RE = re.compile(r"[A-Za-z0-9 ._,=:/+-]*")
 CMDLINE_MAX = 512
 MIN_MEMORY_MIB = 32
 MAX_GRACE_SECONDS = 3600
+MAX_RETIRE_AFTER_SECONDS = 10 * 365 * 86400   # the controller's longest backfill life (duration_seconds)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,16 @@ def validate_cmdline(cmdline: str) -> str:
     return " ".join(cmdline.split())
 
 
+def validate_retire_after(seconds: int, role: PriorityClass) -> int:
+    """Seconds of run time after which a volunteer's controller recycles it (0: not told)."""
+    if not 0 <= seconds <= MAX_RETIRE_AFTER_SECONDS:
+        raise InvalidField("retire_after_seconds", f"{seconds} is outside 0..{MAX_RETIRE_AFTER_SECONDS} (ten years)")
+    if seconds and role is not PriorityClass.VOLUNTEER:
+        raise InvalidField("retire_after_seconds", "only volunteer domains are recycled; a foreground one is "
+                                                   "released by its owner")
+    return seconds
+
+
 def validate_lease_id(lease_id: str) -> str:
     return ids.lease_id(lease_id) if lease_id else lease_id
 
@@ -103,15 +114,18 @@ def validate_grace(grace_seconds: int) -> int:
 
 
 def validate_launch(name: str, role: str | PriorityClass | None, vcpus: int, memory_mib: int, image: str,
-                    kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "") -> LaunchSpec:
+                    kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "",
+                    retire_after_seconds: int = 0) -> LaunchSpec:
     """Check every field of a launch request; the first bad one raises InvalidField."""
+    checked_role = validate_role(role)
     return LaunchSpec(
         name=validate_name(name),
-        role=validate_role(role),
+        role=checked_role,
         vcpus=validate_vcpus(vcpus, limits),
         memory_mib=validate_memory(memory_mib, limits),
         image=ids.image(image),
         kernel_cmdline=validate_cmdline(kernel_cmdline),
         lease_id=validate_lease_id(lease_id),
         cpuset=validate_cpuset(cpuset, limits),
+        retire_after_seconds=validate_retire_after(retire_after_seconds, checked_role),
     )

@@ -103,7 +103,7 @@ class HostDescription(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ..., disk_scheduler: _Optional[str] = ..., volunteer_disk_mechanism: _Optional[str] = ..., hibernation_budget_bytes: _Optional[int] = ..., hibernation_used_bytes: _Optional[int] = ..., hibernation_room_bytes: _Optional[int] = ...) -> None: ...
 
 class Domain(_message.Message):
-    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s", "hibernated_bytes", "hibernated_at", "slept_s")
+    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s", "hibernated_bytes", "hibernated_at", "slept_s", "retire_after_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,7 @@ class Domain(_message.Message):
     HIBERNATED_BYTES_FIELD_NUMBER: _ClassVar[int]
     HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
     SLEPT_S_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     uuid: str
     role: Role
@@ -144,7 +145,8 @@ class Domain(_message.Message):
     hibernated_bytes: int
     hibernated_at: _timestamp_pb2.Timestamp
     slept_s: float
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., hibernated_bytes: _Optional[int] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slept_s: _Optional[float] = ...) -> None: ...
+    retire_after_seconds: int
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., hibernated_bytes: _Optional[int] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slept_s: _Optional[float] = ..., retire_after_seconds: _Optional[int] = ...) -> None: ...
 
 class ListDomainsRequest(_message.Message):
     __slots__ = ()
@@ -157,7 +159,7 @@ class ListDomainsResponse(_message.Message):
     def __init__(self, domains: _Optional[_Iterable[_Union[Domain, _Mapping]]] = ...) -> None: ...
 
 class LaunchDomainRequest(_message.Message):
-    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id", "cpuset")
+    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id", "cpuset", "retire_after_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VCPUS_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +168,7 @@ class LaunchDomainRequest(_message.Message):
     KERNEL_CMDLINE_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     CPUSET_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: Role
     vcpus: int
@@ -174,7 +177,8 @@ class LaunchDomainRequest(_message.Message):
     kernel_cmdline: str
     lease_id: str
     cpuset: str
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ..., cpuset: _Optional[str] = ...) -> None: ...
+    retire_after_seconds: int
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ..., cpuset: _Optional[str] = ..., retire_after_seconds: _Optional[int] = ...) -> None: ...
 
 class LaunchDomainResponse(_message.Message):
     __slots__ = ("domain", "created")

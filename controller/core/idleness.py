@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from .backfill_plan import recycles_when_idle
-from .records import (BackfillConfig, Effect, Lease, Policy, ReportedVmLike, ReportLike, launch_time)
+from .records import (BackfillConfig, Effect, Lease, Policy, ReportedVmLike, ReportLike, launch_time, run_time)
 from .snapshot import IDLE
 
 
@@ -90,7 +90,7 @@ class Idleness:
         for vm in quiet:
             lease = named.get(vm.name)
             if lease is None or lease.role != "backfill" or lease.state != "running" or \
-                    not recycles_when_idle(now - launch_time(lease), duration):
+                    not recycles_when_idle(run_time(lease, now), duration):
                 continue
             if vm.work_state == "idle" or _cpu_idle(vm, left, backfill_vcpus):
                 idle.append(lease)
@@ -104,7 +104,7 @@ class Idleness:
             return []
         effects: list[Effect] = []
         for lease in seen_idle:
-            runtime = now - launch_time(lease)
+            runtime = run_time(lease, now)   # as its guest's clock and the recycle at duration_seconds count it
             if lease.state == "running" and recycles_when_idle(runtime, config.duration_seconds):
                 effects += self._stop(lease, config.grace_seconds, now,
                                       f"recycled when idle after {runtime:.0f} s, in the last tenth of its "

@@ -439,8 +439,13 @@ def launch_time(lease: Lease) -> float:
     return lease.launched_at or lease.created_at
 
 
-def work(lease: Lease, now: float) -> float:
-    """Work a stop loses: runtime x vCPUs since launch, in vCPU-seconds, without the time it
-    spent hibernated (a hibernated VM's work stands still from its save)."""
+def run_time(lease: Lease, now: float) -> float:
+    """Seconds its VM has run since its launch, without the time it spent hibernated (a hibernated
+    VM's run time stands still from its save, as its guest's clock does)."""
     until = lease.hibernated_at if lease.hibernated_at is not None else now
-    return max(until - launch_time(lease) - lease.slept_seconds, 0.0) * lease.vcpus
+    return max(until - launch_time(lease) - lease.slept_seconds, 0.0)
+
+
+def work(lease: Lease, now: float) -> float:
+    """Work a stop loses: run time x vCPUs, in vCPU-seconds (run_time)."""
+    return run_time(lease, now) * lease.vcpus

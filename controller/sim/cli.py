@@ -173,6 +173,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "job starts while none runs and idle with no job; VM-level ones busy from launch. "
                         "Default: they say nothing (older guests); --compare can set it per run "
                         "(work_channel=true|false)")
+    p.add_argument("--no-guest-retire", dest="guest_retires", action="store_false",
+                   help="with --backfill-jobs: backfill guests take jobs to the end of their VM's life, as guests "
+                        "that do not read gleaner.retire_after. Default: they take no new job in the last tenth "
+                        "of their run time, so the recycle at duration_seconds cuts fewer jobs; --compare can "
+                        "set it per run (retire=true|false)")
     p.add_argument("--config", type=Path, help="controller TOML: its notice, headroom, timeouts, selection, "
                                                "prediction and [reserves] settings")
     p.add_argument("--agents", choices=tuple(MODELS), default="modelled",
@@ -207,7 +212,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      ") or a reserve mode over the --config's [reserves]: static=N, "
                                      "predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
                                      "drain=true|false (false: a soft reserve), the agents agents=ideal|modelled, the guests' work channel "
-                                     "work_channel=true|false (--guest-work-channel), or several joined with "
+                                     "work_channel=true|false (--guest-work-channel), the guests' retiring retire=true|false "
+                                     "(--no-guest-retire), or several joined with "
                                      "'+' (static=12+wait=600, predictive=day+drain=false, "
                                      "idle_first+work_channel=true)")
     p.add_argument("--out", type=Path, help="directory for summary.json, vms.csv (one row per VM) and timeline.csv "
@@ -273,10 +279,12 @@ def variant(name: str, backfill: BackfillConfig, reserves: ReserveSettings, hint
             elif key == "work_channel" and settings is not None:
                 settings = dataclasses.replace(settings, guest_work_channel=checks.parse_setting(
                     part, {"work_channel": bool})[1])
+            elif key == "retire" and settings is not None:
+                settings = dataclasses.replace(settings, guest_retires=checks.parse_setting(part, {"retire": bool})[1])
             else:
                 raise SimUsage(f"--compare {part!r}: not a policy ({', '.join(POLICIES)}) nor static=N, "
                                f"predictive=day|week|month, wait=SECONDS, hint=NODES:IN_HOURS:FOR_HOURS, "
-                               f"drain=true|false, work_channel=true|false, agents=ideal|modelled")
+                               f"drain=true|false, work_channel=true|false, retire=true|false, agents=ideal|modelled")
         except (ValueError, ReserveError) as exc:
             raise SimUsage(f"--compare {part!r}: {exc}") from None
     return backfill, reserves, hints, settings
@@ -393,7 +401,7 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
                                    selection_interval_seconds=config.selection_interval_seconds,
                                    report_seconds=args.report_seconds, progress_seconds=0.0 if args.quiet else 5.0,
                                    max_wall_seconds=args.max_wall_seconds,
-                                   guest_work_channel=args.guest_work_channel)
+                                   guest_work_channel=args.guest_work_channel, guest_retires=args.guest_retires)
     return requests, inputs, settings, backfill, config, demand, jobs
 
 

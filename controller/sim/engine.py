@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.ledger import shows_idle
-from ..core.backfill_plan import recycles_when_idle
+from ..core.backfill_plan import RECYCLE_IDLE_SHARE, recycles_when_idle
 from ..core.records import (DRAINED, VICTIM, Ask, Audit, BackfillConfig, Launch, Lease, LeaseError, LedgerSettings,
                             Policy, RequestRecord, Reserve, Size, Stop, Write)
 from ..core.reserve_settings import Hint, ReserveSettings
@@ -149,16 +149,37 @@ class CpuReports:
         self.reports.changed(vm.node_id, self.now, whole=False)
 
     def _last_tenth(self, vm: SimVm) -> None:
-        """A backfill VM enters the last tenth of its longest life: if it idles then, its agent's
-        next report shows it idle there (an agent reports every few seconds), which recycles it."""
-        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases and shows_idle(vm):
+        """A backfill VM's age enters the last tenth of its longest life (its run time is there
+        too unless it slept: then later, by its time asleep)."""
+        if self.nodes[vm.node_id].vms.get(vm.name) is vm and vm.lease_id in self.ledger.leases:
+            self._run_time_checked(vm)
+
+    def _run_time_checked(self, vm: SimVm) -> None:
+        """Once an awake VM's run time is in the last tenth of its longest life (the ledger counts
+        it so, and so does its guest's clock, which stands still while it is saved): its guest
+        retires (SimSettings.guest_retires: it takes no new job), and if it idles, its agent's
+        next report shows it idle there (an agent reports every few seconds), which recycles it.
+        Before that, it is checked again then (asleep: when it resumes, Hibernation._resumed)."""
+        left = self.ledger.backfill.duration_seconds * (1.0 - RECYCLE_IDLE_SHARE) - vm.runtime(self.now)
+        if left > 0:
+            self.at(max(self.now + left, math.nextafter(self.now, math.inf)), self._run_time_due, (vm, vm.slept))
+            return
+        if self.settings.guest_retires:
+            self.work.vm_retiring(vm, self.now)
+        if shows_idle(vm):
             self._cpu_changed(vm)
+
+    def _run_time_due(self, arg: tuple[SimVm, float]) -> None:
+        vm, slept = arg
+        awake = self.nodes[vm.node_id].vms.get(vm.name) is vm
+        if awake and vm.slept == slept and vm.lease_id in self.ledger.leases:   # else it slept since: checked anew
+            self._run_time_checked(vm)
 
     def _idle_near_end(self, vm: SimVm) -> None:
         """A VM's work turned, under a policy other than idle_first: its node reports only if the
         VM turned idle in the last tenth of its longest life, which the ledger then recycles (the
         same report at each turn would change nothing else these policies read)."""
-        if shows_idle(vm) and recycles_when_idle(self.now - vm.launched_at, self.ledger.backfill.duration_seconds):
+        if shows_idle(vm) and recycles_when_idle(vm.runtime(self.now), self.ledger.backfill.duration_seconds):
             self._cpu_changed(vm)
 
     def _cpu_report(self, node_id: str) -> None:

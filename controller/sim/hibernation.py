@@ -99,6 +99,8 @@ class SimHibernation:
         self.allocated.integrate(self.now)
         self.allocated.backfill += vm.vcpus
         self.work.vm_resumed(vm, self.now)
+        if self.work.turns_idle:
+            self._run_time_checked(vm)
         self.apply(self.ledger.resume_done(lease.lease_id, True, "", self.now))
         self.reports.changed(node.node_id, self.now, whole=True)
 

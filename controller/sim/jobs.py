@@ -12,6 +12,9 @@ as Nimbus' backfill VMs ran Condor workers, and a stopped VM loses only its runn
 - A VM hibernated (interruption = "hibernate") keeps its running jobs: each stands still at the
   progress it had when the save was asked, and goes on from there when the VM is resumed. Only
   if the VM is discarded (it waited past the limit) is that progress lost and the job queued again.
+- A VM whose guest retires (SimSettings.guest_retires) takes no new job once its run time reaches
+  the last tenth of its longest life: its running jobs finish, then it idles and is recycled
+  (the ledger recycles a VM idle in that tenth), instead of being cut at the end.
 - Jobs needing more vCPUs than a backfill VM has can never run: they are counted, not queued.
 - Submit times are shifted so the first job a backfill VM can run arrives at the start of the run.
 - With the guest work channel (SimSettings.guest_work_channel), a VM's guest says "idle" when it
@@ -69,6 +72,7 @@ class JobLevelWork(VmLevelWork):
         self.by_free: dict[int, dict[str, None]] = {}        # free vCPUs -> those VMs, free longest first
         self.running: dict[str, list[Run]] = {}
         self.frozen: dict[str, list[tuple[int, float]]] = {}   # hibernated VM -> its jobs (rank, seconds run)
+        self.retiring: set[str] = set()   # VMs that take no new job (vm_retiring) until they end
         self.completed = 0
         self.requeues = 0
         self.done_seconds = 0.0
@@ -99,8 +103,15 @@ class JobLevelWork(VmLevelWork):
     def vm_stopping(self, vm: SimVm, now: float, preempted: bool) -> None:
         self._vacate(vm.name, now, preempted)
 
+    def vm_retiring(self, vm: SimVm, now: float) -> None:
+        if vm.name not in self.running and vm.name not in self.frozen:
+            return   # ended, or being stopped
+        self.retiring.add(vm.name)
+        self._set_free(vm.name, None)
+
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         super().vm_ended(vm, now, preempted)
+        self.retiring.discard(vm.name)
         frozen = self.frozen.pop(vm.name, None)
         if frozen is not None:   # discarded while hibernated: its jobs' progress is lost now
             self.running[vm.name] = [Run(rank, self.jobs[rank], vm.name, now - ran, live=False) for rank, ran in frozen]
@@ -119,15 +130,15 @@ class JobLevelWork(VmLevelWork):
         super().vm_resumed(vm, now)
         frozen = self.frozen.pop(vm.name, [])
         self.running[vm.name] = []
-        self._set_free(vm.name, vm.vcpus)
         assert self.schedule is not None
         for rank, ran in frozen:   # each job goes on where it stood
             job = self.jobs[rank]
             run = Run(rank, job, vm.name, now - ran)
             self.running[vm.name].append(run)
-            self._set_free(vm.name, self.free[vm.name] - job.procs)
             self.schedule(run.started + job.runtime, self._finish, run)
-        self._pull(vm.name, now)
+        if vm.name not in self.retiring:
+            self._set_free(vm.name, vm.vcpus - sum(self.jobs[rank].procs for rank, _ran in frozen))
+            self._pull(vm.name, now)
         self._cpu(vm.name, now)
 
     def summary(self, end: float, lost_vcpu_seconds: float, preemptions: int) -> dict[str, Any]:
@@ -209,8 +220,9 @@ class JobLevelWork(VmLevelWork):
         self.completed += 1
         self.done_seconds += run.job.runtime
         self.busy_vcpu_seconds += run.job.runtime * run.job.procs
-        self._set_free(run.vm, self.free[run.vm] + run.job.procs)
-        self._pull(run.vm, now)
+        if run.vm not in self.retiring:
+            self._set_free(run.vm, self.free[run.vm] + run.job.procs)
+            self._pull(run.vm, now)
         self._cpu(run.vm, now)
 
     def _cpu(self, vm: str, now: float, started: bool = False) -> None:
@@ -236,7 +248,7 @@ class JobLevelWork(VmLevelWork):
 
     def _vacate(self, vm: str, now: float, preempted: bool) -> None:
         """The VM takes no more jobs; its running jobs lose their progress and queue again."""
-        if vm not in self.free:
+        if vm not in self.running:
             return
         self._set_free(vm, None)
         runs = self.running.pop(vm, [])

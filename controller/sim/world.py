@@ -57,6 +57,11 @@ class SimSettings:
     # or idle, and the agents report it (ReportedVm.work_state, work_for_s); off: they say
     # nothing, as older guests
     guest_work_channel: bool = False
+    # backfill guests know when their VM will be recycled (the agent's gleaner.retire_after, set from
+    # duration_seconds) and take no new job in the last tenth of their run time (their own clock,
+    # time hibernated not counted), so a recycle does not cut a job they could have left alone;
+    # off: they take jobs to the end, as guests that are not told (job-level work only)
+    guest_retires: bool = True
     # On: an on-demand VM is released `lifetime` after its placement plus launch_seconds (its
     # launch without victims to wait for), not after its own launch: the release comes when it
     # would without backfill, so that runs with and without backfill differ by placement alone
@@ -314,6 +319,9 @@ class BackfillWork(Protocol):
     def vm_resumed(self, vm: SimVm, now: float) -> None:
         """It runs again, its work where it stood."""
 
+    def vm_retiring(self, vm: SimVm, now: float) -> None:
+        """Its guest's run time reached the last tenth of its longest life: it takes no new work."""
+
     def watch_cpu(self, changed: Callable[[SimVm], None]) -> None:
         """Call `changed(vm)` when a VM's cpu_cores turns idle or busy (crosses the ledger's
         IDLE_CPU_CORES), or its guest says something on the work channel, as its agent's next
@@ -385,6 +393,9 @@ class VmLevelWork:
             vm.work_since += slept   # its agent's work clock does not count the time it slept
             vm.asleep_since = None
         vm.noticed = False
+
+    def vm_retiring(self, vm: SimVm, now: float) -> None:
+        pass   # busy from launch to end: nothing to leave
 
     def vm_ended(self, vm: SimVm, now: float, preempted: bool) -> None:
         self.alive.pop(vm.name, None)

@@ -22,6 +22,7 @@ PREFIX = "gleaner"
 BASE_KERNEL_CMDLINE = "console=ttyS0 quiet"
 DISK_TARGET = "vda"
 WORK_CHANNEL = "org.gleaner.work.0"   # the virtio-serial port a backfill guest says busy/idle on
+RETIRE_OPTION = "gleaner.retire_after"   # told to a volunteer guest: the run time after which it is recycled
 ET.register_namespace(PREFIX, NAMESPACE)
 
 
@@ -48,6 +49,7 @@ class GleanerMetadata:
     naps: tuple[tuple[float, float], ...] = ()
     # CPU time of its QEMU processes before the last restore (each restore starts a new one)
     banked_cpu_ns: int = 0
+    retire_after_s: int = 0   # what its guest was told (retire_option); 0: nothing
 
     @property
     def slept_s(self) -> float:
@@ -107,7 +109,15 @@ def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
         _sub(element, qualify("naps"), " ".join(f"{start:.3f}-{end:.3f}" for start, end in meta.naps))
     if meta.banked_cpu_ns:
         _sub(element, qualify("cpu-ns-before"), str(meta.banked_cpu_ns))
+    if meta.retire_after_s:
+        _sub(element, qualify("retire-after"), str(meta.retire_after_s))
     return element
+
+
+def retire_option(seconds: int) -> str:
+    """What a volunteer's guest is told of its recycle: after this many seconds of run time (its
+    own clock, which stands still while it is hibernated), the controller recycles it. "" for 0."""
+    return f"{RETIRE_OPTION}={seconds}" if seconds else ""
 
 
 def metadata_xml(meta: GleanerMetadata) -> str:
@@ -129,7 +139,8 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
         vcpu.set("cpuset", spec.cpuset)
     meta = GleanerMetadata(role=spec.role, lease_id=spec.lease_id, launched_at=launched_at, image=spec.image,
                            kernel_cmdline=spec.kernel_cmdline, overlay=str(overlay) if overlay else "",
-                           priority_class=spec.role, agent_id=agent_id, started=False)
+                           priority_class=spec.role, agent_id=agent_id, started=False,
+                           retire_after_s=spec.retire_after_seconds)
     _sub(root, "metadata").append(metadata_element(meta))
     cputune = _sub(root, "cputune")
     _sub(cputune, "shares", str(cpu_shares))
@@ -139,12 +150,17 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
 
     os_el = _sub(root, "os")
     _sub(os_el, "type", "hvm", arch="x86_64", machine="pc")
+    retire = retire_option(spec.retire_after_seconds)
     if image.boots_kernel:
         _sub(os_el, "kernel", str(image.kernel))
         _sub(os_el, "initrd", str(image.initrd))
-        _sub(os_el, "cmdline", " ".join(filter(None, [BASE_KERNEL_CMDLINE, spec.kernel_cmdline])))
+        _sub(os_el, "cmdline", " ".join(filter(None, [BASE_KERNEL_CMDLINE, spec.kernel_cmdline, retire])))
     else:
         _sub(os_el, "boot", dev="hd")
+    if retire:   # any guest can read it: dmidecode --oem-string 1, or /sys/firmware/dmi/entries/11-0/raw
+        _sub(os_el, "smbios", mode="sysinfo")
+        strings = _sub(_sub(root, "sysinfo", type="smbios"), "oemStrings")
+        _sub(strings, "entry", retire)
     features = _sub(root, "features")
     _sub(features, "acpi")
     _sub(features, "apic")
@@ -204,7 +220,8 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
                            overlay=text("overlay"), priority_class=priority_class,
                            agent_id=text("agent") or "default", started=text("started") != "no",
                            naps=_read_naps(text("naps")),
-                           banked_cpu_ns=int(text("cpu-ns-before")) if text("cpu-ns-before").isdigit() else 0)
+                           banked_cpu_ns=int(text("cpu-ns-before")) if text("cpu-ns-before").isdigit() else 0,
+                           retire_after_s=int(text("retire-after")) if text("retire-after").isdigit() else 0)
 
 
 def _read_naps(text: str) -> tuple[tuple[float, float], ...]:

@@ -111,6 +111,17 @@ def error_class(code: int, message: str, connection_lost: bool = False) -> type[
     return HypervisorRefused
 
 
+def connection_lost(exc: libvirt.libvirtError, conn: libvirt.virConnect) -> bool:
+    """Whether a call's error means its connection to libvirtd broke (libvirtd restarted or went
+    away: "End of file while reading data" is VIR_FROM_RPC), so the same call may succeed later."""
+    if exc.get_error_domain() == libvirt.VIR_FROM_RPC:
+        return True
+    try:
+        return not conn.isAlive()
+    except libvirt.libvirtError:   # closed meanwhile
+        return True
+
+
 @dataclass(frozen=True)
 class DomainRecord:
     name: str
@@ -200,10 +211,10 @@ class Hypervisor:
                 pass
             self._conn = None
 
-    def _connection_lost(self, exc: libvirt.libvirtError) -> bool:
-        with self._lock:
-            lost = self._conn is not None and (not self._conn.isAlive()
-                                               or exc.get_error_domain() == libvirt.VIR_FROM_RPC)
+    def _connection_lost(self, exc: libvirt.libvirtError, conn: libvirt.virConnect) -> bool:
+        """Judged on the connection the call used: another thread may have dropped it since (its
+        reconnect failing while libvirtd restarts), which must not turn this error into a refusal."""
+        lost = connection_lost(exc, conn)
         if lost:
             log_event(log, "libvirt.connection_lost", logging.WARNING, uri=self.uri,
                       error=exc.get_error_message())
@@ -218,7 +229,7 @@ class Hypervisor:
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                     raise NoSuchDomain(f"{what}: no such domain") from None
-                lost = self._connection_lost(exc)
+                lost = self._connection_lost(exc, conn)
                 if lost and retry and attempt == 1:
                     continue
                 message = exc.get_error_message() or str(exc)

@@ -24,6 +24,7 @@ class LaunchSpec:
     kernel_cmdline: str = ""
     lease_id: str = ""
     cpuset: str = ""
+    retire_after_seconds: int = 0   # told to the guest (gleaner.retire_after); 0: not told
 
 
 @dataclass(frozen=True)

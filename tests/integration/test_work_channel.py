@@ -9,11 +9,15 @@ its own.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 
+import grpc
 import pytest
+
+from pathlib import Path
 
 from nodeagent.host.workchannel import channel_path
 from protos import agent_pb2, controller_pb2
@@ -33,6 +37,33 @@ def file_size(path) -> int | None:
         return path.stat().st_size
     except FileNotFoundError:
         return None
+
+
+def test_a_backfill_guest_told_its_recycle_takes_no_job_it_could_not_finish(agent, stub):
+    """gleaner.retire_after (issue 25): the tiny guest's jobs of 6 s stop before its 30 s of run
+    time; it says idle (the controller recycles a VM idle in the last tenth of its life at once),
+    and QEMU carries the same word as an SMBIOS OEM string for guests that boot from their disk."""
+    name = unique_name("retire")
+    stub.LaunchDomain(launch_request(name, kernel_cmdline="gleaner.workload=jobs gleaner.jobs=6,0",
+                                     retire_after_seconds=30))
+    console = agent.state_dir / "console" / f"{name}.log"
+    wait_for_console(console, "GLEANER-RETIRED", 180)
+    text = console_text(console)
+    retired = re.search(r"GLEANER-RETIRED after job (\d+) at (\d+) s", text)
+    assert retired, text[-600:]
+    jobs, at = int(retired.group(1)), int(retired.group(2))
+    assert 30 - 6 < at <= 30, text[-600:]   # it left only the job that would have ended past 30 s
+    assert jobs >= 1 and text.count("GLEANER-JOB ") == jobs, text[-600:]   # and started none after it
+    wait_for(lambda: listed(stub, name).work_state == "idle", 10, "the guest's idle word")
+    assert listed(stub, name).retire_after_seconds == 30
+    pid = int(Path(f"/run/libvirt/qemu/{name}.pid").read_text())
+    assert b"type=11,value=gleaner.retire_after=30" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
+    with pytest.raises(grpc.RpcError) as refused:   # an on-demand VM is released by its owner, never recycled
+        stub.LaunchDomain(launch_request(unique_name("fgretire"), role=agent_pb2.ROLE_ON_DEMAND,
+                                         retire_after_seconds=30))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "retire_after_seconds" in refused.value.details()
 
 
 def test_the_agent_lists_what_a_backfill_guest_says_and_only_a_backfill_guest(agent, stub):

@@ -104,3 +104,36 @@ def test_an_unexpected_exception_is_a_bug_answered_internal_with_its_traceback_l
         raise ImageUnusable("image", "no image 'x' in the image directory")
     with pytest.raises(ImageUnusable):   # an expected error passes through untouched
         refused(None, None, None)
+
+
+def rpc_error(message: str, code: int = libvirt.VIR_ERR_SYSTEM_ERROR, domain: int = libvirt.VIR_FROM_RPC
+              ) -> libvirt.libvirtError:
+    """A libvirt error as the client library raises it (its .err is what virGetLastError gave)."""
+    exc = libvirt.libvirtError(message)
+    exc.err = (code, domain, message, libvirt.VIR_ERR_ERROR, None, None, None, 0, 0)
+    return exc
+
+
+def test_a_broken_connection_is_unavailable_even_when_another_thread_dropped_it_first():
+    """Chaos, libvirtd restarted mid-restore: the reporter's reconnect failed first and left the
+    agent without a connection; the restore's "End of file" was then answered FAILED_PRECONDITION
+    and the controller discarded the saved VM. Judged on the call's own connection, it is
+    UNAVAILABLE, and the controller asks again."""
+    from nodeagent.host.hypervisor import Hypervisor
+    hv = Hypervisor("test:///default")
+
+    def restore(conn):
+        hv._conn = None   # what the other thread's failed reconnect left behind
+        raise rpc_error("End of file while reading data: Input/output error")
+
+    with pytest.raises(HypervisorUnavailable, match="End of file"):
+        hv._call("restore from x.save", restore, retry=False)
+    refused = rpc_error("operation failed: domain is already running", libvirt.VIR_ERR_OPERATION_FAILED,
+                        libvirt.VIR_FROM_QEMU)
+
+    def refuse(conn):
+        raise refused
+
+    with pytest.raises(HypervisorRefused):   # an answer from a live connection stays what it is
+        hv._call("restore from x.save", refuse, retry=False)
+    hv.close()

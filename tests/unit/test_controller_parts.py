@@ -139,10 +139,12 @@ class SlowAgents:
 
     def __init__(self) -> None:
         self.launched: list[str] = []
+        self.retire_after: dict[str, int] = {}   # what each launched guest was told
         self.terminated: list[str] = []
 
-    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0) -> None:
         self.launched.append(name)
+        self.retire_after[name] = retire_after_seconds
 
     def terminate(self, node_id, address, name, grace_seconds, force=False):
         import time
@@ -200,7 +202,7 @@ class OrderedAgents:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0) -> None:
         import time
         time.sleep(0.3)
         self.calls.append(("launch", name))
@@ -286,6 +288,25 @@ def test_the_launcher_fills_by_potential_productivity_and_respects_reserves(tmp_
     assert pool.productivity["busy"] == pytest.approx(0.4) and pool.productivity["kept"] == 0.0
     assert pool.selected[0] == "idle"
     assert pool.fill() == 0  # full: nothing more
+
+
+def test_a_backfill_guest_is_told_when_it_will_be_recycled_and_an_on_demand_one_is_not(tmp_path):
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=512, max_instances=1, duration_seconds=7200))
+    agents = SlowAgents()
+    pool = PoolService(config, store, agents)
+    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                          images=["tiny"], min_memory_mib=32))
+    assert pool.fill() == 1
+    placed = pool.request(1, 128, "tiny", "me", "od-1")
+    assert placed.record.outcome == "placed"
+    pool.executor.shutdown(wait=True)
+    (backfill,) = [l.vm_name for l in pool.live_leases() if l.role == "backfill"]
+    assert agents.retire_after == {backfill: 7200, placed.lease.vm_name: 0}
 
 
 def test_backfill_vms_past_their_duration_are_recycled(tmp_path):

@@ -28,6 +28,7 @@ specs = st.builds(
     kernel_cmdline=st.from_regex(r"[A-Za-z0-9._,=:/+-]{0,40}", fullmatch=True),
     lease_id=st.from_regex(r"([A-Za-z0-9][A-Za-z0-9_.:-]{0,20})?", fullmatch=True),
     cpuset=st.sampled_from(["", "0", "1", "0-1,3"]),
+    retire_after_seconds=st.sampled_from([0, 60, 604800]),
 )
 
 
@@ -37,8 +38,9 @@ def test_metadata_and_shape_round_trip(spec):
                            Path(f"/console/{spec.name}.log"), WHEN, cpu_shares=2)
     meta = read_metadata(xml)
     assert meta is not None
-    assert (meta.role, meta.priority_class, meta.lease_id, meta.launched_at, meta.image, meta.kernel_cmdline) == \
-        (spec.role, spec.role, spec.lease_id, WHEN, spec.image, spec.kernel_cmdline)
+    assert (meta.role, meta.priority_class, meta.lease_id, meta.launched_at, meta.image, meta.kernel_cmdline,
+            meta.retire_after_s) == \
+        (spec.role, spec.role, spec.lease_id, WHEN, spec.image, spec.kernel_cmdline, spec.retire_after_seconds)
     shape = read_shape(xml)
     assert (shape.vcpus, shape.memory_mib, shape.console_log, shape.cpuset) == (
         spec.vcpus, spec.memory_mib, f"/console/{spec.name}.log", spec.cpuset)
@@ -69,6 +71,21 @@ def test_kernel_image_boots_its_kernel_with_the_console_on_serial():
     assert root.findtext("os/cmdline") == "console=ttyS0 quiet gleaner.workload=hog"
     assert root.find("devices/disk/source").get("file") == "/ov/vm1.qcow2"
     assert root.find("features/acpi") is not None  # needed for the power button
+
+
+def test_a_volunteer_told_its_recycle_reads_it_on_its_kernel_command_line_and_in_an_oem_string():
+    spec = LaunchSpec("vm1", PriorityClass.VOLUNTEER, 1, 128, "tiny", "gleaner.workload=jobs", retire_after_seconds=3600)
+    root = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm1.log"), WHEN, cpu_shares=2))
+    assert root.findtext("os/cmdline") == "console=ttyS0 quiet gleaner.workload=jobs gleaner.retire_after=3600"
+    assert root.find("os/smbios").get("mode") == "sysinfo"
+    assert [e.text for e in root.findall("sysinfo[@type='smbios']/oemStrings/entry")] == ["gleaner.retire_after=3600"]
+    on_disk = dataclasses.replace(spec, image="debian.qcow2", kernel_cmdline="")   # no kernel line: the OEM string
+    root = ET.fromstring(build_domain_xml(on_disk, DISK_IMAGE, "qemu", None, Path("/c/vm1.log"), WHEN, cpu_shares=2))
+    assert root.find("os/cmdline") is None
+    assert [e.text for e in root.findall("sysinfo/oemStrings/entry")] == ["gleaner.retire_after=3600"]
+    untold = dataclasses.replace(spec, retire_after_seconds=0)
+    root = ET.fromstring(build_domain_xml(untold, KERNEL_IMAGE, "qemu", None, Path("/c/vm1.log"), WHEN, cpu_shares=2))
+    assert "retire_after" not in ET.tostring(root, encoding="unicode") and root.find("sysinfo") is None
 
 
 def test_disk_image_boots_from_disk():

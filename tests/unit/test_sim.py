@@ -362,8 +362,10 @@ def test_the_bench_prints_one_entry_per_setting(azure, capsys):
             assert key in out[name], (name, key)
     assert out["hibernate"]["same_run_as"] == "default"   # the default hibernates its victims
     hibernate_goal = out["goals"]["hibernate_job_lost_under_1pct"]   # within the default wait limit only
-    assert "same_run_as" not in out["most_recent"] and set(hibernate_goal) == {"default", "hibernate_wait_1d"}
+    assert "same_run_as" not in out["most_recent"]
+    assert set(hibernate_goal) == {"default", "hibernate_wait_1d", "hibernate_no_retire"}
     assert hibernate_goal["default"]["applies"] is True and hibernate_goal["hibernate_wait_1d"]["applies"] is False
+    assert hibernate_goal["hibernate_no_retire"]["applies"] is False   # guests that do not retire: for reading
     # all 4 nodes reserved whole (12 asked): no backfill at all
     assert out["reserve_static"]["reserved_nodes"] == 4 and out["reserve_static"]["utilization_backfill"] == 0
     assert out["default"]["utilization_backfill"] > 0

@@ -28,12 +28,14 @@ def swf(path: Path, jobs: list[tuple[int, float, float, int]]) -> Path:
     return path
 
 
-def one_node(jobs: list[traces.Job], requests=(), end: float = 2000.0) -> Simulation:
+def one_node(jobs: list[traces.Job], requests=(), end: float = 2000.0, duration_seconds: int = 604800,
+             guest_retires: bool = True) -> Simulation:
     """One node of 4 vCPUs; one backfill VM of 4 vCPUs fills it; launches take exactly 10 s and
     clean stops 5 s; allocation-only placement."""
     settings = SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=end / DAY, launch_seconds=10,
-                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
-    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=4, memory_mb=128)
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0, guest_retires=guest_retires)
+    backfill = BackfillConfig(enabled=True, interruption="terminate", vcpus=4, memory_mb=128,
+                              duration_seconds=duration_seconds)
     sim = Simulation(list(requests), settings, backfill, LedgerSettings(use_prediction=False),
                      work=JobLevelWork(jobs, backfill.vcpus))
     sim.run()
@@ -82,6 +84,49 @@ def test_a_vacated_job_goes_back_to_its_place_by_submit_time(tmp_path):
     running = sorted(run.job.job_id for runs in work.running.values() for run in runs)
     assert running == ["1", "2"] and work.summary(sim.end, 0, 0)["backfill_jobs_queued_at_end"] == 1
     assert work.lost_seconds == 2 * (60 - 10)
+
+
+def test_a_retiring_guest_takes_no_job_in_the_last_tenth_so_its_recycle_cuts_none(tmp_path):
+    # Jobs of 140 s back to back in a VM that runs from 10 and lives 1000 s: the 7th runs 850-990.
+    # A retiring guest takes no job from 910 (900 s of run time), so at 990 it idles and is
+    # recycled having lost nothing. A guest that is not told takes the 8th at 990, which the
+    # recycle at 1000 s of run time cuts.
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(i, 0, 140, 4) for i in range(1, 30)]))
+    retiring = one_node(jobs, end=1500.0, duration_seconds=1000).summary()["figures"]
+    assert retiring["backfill_job_seconds_lost"] == 0 and retiring["backfill_jobs_completed"] >= 7
+    blind = one_node(jobs, end=1500.0, duration_seconds=1000, guest_retires=False).summary()["figures"]
+    assert blind["backfill_job_seconds_lost"] > 0
+    assert blind["backfill_job_seconds_lost_to_preemption"] == 0   # the recycle's, not a preemption's
+
+
+class RetiringRecorded(JobLevelWork):
+    """JobLevelWork that notes when each VM retired, and its run time then."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.retired: list[tuple[float, float]] = []
+
+    def vm_retiring(self, vm: SimVm, now: float) -> None:
+        self.retired.append((now, vm.runtime(now)))
+        super().vm_retiring(vm, now)
+
+
+def test_a_guest_that_slept_retires_by_its_own_run_time(tmp_path):
+    """Hibernated while an on-demand VM holds the node (from 300 for 400 s), a guest's clock
+    stands still: it retires at 900 s of run time, later than its age's last tenth (at 910) by
+    its sleep, and the ledger recycles it idle by the same clock."""
+    jobs = traces.swf_jobs(swf(tmp_path / "jobs.swf", [(i, 0, 50, 4) for i in range(1, 60)]))
+    settings = SimSettings(nodes=1, node_cpus=4, node_memory_mib=8192, days=3000 / DAY, launch_seconds=10,
+                           launch_jitter=0, stop_seconds=5, progress_seconds=0)
+    backfill = BackfillConfig(enabled=True, vcpus=4, memory_mb=128, duration_seconds=1000, retry_seconds=60)
+    work = RetiringRecorded(jobs, backfill.vcpus)
+    sim = Simulation([OnDemandRequest(300.0, 4, 512, 400.0, "od", "od-1")], settings, backfill,
+                     LedgerSettings(use_prediction=False), work=work)
+    figures = sim.run()["figures"]
+    assert figures["hibernations"] == 1 and figures["hibernated_resumed"] == 1
+    first_at, first_runtime = work.retired[0]
+    assert abs(first_runtime - 900) < 1e-6 and first_at > 910 + 400, work.retired
+    assert figures["backfill_job_seconds_lost"] == 0   # every VM retired, idled and was recycled whole
 
 
 def test_every_arrived_job_is_done_running_or_queued_on_a_busy_pool(tmp_path):

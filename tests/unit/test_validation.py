@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 from gleaner_common.vocabulary import PriorityClass
-from nodeagent.validation import HostLimits, validate_cmdline, validate_launch, validate_lease_id, validate_name
+from nodeagent.validation import (MAX_RETIRE_AFTER_SECONDS, HostLimits, validate_cmdline, validate_launch,
+                                  validate_lease_id, validate_name)
 
 LIMITS = HostLimits(cpus=4, memory_mib=8192)
 XML_AND_PATH_CHARS = set("<>&'\"/\\\n\r\t;$`|*?")
@@ -78,3 +79,15 @@ def test_the_vocabulary_keeps_the_wire_values_and_pairs_each_role_with_its_class
     assert [r.value for r in VmRole] == ["on_demand", "backfill"]
     assert class_of(VmRole.BACKFILL) is PriorityClass.VOLUNTEER and class_of("on_demand") is PriorityClass.FOREGROUND
     assert all(role_of(class_of(role)) is role for role in VmRole)
+
+
+def test_only_a_volunteer_is_told_its_recycle_and_within_ten_years():
+    limits = HostLimits(cpus=4, memory_mib=4096)
+    def launch(role: PriorityClass, seconds: int):
+        return validate_launch("vm1", role, 1, 128, "tiny", "", "", limits, retire_after_seconds=seconds)
+    assert launch(PriorityClass.VOLUNTEER, 604800).retire_after_seconds == 604800
+    assert launch(PriorityClass.FOREGROUND, 0).retire_after_seconds == 0
+    with pytest.raises(InvalidField, match="retire_after_seconds.*only volunteer"):
+        launch(PriorityClass.FOREGROUND, 60)
+    with pytest.raises(InvalidField, match="retire_after_seconds.*outside 0..315360000"):
+        launch(PriorityClass.VOLUNTEER, MAX_RETIRE_AFTER_SECONDS + 1)
