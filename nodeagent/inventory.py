@@ -292,5 +292,10 @@ class Inventory:
             self._info[name] = dataclasses.replace(self._info[name], priority_class=cls)
 
     def forget(self, name: str) -> None:
+        """A domain this agent stopped (terminated, or saved): it no longer runs. It also leaves
+        the last pass's snapshot, which the report reads while a save or restore holds libvirtd:
+        else a VM destroyed then was reported running until the next pass, and the controller
+        counted its room as taken (a request preempted two backfill VMs where one made room)."""
         self._info.pop(name, None)
         self._noisy.discard(name)
+        self._snapshot = [entry for entry in self._snapshot if entry[0] != name]   # one reference swapped

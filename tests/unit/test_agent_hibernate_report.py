@@ -73,3 +73,38 @@ def test_hibernated_vms_are_reported_apart_with_a_stopped_work_clock_and_the_dis
     assert asleep.work_state == "busy" and 39 < asleep.work_for_s < 42   # 100 s ago, less the 60 s asleep
     assert (report.hibernation_budget_bytes, report.hibernation_used_bytes, report.hibernation_room_bytes) == \
         (4 << 30, 98 << 20, 3 << 30)
+
+
+class ListingHypervisor:
+    """libvirt's answers for running domains, as plain data (the Inventory is under test)."""
+
+    def __init__(self, records: dict[str, DomainRecord]) -> None:
+        self.records = records
+
+    def watch(self, on_change) -> None:
+        pass
+
+    def active_domain_names(self) -> set[str]:
+        return set(self.records)
+
+    def get_domain(self, name: str) -> DomainRecord | None:
+        return self.records.get(name)
+
+
+def test_a_domain_the_agent_stopped_leaves_the_snapshot_reports_read_during_a_save(tmp_path: Path):
+    """The bench's double preemption (issue 25): an on-demand VM destroyed while a restore held
+    libvirtd stayed in the snapshot the report reads then, and its room counted as taken."""
+    from nodeagent.host.domainxml import metadata_element
+    from nodeagent.inventory import Inventory as RealInventory
+    import xml.etree.ElementTree as ET
+
+    def record(name: str, lease: str) -> DomainRecord:
+        root = ET.fromstring(XML)
+        ET.SubElement(root, "metadata").append(metadata_element(meta(lease)))
+        return DomainRecord(name, name, "running", ET.tostring(root, encoding="unicode"), 0)
+
+    hv = ListingHypervisor({"od": record("od", "L-od"), "bf": record("bf", "L-bf")})
+    inventory = RealInventory(AgentConfig(image_dir=tmp_path), hv)
+    assert sorted(name for name, *_ in inventory.running()) == ["bf", "od"]
+    inventory.forget("od")   # what Domains.remove does once it destroyed it
+    assert [name for name, *_ in inventory.running_snapshot()] == ["bf"]
