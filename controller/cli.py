@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -17,6 +18,7 @@ from gleaner_common import __version__, watchdog
 from gleaner_common.config import ConfigError
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
+from gleaner_common.metrics import ServerBasics, serve_prometheus
 from gleaner_common.pki import PkiError, check_server
 from gleaner_common.rpc import RunningServer, reload_on_sighup
 
@@ -80,12 +82,20 @@ class RunningController:
     pool: PoolService
     server: RunningServer
     scheduler: BackgroundScheduler
+    metrics: WSGIServer | None = None   # the Prometheus endpoint ([metrics] listen)
 
     @property
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def metrics_port(self) -> int | None:
+        return self.metrics.server_address[1] if self.metrics else None
+
     def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.shutdown()
+            self.metrics.server_close()
         self.scheduler.shutdown(wait=False)
         audit_denials(self.pool, self.server)
         self.pool.save_history()
@@ -128,10 +138,15 @@ def start_controller(config: ControllerConfig) -> RunningController:
     scheduler.add_job(logged(lambda: audit_denials(pool, server), "denials"), "interval",
                       seconds=DENIALS_AUDIT_SECONDS, id="denials", max_instances=1, coalesce=True)
     scheduler.start()
+    metrics = None
+    if config.metrics_listen:
+        pool.metrics.registry.register(ServerBasics("controller", config.tls.files))
+        metrics = serve_prometheus(config.metrics_listen, pool.metrics.registry,
+                                   config.tls.files if config.metrics_tls else None)
     log_event(log, "controller.serving", listen=config.listen, port=server.port, version=__version__,
               tls="off (insecure, local only)" if config.tls.insecure else "mutual", store=str(config.store_path),
               backfill="on" if backfill.enabled else "off")
-    return RunningController(pool, server, scheduler)
+    return RunningController(pool, server, scheduler, metrics)
 
 
 def run(config: ControllerConfig) -> int:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from gleaner_common import ids
-from gleaner_common.config import (ConfigError, TlsConfig, check_listen, check_numbers, check_tls, number_keys,
-                                   parse_sections, read_toml, sections_to_toml)
+from gleaner_common.config import (ConfigError, TlsConfig, check_address, check_listen, check_numbers, check_tls,
+                                   is_loopback, number_keys, parse_sections, read_toml, sections_to_toml)
 from gleaner_common.config import with_overrides as _with_overrides
 
 from .checks import MAX_NODE_CPUS
@@ -49,6 +49,8 @@ class ControllerConfig:
     retention_days: float = 90.0          # [retention]: ended leases, resolved requests and events
     record_path: Path | None = None       # [record]: the controller's inputs and outcomes (controller/recording.py)
     record_max_mib: int = 256             # ... the file's cap
+    metrics_listen: str = "127.0.0.1:9478"   # [metrics]: the Prometheus endpoint ("" turns it off)
+    metrics_tls: bool = False                # ... over HTTPS with the controller's certificate
     reserves: ReserveSettings = field(default_factory=ReserveSettings)   # [reserves]: Balancer's reserves
     tls: TlsConfig = field(default_factory=TlsConfig)
 
@@ -89,6 +91,7 @@ _SCHEMA: dict[str, dict[str, tuple]] = {
                 "adoptions_per_hour": ("adoptions_per_hour", int, (1, 1_000_000))},
     "retention": {"days": ("retention_days", float, (1, 36500))},
     "record": {"path": ("record_path", Path), "max_mib": ("record_max_mib", int, (1, 1_048_576))},
+    "metrics": {"listen": ("metrics_listen", str), "tls": ("metrics_tls", bool)},
 }
 NUMBER_KEYS = number_keys(_SCHEMA)
 
@@ -156,6 +159,21 @@ def check_config(config: ControllerConfig, source: str) -> None:
     if config.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{source}: controller.log_level must be debug, info, warning or error")
     check_tls(config.tls, config.listen, source)
+    check_metrics(config, source)
+
+
+def check_metrics(config: ControllerConfig, source: str) -> None:
+    """[metrics]: HOST:PORT or "" (off). Beyond loopback the pool's figures go out only over HTTPS
+    with the controller's certificate: metrics.tls = true, which needs [tls]."""
+    if not config.metrics_listen:
+        return
+    check_address(config.metrics_listen, "metrics.listen", source, port_zero=True)
+    host = config.metrics_listen.rpartition(":")[0].strip("[]")
+    if config.metrics_tls and config.tls.files is None:
+        raise ConfigError(f"{source}: metrics.tls = true needs the controller's certificate ([tls] ca, cert, key)")
+    if not config.metrics_tls and not is_loopback(host):
+        raise ConfigError(f"{source}: metrics.listen {config.metrics_listen!r} is not loopback: set metrics.tls = "
+                          f"true (HTTPS with the controller's certificate), or listen on 127.0.0.1 behind a proxy")
 
 
 def check_bulkheads(config: ControllerConfig, source: str) -> None:

@@ -45,6 +45,7 @@ from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
 from .intake import ReportIntake, ReportStream
+from .metrics import ControllerMetrics, PoolFigures
 from .recording import Recorder
 from .store import LeaseConflict, Store, StoreError
 
@@ -111,6 +112,7 @@ class PoolService:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)   # notified whenever the books change
         self._stale: StoreError | None = None   # a failed write whose books could not be reloaded yet
+        self.metrics = ControllerMetrics(self.pool_figures)   # counts the audit events from the first
         self._books = self._load_ledger(self._reserve_settings_at_start(config.reserves))
         self._warn_if_lead_short()
         self._launching: dict[str, Future] = {}   # lease -> its launch call, within one _apply
@@ -195,6 +197,7 @@ class PoolService:
 
     def logged(self, event: Audit) -> None:
         self._log(event)
+        self.metrics.observe(event)
         self._crash_point(f"after_write:{event.kind}")
 
     def launch(self, launch: Launch) -> None:
@@ -428,6 +431,7 @@ class PoolService:
     # -- reports, time, backfill ------------------------------------------------------------------
 
     def ingest(self, report) -> None:
+        self.metrics.report("applied")
         with self.lock:
             self._reports[report.node_id] = report   # what a reload takes again (one per node)
             self.recorder.report(report)
@@ -444,6 +448,7 @@ class PoolService:
 
     def report_over_budget(self, node_id: str) -> None:
         """A report dropped over its node's budget: logged at most once a minute per node, with the count."""
+        self.metrics.report("over_budget")
         dropped = self.intake.due_to_say(node_id, time.monotonic())
         if dropped:
             log_event(log, "report.over_budget", logging.WARNING, node=node_id, dropped_total=dropped,
@@ -452,6 +457,7 @@ class PoolService:
 
     def report_refused(self, node_id: str, reason: str) -> None:
         """A report out of bounds: logged and audited, at most once per node a minute."""
+        self.metrics.report("refused")
         now = time.monotonic()
         with self.lock:
             if now - self._refused_at.get(node_id, -REFUSAL_AUDIT_SECONDS) < REFUSAL_AUDIT_SECONDS:
@@ -634,6 +640,33 @@ class PoolService:
                 rows.append((replace(node), self.ledger.view(node_id), roles.count("on_demand"),
                              roles.count("backfill")))
             return rows
+
+    def pool_figures(self) -> PoolFigures:
+        """What the metrics' gauges read, in one pass under the books' lock."""
+        with self.lock:
+            ledger = self.ledger
+            nodes: dict[str, int] = {}
+            capacity, memory, on_demand, host_other, backfill = 0, 0, 0.0, 0.0, 0.0
+            for node in ledger.nodes.values():
+                nodes[node.state] = nodes.get(node.state, 0) + 1
+                if node.state == "up":
+                    capacity, memory = capacity + node.capacity.vcpus, memory + node.capacity.memory_mib
+                    on_demand += node.on_demand_cpu
+                    host_other += max(node.foreground_cpu - node.on_demand_cpu, 0.0)
+                    backfill += node.backfill_cpu
+            leases: dict[tuple[str, str], int] = {}
+            vcpus: dict[str, int] = {}
+            mib: dict[str, int] = {}
+            for lease in ledger.live_leases():
+                leases[(lease.role, lease.state)] = leases.get((lease.role, lease.state), 0) + 1
+                vcpus[lease.role] = vcpus.get(lease.role, 0) + lease.held.vcpus
+                mib[lease.role] = mib.get(lease.role, 0) + lease.held.memory_mib
+            return PoolFigures(nodes=nodes, leases=leases, allocated_vcpus=vcpus, allocated_memory_mib=mib,
+                               capacity_vcpus=capacity, capacity_memory_mib=memory,
+                               foreground_cpu_cores=dict(on_demand=on_demand, host_other=host_other),
+                               backfill_cpu_cores=backfill, reserved_nodes=len(ledger.reserved_nodes),
+                               waiting_requests=len(ledger.waiting), selected_nodes=len(ledger.selected),
+                               backfill_enabled=ledger.backfill.enabled)
 
     def live_leases(self) -> list[Lease]:
         with self.lock:

@@ -30,6 +30,7 @@ import grpc
 
 from .identity import Identity, IdentityCache, NotAnIdentity, Role
 from .logs import log_event
+from .metrics import DENIALS
 from .pki import PkiError, load_deny_list
 
 log = logging.getLogger(__name__)
@@ -343,6 +344,7 @@ class Authorizer(grpc.ServerInterceptor):
                              f"{str(claimed)[:64]!r} ({method} {rule.node_field})")
 
     def refuse(self, context: grpc.ServicerContext, method: str, exc: Denied, who: str) -> None:
+        DENIALS.add(method, exc.code.name)
         if exc.code == grpc.StatusCode.PERMISSION_DENIED and self.denials.add(who, method, str(exc)):
             log_event(log, "rpc.denied", logging.WARNING, identity=who, method=method, peer=context.peer(),
                       error=str(exc), note="further denials like it are counted, not logged, until the next flush")
@@ -353,6 +355,7 @@ class Authorizer(grpc.ServerInterceptor):
         so a caller sending junk in a loop costs one log line per flush, not one per message."""
         if not isinstance(message, Unparsable):
             return
+        DENIALS.add(method, grpc.StatusCode.INVALID_ARGUMENT.name)
         if self.denials.add(who, method, "not a valid message"):
             log_event(log, "rpc.unparsable", logging.WARNING, identity=who, method=method, peer=context.peer(),
                       error=message.error[:200], note="further ones like it are counted, not logged, until the "

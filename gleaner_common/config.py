@@ -220,6 +220,16 @@ def _host_problem(host: str) -> str | None:
     return None
 
 
+def is_loopback(host: str) -> bool:
+    """Whether HOST (a name or an address literal, without brackets) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_address(address: str, key: str, source: str, port_zero: bool = False) -> None:
     """ConfigError unless `address` is HOST:PORT (host_port_problem)."""
     problem = host_port_problem(address, port_zero)

@@ -12,11 +12,12 @@ import threading
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from gleaner_common import __version__, watchdog
 from gleaner_common.identity import Role
 from gleaner_common.logs import log_event, setup_logging
+from gleaner_common.metrics import ServerBasics, serve_prometheus
 from gleaner_common.pki import PkiError, check_server
 from gleaner_common.rpc import reload_on_sighup
 
@@ -58,13 +59,12 @@ def guard_loop(enforcement: Enforcement, stop: threading.Event) -> None:
         safely(enforcement.guard_tick, "guard")
 
 
-def serve_prometheus(listen: str, sampler: Sampler) -> None:
-    """The Prometheus endpoint, on a registry of its own (only Gleaner's metrics)."""
-    host, _, port = listen.rpartition(":")
+def serve_metrics(config: AgentConfig, sampler: Sampler) -> None:
+    """The Prometheus endpoint: the sampler's figures and what every Gleaner server exports."""
     registry = CollectorRegistry()
     registry.register(PrometheusCollector(sampler))
-    start_http_server(int(port), addr=host.strip("[]"), registry=registry)
-    log_event(log, "metrics.serving", listen=listen, path="/metrics")
+    registry.register(ServerBasics("agent", config.tls.files))
+    serve_prometheus(config.metrics_listen, registry)
 
 
 def run(config: AgentConfig) -> int:
@@ -81,7 +81,7 @@ def run(config: AgentConfig) -> int:
     sampler = Sampler(collection.domain_info, lambda: inventory.host_facts().cpus, collection.counters)
     server = build_server(config, agent, sampler)
     if config.metrics_listen:
-        serve_prometheus(config.metrics_listen, sampler)
+        serve_metrics(config, sampler)
     scheduler = BackgroundScheduler(daemon=True)
     jobs = [(agent.reaper.reap, "reaper", config.reap_interval_seconds),
             (agent.enforcement.reconcile, "reconciler", config.reconcile_interval_seconds),

@@ -50,8 +50,24 @@ class ControllerProcess(ServiceProcess):
         self.state_dir.mkdir(exist_ok=True)
         values = dict(listen=self.address, state_dir=self.state_dir, log_level="debug",
                       vm_name_prefix=f"{TEST_PREFIX}{self.name}-", suspect_after_seconds=2.0, down_after_seconds=5.0,
-                      liveness_check_seconds=0.5, tls=self.env.tls(self.env.pki.controller))
+                      liveness_check_seconds=0.5, tls=self.env.tls(self.env.pki.controller),
+                      metrics_listen="127.0.0.1:0")   # any free port: its log says which (metrics_port)
         self.config_path.write_text(to_toml(ControllerConfig(**{**values, **self.settings})))
+
+    @property
+    def metrics_port(self) -> int:
+        """The Prometheus endpoint's port, as the controller logged it (metrics.serving)."""
+        import re
+        found = re.search(r"event=metrics\.serving .*?port=(\d+)", self.log_path.read_text())
+        if not found:
+            raise AssertionError(f"the controller did not log metrics.serving: {self.log_path}")
+        return int(found.group(1))
+
+    def metrics_text(self) -> str:
+        """What Prometheus would scrape from it now."""
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as reply:
+            return reply.read().decode()
 
     def stub(self, tls: TlsFiles | None = None) -> controller_pb2_grpc.ControllerStub:
         """A stub with the lab admin's identity unless `tls`."""

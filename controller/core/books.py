@@ -27,7 +27,8 @@ class NodeState:
     state: str = "up"                  # up | suspect | down
     last_report: float = 0.0
     fg_samples: deque = field(default_factory=deque)
-    foreground_cpu: float = 0.0
+    foreground_cpu: float = 0.0        # what the agent counts as foreground: on-demand VMs and the host's other load
+    on_demand_cpu: float = 0.0         # ... of which its on-demand VMs (the rest is the host's own)
     backfill_cpu: float = 0.0
     signature: tuple = ()
     seen_version: int = -1

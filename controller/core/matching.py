@@ -88,11 +88,13 @@ class ReportMatching:
             self._images_changed()
         vms = reported_vms(report)   # this runs for every report of every node
         signature = tuple([vm.name for vm in vms])
-        backfill_cpu = 0.0
+        backfill_cpu = on_demand_cpu = 0.0
         for vm in vms:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
-        node.backfill_cpu = backfill_cpu
+            else:
+                on_demand_cpu += vm.cpu_cores
+        node.backfill_cpu, node.on_demand_cpu = backfill_cpu, on_demand_cpu
         if self._tracks_cpu:
             effects += self._recycle_idle(self._note_cpu(report, now), now)
         elif self._backfill.enabled:

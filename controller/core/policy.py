@@ -27,7 +27,14 @@ from .snapshot import NodeArrays, NodeView, Pool, VmView, allocated, is_victim, 
 @plain_init
 @dataclass(frozen=True)
 class Reject:
-    reason: str
+    reason: str           # for people: the figures that decided it
+    code: str = "other"   # for machines (metrics, scripts): one of REJECTION_CODES
+
+
+# Why a request is rejected, in a word: the label of gleaner_controller_requests_total and the
+# `reason_code` of request.rejected events (a bounded set, unlike the reasons' text).
+REJECTION_CODES = ("invalid_size", "no_nodes", "no_node_up", "no_room", "no_image", "below_image_minimum",
+                   "books_inconsistent", "wait_expired", "other")
 
 
 @plain_init
@@ -253,11 +260,12 @@ def place_on_demand(pool: Pool, want: Size, policy: Policy = Policy.MOST_RECENT,
     then the cheapest victims by the termination policy, then, if only backfill VMs starting or
     stopping hold the room, those (the launch waits for them)."""
     if want.vcpus <= 0 or want.memory_mib <= 0:
-        return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB")
+        return Reject(f"a VM needs at least 1 vCPU and 1 MiB, not {want.vcpus} vCPUs and {want.memory_mib} MiB",
+                      "invalid_size")
     c = pool.columns   # every node at once, in numpy: a pass over every node is most of a decision's time
     can_host = rows_where(c.up & (c.od_room_vcpus >= want.vcpus) & (c.od_room_memory >= want.memory_mib))
     if not len(can_host):
-        return Reject(_infeasible_reason(pool, want))
+        return _infeasible(pool, want)
     tied = on_demand_best_fit(c, can_host)
     if len(tied) > 1 and _holds_on_demand(c, tied[0]):
         tied = tied[[_placed_first(pool, tied)]]
@@ -344,19 +352,20 @@ def _through_transit(pool: Pool, tied: np.ndarray, want: Size) -> Decision:
             return Preempt(node.node_id, tuple(vm.vm_id for vm in victims),
                            sum(vm.work(now) for vm in victims if vm.preemptible))
     # cannot happen while NodeView sums match the VMs; say so rather than crash
-    return Reject("the pool's books do not add up: a node has room on paper but no VMs to stop")
+    return Reject("the pool's books do not add up: a node has room on paper but no VMs to stop", "books_inconsistent")
 
 
-def _infeasible_reason(pool: Pool, want: Size) -> str:
+def _infeasible(pool: Pool, want: Size) -> Reject:
     c = pool.columns
     up = np.flatnonzero(c.up)
     if not len(up):
         down = len(pool.nodes)
-        return f"no node is up ({down} known, none reporting)" if down else "the pool has no nodes"
+        return Reject(f"no node is up ({down} known, none reporting)", "no_node_up") if down else \
+            Reject("the pool has no nodes", "no_nodes")
     # the most room counting backfill as free, by vCPUs then memory (capacity - pinned, the largest)
     vcpus, memory = c.od_room_vcpus[up], c.od_room_memory[up]
     best_vcpus = int(vcpus.max())
     best_memory = int(memory[vcpus == best_vcpus].max())
-    return (f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every backfill "
-            f"VM: the most room on any of the {len(up)} up nodes, counting backfill VMs as free, is "
-            f"{best_vcpus} vCPUs and {best_memory} MiB")
+    return Reject(f"no node can host {want.vcpus} vCPUs and {want.memory_mib} MiB even after stopping every "
+                  f"backfill VM: the most room on any of the {len(up)} up nodes, counting backfill VMs as free, is "
+                  f"{best_vcpus} vCPUs and {best_memory} MiB", "no_room")

@@ -39,7 +39,7 @@ class Requests:
         until = self._wait_until(ask, now) if unbootable is None and self._may_fit(pool, ask) else None
         if until is not None:
             return self._queue(ask, decision.reason, now, until, (timer() - started) * 1000)
-        return self._reject(ask, decision.reason, now, (timer() - started) * 1000)
+        return self._reject(ask, decision, now, (timer() - started) * 1000)
 
     def _wait_until(self, ask: Ask, now: float) -> float | None:
         """When the wait for room of a request that has none now ends (the wait window W), or None:
@@ -66,13 +66,13 @@ class Requests:
         c = pool.columns   # every node at once (a pass over the views was 1.5 % of a simulated month)
         return bool(np.any((c.capacity_vcpus >= ask.vcpus) & (c.capacity_memory >= ask.memory_mib)))
 
-    def _reject(self, ask: Ask, reason: str, now: float, decided_ms: float) -> list[Effect]:
+    def _reject(self, ask: Ask, rejection: Reject, now: float, decided_ms: float) -> list[Effect]:
         record = RequestRecord(ask.request_id, ask.vcpus, ask.memory_mib, ask.image, ask.owner, "rejected", None,
-                               "", (), reason, now, decided_ms)
+                               "", (), rejection.reason, now, decided_ms)
         self._remember(record)
         return [Write(requests=(record,), events=(Audit("request.rejected", detail=dict(
-            request_id=ask.request_id, reason=reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
-            decided_ms=round(record.decided_ms, 3))),))]
+            request_id=ask.request_id, reason=rejection.reason, reason_code=rejection.code, vcpus=ask.vcpus,
+            memory_mib=ask.memory_mib, decided_ms=round(record.decided_ms, 3))),))]
 
     def _queue(self, ask: Ask, cause: str, now: float, until: float, decided_ms: float) -> list[Effect]:
         """The request waits for room until `until`: written pending (path queued, with its
@@ -124,8 +124,8 @@ class Requests:
                 continue
             records = self._resolve(request_id, "rejected", verdict.reason)
             effects.append(Write(requests=records, events=(Audit("request.rejected", detail=dict(
-                request_id=request_id, reason=verdict.reason, vcpus=ask.vcpus, memory_mib=ask.memory_mib,
-                waited_s=round(now - queued_at, 3))),)))
+                request_id=request_id, reason=verdict.reason, reason_code="wait_expired", vcpus=ask.vcpus,
+                memory_mib=ask.memory_mib, waited_s=round(now - queued_at, 3))),)))
         return effects
 
     def _book_request(self, ask: Ask, decision: Decision, now: float, created_at: float,

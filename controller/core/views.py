@@ -352,10 +352,11 @@ class Views:
             return None
         if not any(image in n.images for n in up):
             offered = sorted(set().union(*(n.images for n in up)))
-            return Reject(f"no up node has image {image!r} (they offer: {', '.join(offered[:10]) or 'none'})")
+            return Reject(f"no up node has image {image!r} (they offer: {', '.join(offered[:10]) or 'none'})",
+                          "no_image")
         least = min(n.min_memory_mib for n in up if image in n.images)
         return Reject(f"{memory_mib} MiB is less than the smallest VM the agents with image {image!r} "
-                      f"launch ({least} MiB)")
+                      f"launch ({least} MiB)", "below_image_minimum")
 
     def _fits_beside(self, node_id: str, want: Size) -> bool:
         """Whether the node's memory, less the headroom, holds the new VM beside everything it runs now."""

@@ -83,9 +83,16 @@ def test_impossible_request_is_rejected_with_the_reason():
 
 def test_nodes_that_are_down_are_never_chosen():
     pool = Pool.of((node("a", up=False), node("b", vcpus=1)), (), NOW)
-    assert place_on_demand(pool, Size(2, 256)) == Reject(place_on_demand(pool, Size(2, 256)).reason)
+    assert place_on_demand(pool, Size(2, 256)) == Reject(place_on_demand(pool, Size(2, 256)).reason, "no_room")
     assert place_on_demand(pool, Size(1, 256)) == Place("b")
-    assert "no node is up" in place_on_demand(Pool.of((node("a", up=False),), (), NOW), Size(1, 1)).reason
+    none_up = place_on_demand(Pool.of((node("a", up=False),), (), NOW), Size(1, 1))
+    assert "no node is up" in none_up.reason and none_up.code == "no_node_up"
+
+
+def test_every_rejection_says_why_in_a_word_metrics_can_count():
+    assert place_on_demand(Pool.of((), (), NOW), Size(1, 1)).code == "no_nodes"
+    assert place_on_demand(Pool.of((node("a"),), (), NOW), Size(0, 1)).code == "invalid_size"
+    assert place_on_demand(Pool.of((node("a"),), (), NOW), Size(5, 1)).code == "no_room"
 
 
 def test_any_is_random_but_repeatable_for_a_seed():
