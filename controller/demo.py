@@ -51,7 +51,7 @@ class Lab:
         self.agent_dir = state_dir / "agent"
         (state_dir / "controller.toml").write_text(controller_toml(ControllerConfig(
             listen=self.controller_address, state_dir=state_dir / "controller", vm_name_prefix="pool-",
-            tls=tls_config(self.pki.controller, self.pki.deny_list))))
+            metrics_listen=f"127.0.0.1:{port + 3}", tls=tls_config(self.pki.controller, self.pki.deny_list))))
         # The agent's own file, written as TOML here: the agent (a subprocess) checks it strictly,
         # and the controller's side never imports the agent's package.
         (state_dir / "agent.toml").write_text(toml_text({

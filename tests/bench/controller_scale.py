@@ -385,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                               selection_interval_seconds=3600, max_agents=max(64, args.report_nodes),
                               # each stand-in node reports as fast as it can, not every 2 s: the
                               # per-node budget (controller/intake.py) would drop most of that
-                              reports_per_minute=600_000, report_burst=100_000, report_mib_per_minute=65536)
+                              reports_per_minute=600_000, report_burst=100_000, report_mib_per_minute=65536,
+                              metrics_listen="127.0.0.1:0")   # as in production, on a port of its own
     now = time.time()
     started = time.perf_counter()
     store = Store(config.store_path)
