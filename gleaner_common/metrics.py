@@ -51,6 +51,7 @@ class Denials:
 
 
 DENIALS = Denials()   # one per process: the server's authorizer adds, the metrics read
+CALLS = Denials()     # calls answered, by method and status code (rpc.rpc_errors adds; same bounds)
 
 
 def cert_expiry(path: Path | None) -> float | None:
@@ -90,6 +91,12 @@ class ServerBasics(Collector):
         for (method, code), count in sorted(DENIALS.counts().items()):
             denied.add_metric([method, code], count)
         yield denied
+        calls = CounterMetricFamily("gleaner_rpc_calls", "gRPC calls this server answered since it started, by "
+                                    "method and status code (OK, or the error's: INVALID_ARGUMENT, UNAVAILABLE...)",
+                                    labels=["method", "code"])
+        for (method, code), count in sorted(CALLS.counts().items()):
+            calls.add_metric([method, code], count)
+        yield calls
 
 
 def serve_prometheus(listen: str, registry: CollectorRegistry, tls: TlsFiles | None = None) -> WSGIServer:

@@ -36,6 +36,7 @@ from cryptography import x509
 
 from .identity import Role, pin_name, server_name_for
 from .logs import log_event
+from .metrics import CALLS
 from .pki import PkiError, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,12 @@ def rpc_errors(error_codes: list[tuple[type[BaseException], grpc.StatusCode]]) -
         @functools.wraps(method)
         def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
             try:
-                return method(self, request, context)
+                answer = method(self, request, context)
+                CALLS.add(method.__name__, "OK")
+                return answer
             except tuple(cls for cls, _ in error_codes) as exc:
                 code = next(code for cls, code in error_codes if isinstance(exc, cls))
+                CALLS.add(method.__name__, code.name)
                 level = logging.WARNING if code in CLIENT_ERRORS else logging.ERROR
                 log_event(log, "rpc.failed", level, method=method.__name__, code=code.name, error=str(exc),
                           peer=context.peer())

@@ -25,6 +25,7 @@ from . import crashpoints
 from .agent import assemble
 from .config import AgentConfig, ConfigError, load_config, with_overrides
 from .enforcement import Enforcement
+from .events import EventBus
 from .host.hypervisor import Hypervisor, HypervisorError
 from .host.libvirtconf import LibvirtConfError, check_stdio_handler
 from .metrics import PrometheusCollector, Sampler
@@ -59,10 +60,11 @@ def guard_loop(enforcement: Enforcement, stop: threading.Event) -> None:
         safely(enforcement.guard_tick, "guard")
 
 
-def serve_metrics(config: AgentConfig, sampler: Sampler) -> None:
-    """The Prometheus endpoint: the sampler's figures and what every Gleaner server exports."""
+def serve_metrics(config: AgentConfig, sampler: Sampler, events: EventBus) -> None:
+    """The Prometheus endpoint: the sampler's figures, the agent's own events, and what every
+    Gleaner server exports."""
     registry = CollectorRegistry()
-    registry.register(PrometheusCollector(sampler))
+    registry.register(PrometheusCollector(sampler, events))
     registry.register(ServerBasics("agent", config.tls.files))
     serve_prometheus(config.metrics_listen, registry)
 
@@ -81,7 +83,7 @@ def run(config: AgentConfig) -> int:
     sampler = Sampler(collection.domain_info, lambda: inventory.host_facts().cpus, collection.counters)
     server = build_server(config, agent, sampler)
     if config.metrics_listen:
-        serve_metrics(config, sampler)
+        serve_metrics(config, sampler, agent.events)
     scheduler = BackgroundScheduler(daemon=True)
     jobs = [(agent.reaper.reap, "reaper", config.reap_interval_seconds),
             (agent.enforcement.reconcile, "reconciler", config.reconcile_interval_seconds),

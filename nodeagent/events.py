@@ -31,10 +31,12 @@ class EventBus:
         self._subscribers: set[queue.Queue[Event]] = set()
         self._lock = threading.Lock()
         self._backlog = backlog
+        self._counts: dict[str, int] = {}   # events published since the start, by kind (a fixed few)
 
     def publish(self, event: Event) -> None:
         log_event(log, event.kind, event.level, domain=event.domain, detail=event.detail, **event.fields)
         with self._lock:
+            self._counts[event.kind] = self._counts.get(event.kind, 0) + 1
             subscribers = list(self._subscribers)
         for q in subscribers:
             while True:
@@ -46,6 +48,10 @@ class EventBus:
                         q.get_nowait()
                     except queue.Empty:
                         pass
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
     def subscribe(self) -> "queue.Queue[Event]":
         q: queue.Queue[Event] = queue.Queue(self._backlog)

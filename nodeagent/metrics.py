@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -171,12 +171,17 @@ class Sampler:
             return self._latest
 
 
+class EventCounts(Protocol):
+    def counts(self) -> dict[str, int]: ...
+
+
 class PrometheusCollector(Collector):
     """Serves the latest snapshot in Prometheus' conventions: counters for what accumulates
     (named *_total, in base units), gauges for rates and capacities."""
 
-    def __init__(self, sampler: Sampler) -> None:
+    def __init__(self, sampler: Sampler, events: EventCounts | None = None) -> None:
         self.sampler = sampler
+        self.events = events
 
     def collect(self) -> Iterator:
         snap = self.sampler.latest()
@@ -206,14 +211,46 @@ class PrometheusCollector(Collector):
             memory.add_metric([d.name, d.role.value, d.priority_class.value], d.memory_bytes)
         yield cores
         yield memory
-        yield GaugeMetricFamily("gleaner_host_cpus", "CPUs on the host", value=snap.cpus)
-        for key, value in snap.host.items():
-            yield GaugeMetricFamily(f"gleaner_host_{key}", f"Host {key.replace('_', ' ')}", value=value)
+        yield from host_metrics(snap)
         residual = snap.residual
-        for key, text in (("foreground_cpu_demand_cores", "Host CPU in use by everything but volunteers"),
-                          ("residual_cpu_cores", "CPU the foreground leaves unused"),
-                          ("foreground_memory_bytes", "Memory allocated to foreground VMs"),
-                          ("residual_memory_bytes", "Memory not allocated to foreground VMs")):
+        for key, text in (("foreground_cpu_demand_cores", "CPU the host used over the last interval for "
+                           "everything but volunteer VMs: on-demand VMs and the host's own load"),
+                          ("residual_cpu_cores", "The host's CPUs less the foreground demand: what backfill "
+                           "may use"),
+                          ("foreground_memory_bytes", "Memory allocated to foreground (on-demand) VMs"),
+                          ("residual_memory_bytes", "The host's memory less what foreground VMs are allocated")):
             yield GaugeMetricFamily(f"gleaner_{key}", text, value=getattr(residual, key))
-        yield GaugeMetricFamily("gleaner_agent_cpu_usage_ratio", "The agent's own CPU use, in cores",
-                                value=snap.agent_cpu_percent / 100)
+        if self.events is not None:
+            events = CounterMetricFamily("gleaner_agent_events", "What the agent did on its own, by kind "
+                                         "(guard.boost, guard.release, class.changed, drift.corrected, "
+                                         "network.limited)", labels=["kind"])
+            for kind, count in sorted(self.events.counts().items()):
+                events.add_metric([kind], count)
+            yield events
+
+
+# The host's counters as node_exporter names its own (rates are PromQL's: rate(...[1m])).
+HOST_COUNTERS = (
+    ("gleaner_host_cpu_busy_seconds", "CPU time the host's CPUs spent busy (user, nice, system, irq, softirq), "
+     "all CPUs summed", lambda h: h.cpu_busy_seconds),
+    ("gleaner_host_disk_read_bytes", "Bytes read from the host's disks", lambda h: h.disk_read_bytes),
+    ("gleaner_host_disk_written_bytes", "Bytes written to the host's disks", lambda h: h.disk_write_bytes),
+    ("gleaner_host_disk_reads_completed", "Reads completed by the host's disks", lambda h: h.disk_read_ops),
+    ("gleaner_host_disk_writes_completed", "Writes completed by the host's disks", lambda h: h.disk_write_ops),
+    ("gleaner_host_network_receive_bytes", "Bytes the host's interfaces received", lambda h: h.net_rx_bytes),
+    ("gleaner_host_network_transmit_bytes", "Bytes the host's interfaces sent", lambda h: h.net_tx_bytes),
+    ("gleaner_agent_cpu_seconds", "CPU time the agent process itself used", lambda h: h.agent_cpu_seconds),
+)
+
+
+def host_metrics(snap: Snapshot) -> Iterator:
+    """The host's CPUs and memory (gauges) and its cumulative counters (counters, `_total`)."""
+    host = snap.counters.host
+    yield GaugeMetricFamily("gleaner_host_cpus", "CPUs of the host", value=snap.cpus)
+    yield GaugeMetricFamily("gleaner_host_memory_total_bytes", "Memory of the host", value=host.memory_total_bytes)
+    yield GaugeMetricFamily("gleaner_host_memory_available_bytes", "Memory the host could give without "
+                            "swapping (MemAvailable)", value=host.memory_available_bytes)
+    for name, text, read in HOST_COUNTERS:
+        family = CounterMetricFamily(name, text)
+        family.add_metric([], read(host))
+        yield family

@@ -32,5 +32,13 @@ def test_metrics_over_grpc_and_prometheus(agent, stub):
 
     body = urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=5).read().decode()
     assert f'gleaner_vm_cpu_seconds_total{{class="volunteer",domain="{vol}",role="volunteer"}}' in body
-    assert "gleaner_residual_cpu_cores " in body and "gleaner_agent_cpu_usage_ratio " in body
+    assert "gleaner_residual_cpu_cores " in body
     assert "# TYPE gleaner_vm_cpu_seconds_total counter" in body
+    # the host's figures are counters as node_exporter's are (rates are PromQL's), in base units
+    for counter in ("gleaner_host_cpu_busy_seconds", "gleaner_host_disk_read_bytes", "gleaner_host_disk_written_bytes",
+                    "gleaner_host_network_receive_bytes", "gleaner_agent_cpu_seconds"):
+        assert f"# TYPE {counter}_total counter" in body, counter
+    assert "_per_s" not in body and "usage_ratio" not in body
+    # what every Gleaner server exports, and the calls it answered (this test's LaunchDomain among them)
+    assert 'gleaner_build_info{component="agent"' in body
+    assert 'gleaner_rpc_calls_total{code="OK",method="LaunchDomain"}' in body
