@@ -9,7 +9,6 @@ Counters start at 0 when the controller starts; Prometheus' rate() and increase(
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .core.policy import REJECTION_CODES
-from .core.records import Audit
+from .core.records import INTERRUPTIONS, Audit, Policy
 
 # seconds: a decision takes milliseconds; a start or a stop seconds to a minute or two
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -30,6 +29,7 @@ NODE_STATES = ("up", "suspect", "down")
 class PoolFigures:
     """What the gauges read, taken from the books under their lock at scrape time."""
     nodes: dict[str, int] = field(default_factory=dict)                  # state -> nodes
+    node_states: dict[str, str] = field(default_factory=dict)            # node id -> its state
     leases: dict[tuple[str, str], int] = field(default_factory=dict)     # (role, state) -> leases
     allocated_vcpus: dict[str, int] = field(default_factory=dict)        # role -> vCPUs held
     allocated_memory_mib: dict[str, int] = field(default_factory=dict)   # role -> MiB held
@@ -83,8 +83,33 @@ class ControllerMetrics:
         self.victim_stop = Histogram("gleaner_controller_victim_stop_seconds", "How long a victim's stop or save "
                                      "took at its agent", buckets=START_BUCKETS, registry=r)
         self._figures = figures
-        self._lock = threading.Lock()
+        self._zeroes()
         r.register(_PoolGauges(figures))
+
+    def _zeroes(self) -> None:
+        """Every label set known ahead shown from the start at 0: increase() and rate() count a
+        series' first value as its start, so one that first appeared at 1 would show no increase
+        (an alert on the first rejection would never fire)."""
+        self.requests.labels("placed", "")
+        for code in REJECTION_CODES:
+            self.requests.labels("rejected", code)
+        for role in ("on_demand", "backfill"):
+            self.launches.labels(role)
+            self.launch_failures.labels(role)
+        for cause in ("preempted", "discarded", "drained"):
+            self.lost_work.labels(cause)
+        for event in _ENDED:
+            self.ended.labels(event.removeprefix("vm."))
+        for path in ("instant", "after_victims"):   # a request that preempts takes one of the two
+            for policy in Policy:
+                for interruption in INTERRUPTIONS:
+                    self.preemptions.labels(path, policy.value, interruption)
+        for how in ("hibernated", "clean_shutdown", "destroyed_after_grace", "destroyed_forced", "already_stopped"):
+            self.victim_stops.labels(how)
+        for result in ("applied", "refused", "over_budget"):
+            self.reports.labels(result)
+        for to in _NODE_TO:
+            self.node_changes.labels(to)
 
     # -- from the audit events -------------------------------------------------------------------
 
@@ -176,6 +201,11 @@ class _PoolGauges(Collector):
         for state in NODE_STATES:
             nodes.add_metric([state], f.nodes.get(state, 0))
         yield nodes
+        each = GaugeMetricFamily("gleaner_controller_node_state", "1 for each node's current state (up, suspect, "
+                                 "down): alerts name the node", labels=["node", "state"])
+        for node_id, state in sorted(f.node_states.items()):
+            each.add_metric([node_id, state], 1)
+        yield each
         leases = GaugeMetricFamily("gleaner_controller_leases", "Live leases by role and state (hibernated: "
                                    "saved to their node's disk, holding nothing)", labels=["role", "state"])
         for (role, state), count in sorted(f.leases.items()):

@@ -646,9 +646,11 @@ class PoolService:
         with self.lock:
             ledger = self.ledger
             nodes: dict[str, int] = {}
+            states: dict[str, str] = {}
             capacity, memory, on_demand, host_other, backfill = 0, 0, 0.0, 0.0, 0.0
             for node in ledger.nodes.values():
                 nodes[node.state] = nodes.get(node.state, 0) + 1
+                states[node.node_id] = node.state
                 if node.state == "up":
                     capacity, memory = capacity + node.capacity.vcpus, memory + node.capacity.memory_mib
                     on_demand += node.on_demand_cpu
@@ -659,9 +661,10 @@ class PoolService:
             mib: dict[str, int] = {}
             for lease in ledger.live_leases():
                 leases[(lease.role, lease.state)] = leases.get((lease.role, lease.state), 0) + 1
-                vcpus[lease.role] = vcpus.get(lease.role, 0) + lease.held.vcpus
-                mib[lease.role] = mib.get(lease.role, 0) + lease.held.memory_mib
-            return PoolFigures(nodes=nodes, leases=leases, allocated_vcpus=vcpus, allocated_memory_mib=mib,
+                if states.get(lease.node_id) == "up":   # as the capacity: a node down holds nothing one can use
+                    vcpus[lease.role] = vcpus.get(lease.role, 0) + lease.held.vcpus
+                    mib[lease.role] = mib.get(lease.role, 0) + lease.held.memory_mib
+            return PoolFigures(nodes=nodes, node_states=states, leases=leases, allocated_vcpus=vcpus, allocated_memory_mib=mib,
                                capacity_vcpus=capacity, capacity_memory_mib=memory,
                                foreground_cpu_cores=dict(on_demand=on_demand, host_other=host_other),
                                backfill_cpu_cores=backfill, reserved_nodes=len(ledger.reserved_nodes),

@@ -12,6 +12,7 @@ PACKAGES=(
     libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils   # hypervisor
     libvirt-dev pkg-config gcc libc6-dev python3-dev python3-venv      # building libvirt-python, the probe
     busybox-static cpio kmod                                           # the guest image
+    prometheus                                                         # tests the shipped alert rules and dashboard
 )
 
 SETUP_TAG=setup

@@ -41,6 +41,8 @@ def test_each_event_counts_once_where_an_admin_looks_for_it():
     assert found[("gleaner_controller_requests_total", (("outcome", "rejected"), ("reason", "no_room")))] == 1
     # a code the controller does not know never becomes a label of its own
     assert found[("gleaner_controller_requests_total", (("outcome", "rejected"), ("reason", "other")))] == 1
+    # every code is there from the start, at 0: increase() sees the first rejection of a kind
+    assert found[("gleaner_controller_requests_total", (("outcome", "rejected"), ("reason", "no_image")))] == 0
     assert found[("gleaner_controller_preemptions_total", (("interruption", "hibernate"), ("path", "instant"),
                                                            ("policy", "most_recent")))] == 1
     assert found[("gleaner_controller_victim_stops_total", (("how", "hibernated"),))] == 1
