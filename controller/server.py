@@ -117,7 +117,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         now = self.pool.clock()   # the clock the service stamps reports with
         reply = controller_pb2.ListNodesResponse()
         selected = set(self.pool.selected)
+        answers = self.pool.explain()
         for node, view, on_demand, backfill in self.pool.node_rows():
+            answer = answers.get(node.node_id)
             reply.nodes.add(node_id=node.node_id, state=node.state, agent_address=node.address, cpus=node.capacity.vcpus,
                             memory_mib=node.capacity.memory_mib, allocated_vcpus=view.allocated.vcpus,
                             allocated_memory_mib=view.allocated.memory_mib, on_demand_vms=on_demand,
@@ -125,7 +127,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
                             foreground_cpu_cores=node.foreground_cpu,
                             predicted_foreground_cpu_cores=self.pool.predicted.get(node.node_id, 0.0),
                             potential_productivity=self.pool.productivity.get(node.node_id, 0.0),
-                            last_report_age_seconds=now - node.last_report, selected=node.node_id in selected)
+                            last_report_age_seconds=now - node.last_report, selected=node.node_id in selected,
+                            on_demand_cpu_cores=node.on_demand_cpu,
+                            host_other_cpu_cores=max(node.foreground_cpu - node.on_demand_cpu, 0.0),
+                            fill_code=answer.code if answer else "", fill_reasons=answer.reasons if answer else (),
+                            fill_vms=answer.vms if answer else 0)
         return reply
 
     @rpc

@@ -37,6 +37,7 @@ from . import checks
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
+from .core.explain import FillAnswer
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
@@ -499,9 +500,14 @@ class PoolService:
     def fill(self) -> int:
         """Book backfill VMs on idle capacity and recycle old ones; returns how many were launched."""
         with self.lock:
-            effects = self.ledger.fill(self.clock(), self.executor.lane_room())
+            ledger = self.ledger
+            ledger.explains_unfilled = True
+            effects = ledger.fill(self.clock(), self.executor.lane_room())
             self._apply(effects)
             self.recorder.job("fill", effects)
+            notes, ledger.fill_notes = ledger.fill_notes, []
+        for answer in notes:   # a node with room that the launcher leaves empty, once per reason
+            log_event(log, "backfill.not_filling", node=answer.node_id, reason_code=answer.code, reason=answer.first)
         launched = sum(isinstance(e, Launch) for e in effects)
         if launched:
             log_event(log, "backfill.launching", count=launched)
@@ -670,6 +676,11 @@ class PoolService:
                                backfill_cpu_cores=backfill, reserved_nodes=len(ledger.reserved_nodes),
                                waiting_requests=len(ledger.waiting), selected_nodes=len(ledger.selected),
                                backfill_enabled=ledger.backfill.enabled)
+
+    def explain(self) -> dict[str, FillAnswer]:
+        """Why backfill fills each node or not."""
+        with self.lock:
+            return self.ledger.explain(self.clock())
 
     def live_leases(self) -> list[Lease]:
         with self.lock:

@@ -273,7 +273,7 @@ class Lease(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., lease_state: _Optional[_Union[LeaseState, str]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("node_id", "state", "agent_address", "cpus", "memory_mib", "allocated_vcpus", "allocated_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "predicted_foreground_cpu_cores", "potential_productivity", "last_report_age_seconds", "selected")
+    __slots__ = ("node_id", "state", "agent_address", "cpus", "memory_mib", "allocated_vcpus", "allocated_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "predicted_foreground_cpu_cores", "potential_productivity", "last_report_age_seconds", "selected", "on_demand_cpu_cores", "host_other_cpu_cores", "fill_code", "fill_reasons", "fill_vms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     AGENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +288,11 @@ class Node(_message.Message):
     POTENTIAL_PRODUCTIVITY_FIELD_NUMBER: _ClassVar[int]
     LAST_REPORT_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SELECTED_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    HOST_OTHER_CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    FILL_CODE_FIELD_NUMBER: _ClassVar[int]
+    FILL_REASONS_FIELD_NUMBER: _ClassVar[int]
+    FILL_VMS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     state: str
     agent_address: str
@@ -302,7 +307,12 @@ class Node(_message.Message):
     potential_productivity: float
     last_report_age_seconds: float
     selected: bool
-    def __init__(self, node_id: _Optional[str] = ..., state: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., allocated_vcpus: _Optional[int] = ..., allocated_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., predicted_foreground_cpu_cores: _Optional[float] = ..., potential_productivity: _Optional[float] = ..., last_report_age_seconds: _Optional[float] = ..., selected: _Optional[bool] = ...) -> None: ...
+    on_demand_cpu_cores: float
+    host_other_cpu_cores: float
+    fill_code: str
+    fill_reasons: _containers.RepeatedScalarFieldContainer[str]
+    fill_vms: int
+    def __init__(self, node_id: _Optional[str] = ..., state: _Optional[str] = ..., agent_address: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., allocated_vcpus: _Optional[int] = ..., allocated_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., predicted_foreground_cpu_cores: _Optional[float] = ..., potential_productivity: _Optional[float] = ..., last_report_age_seconds: _Optional[float] = ..., selected: _Optional[bool] = ..., on_demand_cpu_cores: _Optional[float] = ..., host_other_cpu_cores: _Optional[float] = ..., fill_code: _Optional[str] = ..., fill_reasons: _Optional[_Iterable[str]] = ..., fill_vms: _Optional[int] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

@@ -13,6 +13,7 @@ import numpy as np
 
 from .backfill_plan import plan_backfill
 from .books import AUDIT_NODES
+from .explain import FillAnswer, FillFacts, explain_fill
 from .records import (DRAINED, HIBERNATED, Audit, BackfillConfig, Effect, Launch, Lease, Reserve, Size, VmRole,
                       Write)
 from .reserve_settings import Hint, PredictiveMode, ReserveSettings
@@ -72,6 +73,11 @@ class Filling:
         self._idle_for: tuple[BackfillConfig, bool] | None = None
         self._idle_ids: list[str] | None = None   # the selection's rows and P when it last looked
         self._idle_p = np.zeros(0)
+        # Why nodes with room got nothing (the controller's log; off in the simulator, for speed):
+        # each node's last answer's code, and the answers that changed since the service read them
+        self.explains_unfilled = False
+        self._fill_said: dict[str, str] = {}
+        self.fill_notes: list[FillAnswer] = []
 
     def _productivity_changed(self, ids: list[str], p: np.ndarray, moved: tuple | None) -> None:
         """A selection pass gave these P: a node whose P changed may get backfill now."""
@@ -129,6 +135,8 @@ class Filling:
                        and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
+        if self.explains_unfilled:
+            self._note_unfilled(roomy, lanes.cap(plan.launches), busy, now)
         if track:
             idle.update(targets)
             idle.difference_update(plan.launches)
@@ -146,6 +154,47 @@ class Filling:
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
         return effects
+
+    def _note_unfilled(self, roomy: set[str], launched: tuple[str, ...], busy: frozenset[str], now: float) -> None:
+        """Nodes with room that got no VM, each said once per change of its reason (fill_notes)."""
+        for node_id in launched:
+            self._fill_said[node_id] = "fills"
+        budget = self._budget_left()
+        for node_id in sorted(roomy.difference(launched)):
+            answer = explain_fill(self.fill_facts(node_id, now, budget, node_id in busy))
+            if not answer.fills and self._fill_said.get(node_id) != answer.code:
+                self._fill_said[node_id] = answer.code
+                self.fill_notes.append(answer)
+
+    def _budget_left(self) -> int | None:
+        config = self.backfill
+        return config.max_instances - sum(v.backfill_vms for v in self._node_views.values()) \
+            if config.max_instances else None
+
+    def explain(self, now: float) -> dict[str, FillAnswer]:
+        """What the next fill would do with each node, and why."""
+        self._refresh_views()
+        budget = self._budget_left()
+        return {node_id: explain_fill(self.fill_facts(node_id, now, budget)) for node_id in self.nodes}
+
+    def fill_facts(self, node_id: str, now: float, budget_left: int | None, lane_busy: bool = False) -> FillFacts:
+        """What the launcher reads of one node (explain.explain_fill says what it makes of them).
+        KeyError for a node the books do not know."""
+        node, view, config = self.nodes[node_id], self.view(node_id), self.backfill
+        unable = ""
+        if config.image not in node.images:
+            unable = f"its agent does not offer the backfill image {config.image!r}"
+        elif config.memory_mb < node.min_memory_mib:
+            unable = f"backfill VMs of {config.memory_mb} MiB are below its agent's least ({node.min_memory_mib} MiB)"
+        free = view.capacity - view.reserve - view.allocated
+        return FillFacts(
+            node_id=node_id, state=node.state, enabled=config.enabled, vm=config.size,
+            selected=node_id in self.selected, reserved=view.backfill_excluded or node_id in self.reserved_nodes,
+            unable=unable, free=free, backfill_vcpus=view.backfill_vcpus, use_prediction=self.settings.use_prediction,
+            productivity=self.productivity.get(node_id), predicted_foreground=self.predicted.get(node_id),
+            on_demand_cpu=node.on_demand_cpu, host_other_cpu=max(node.foreground_cpu - node.on_demand_cpu, 0.0),
+            backoff_left_s=max(self.launch_backoff.get(node_id, (0.0, 0))[0] - now, 0.0), budget_left=budget_left,
+            lane_busy=lane_busy)
 
     def _oldest_asleep(self, node_id: str, room: Size) -> Lease | None:
         """The node's VM hibernated longest that fits the room of one backfill VM (None: none)."""
