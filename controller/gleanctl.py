@@ -31,6 +31,7 @@ from google.protobuf.json_format import MessageToDict
 from gleaner_common import __version__, ids
 from gleaner_common.config import ConfigError, parse_sections, read_toml
 from gleaner_common.identity import Role
+from gleaner_common.logs import quote
 from gleaner_common.pki import PkiError, TlsFiles
 from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
@@ -247,9 +248,12 @@ def cmd_request(stub, args):
         if reply.outcome != "pending" or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
+    data = as_dict(reply)
     if reply.outcome == "placed":
+        stops = victims_stopped(stub, args, [p.lease_id for p in reply.preempted])
         victims = "".join(f"\n  preempted {p.lease_id} ({p.vm_name}): {p.outcome} in {p.seconds:.1f}s, "
-                          f"{p.work_lost_vcpu_seconds:.0f} vCPU-s of work lost" for p in reply.preempted)
+                          f"{work_text(p, stops.get(p.lease_id), item)}"
+                          for p, item in zip(reply.preempted, data["preempted"]))
         text = (f"placed {reply.lease.lease_id} on {reply.lease.node_id} as {reply.lease.vm_name} "
                 f"in {reply.total_seconds:.2f}s (decision {reply.decision_ms:.1f} ms, policy {reply.policy}, "
                 f"request {reply.request_id}){victims}")
@@ -258,7 +262,42 @@ def cmd_request(stub, args):
                 f"'gleanctl request --request-id {reply.request_id} ...' (same size and image)")
     else:
         text = f"{reply.outcome}: {reply.reason} (request {reply.request_id})"
-    return as_dict(reply), text, 0 if reply.outcome == "placed" else EXIT_REFUSED
+    return data, text, 0 if reply.outcome == "placed" else EXIT_REFUSED
+
+
+# The audit events that end a victim's preemption, and the figure each gives of its work.
+STOP_EVENTS = {"vm.preempted": "work_lost_vcpu_seconds", "vm.hibernated": "work_kept_vcpu_seconds"}
+STOP_EVENTS_READ = 200   # the newest of each kind: a request's victims stopped moments ago
+
+
+def victims_stopped(stub, args, lease_ids: list[str]) -> dict[str, controller_pb2.AuditEvent]:
+    """The event that ended each victim's preemption (vm.preempted or vm.hibernated), for the
+    victims that have stopped: their figures are final, the reply's are the decision's estimate."""
+    if not lease_ids:
+        return {}
+    found: dict[str, controller_pb2.AuditEvent] = {}
+    for kind in STOP_EVENTS:
+        reply = stub.ListEvents(controller_pb2.ListEventsRequest(kind=kind, limit=STOP_EVENTS_READ, newest=True),
+                                timeout=args.timeout)
+        found.update((e.lease_id, e) for e in reply.events if e.lease_id in lease_ids)
+    return found
+
+
+def work_text(victim, stop: controller_pb2.AuditEvent | None, item: dict) -> str:
+    """A victim's work as the CLI says it: the final figure when it has stopped (vm.preempted:
+    lost; vm.hibernated: kept), else the decision's, labelled an estimate. `item` (its --json
+    entry) gets the same: work_lost_vcpu_seconds final where known, work_lost_is_estimate."""
+    if stop is None:
+        item["work_lost_is_estimate"] = True
+        return (f"about {victim.work_lost_vcpu_seconds:.1f} vCPU-s of work lost (estimate: it has not stopped yet; "
+                f"`gleanctl events --kind vm.preempted` gives the final figure)")
+    figure = float(json.loads(stop.detail_json).get(STOP_EVENTS[stop.kind], 0.0))
+    item["work_lost_is_estimate"] = False
+    if stop.kind == "vm.hibernated":
+        item.update(work_lost_vcpu_seconds=0.0, work_kept_vcpu_seconds=figure)
+        return f"saved (hibernated), {figure:.1f} vCPU-s of work kept"
+    item["work_lost_vcpu_seconds"] = figure
+    return f"{figure:.1f} vCPU-s of work lost"
 
 
 def cmd_cancel(stub, args):
@@ -445,12 +484,34 @@ def cmd_events(stub, args):
     # Without --after: the newest events; with it: the events after that sequence number, oldest first.
     reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind,
                                                              newest=not args.after), timeout=args.timeout)
-    lines = [f"{e.seq:>6} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(e.at))} {e.kind:<20} "
-             f"{e.node_id or '-':<12} {e.lease_id or '-':<16} {e.detail_json}" for e in reply.events]
-    events = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in reply.events]
-    for e in events:
+    return events_data(reply.events), events_table(reply.events) if reply.events else "no events", 0
+
+
+EVENTS_HEADER = ["SEQ", "TIME", "KIND", "NODE", "LEASE", "DETAIL"]
+# Figures of a decision, not of what happened: the text names them estimates (the final one is a
+# later event's: vm.preempting's work at stake, vm.preempted's work lost).
+ESTIMATES = {"vm.preempting": {"work_at_stake_vcpu_seconds": "work_lost_estimate_vcpu_seconds"}}
+
+
+def events_table(events) -> str:
+    rows = [[e.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.at)), e.kind, e.node_id or "-",
+             e.lease_id or "-", detail_text(e.kind, json.loads(e.detail_json))] for e in events]
+    return table(rows, EVENTS_HEADER)
+
+
+def detail_text(kind: str, detail: dict) -> str:
+    """An event's detail as KEY=VALUE pairs (logfmt's quoting: no control character reaches the
+    terminal), its estimates renamed so (ESTIMATES)."""
+    names = ESTIMATES.get(kind, {})
+    return " ".join(f"{names.get(k, k)}={quote(v) if isinstance(v, str) else json.dumps(v)}"
+                    for k, v in sorted(detail.items()))
+
+
+def events_data(events) -> list[dict]:
+    data = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in events]
+    for e in data:
         e.pop("detail_json", None)
-    return events, "\n".join(lines) or "no events", 0
+    return data
 
 
 def cmd_status(stub, args):
