@@ -39,6 +39,7 @@ from protos.words import LEASE_STATE, VM_ROLE, from_wire
 
 from . import checks, pkicmd
 from .checks import parse_backfill_setting
+from .core.records import INTERRUPTIONS, BackfillConfig, Policy
 
 SYSTEM_CONFIG = Path("/etc/gleaner/gleanctl.toml")
 DEFAULT_CONFIG = SYSTEM_CONFIG   # the name earlier releases used
@@ -611,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("nodes", ("node",), help="nodes, their state, allocation and potential productivity")
     vms = command("vms", ("vm",), help="VMs with role, node and age")
     vms.add_argument("--all", action="store_true", help="include ended leases")
-    request = command("request", ("requests",), help="place an on-demand VM")
+    request = command("request", help="place an on-demand VM")
     # no default size: a request that forgot it would place (and maybe preempt for) a VM nobody asked for
     request.add_argument("--vcpus", type=int, required=True)
     request.add_argument("--memory", type=int, required=True, help=f"MiB, at least {checks.MIN_MEMORY_MIB}")
@@ -652,8 +653,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_backfill_parser(backfill: argparse.ArgumentParser, parents: list) -> None:
-    backfill.add_argument("action", choices=["show", "set", "enable", "disable"])
-    backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    actions = backfill.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("show", parents=parents, help="the backfill settings in force")
+    for name, text in (("set", "change settings now: KEY=VALUE ..."), ("enable", "turn backfill on (and set KEY=VALUE ...)"),
+                       ("disable", "turn backfill off (and set KEY=VALUE ...)")):
+        action = actions.add_parser(name, parents=parents, help=text, epilog=backfill_keys_help(),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        action.add_argument("settings", nargs="+" if name == "set" else "*", metavar="KEY=VALUE")
+
+
+def backfill_keys_help() -> str:
+    """Every backfill key with its values and default, from the tables the controller checks
+    with (checks.BACKFILL_KEYS, BACKFILL_BOUNDS) and its defaults (BackfillConfig)."""
+    defaults = BackfillConfig()
+    choices = {"enabled": "true|false", "termination_policy": "|".join(p.value for p in Policy),
+               "interruption": "|".join(INTERRUPTIONS), "image": "an image name (the agents' image directory)"}
+    lines = ["keys (checked here and by the controller; `backfill show` prints the values in force):"]
+    for key in checks.BACKFILL_KEYS:
+        if key in checks.BACKFILL_BOUNDS:
+            low, high, unit = checks.BACKFILL_BOUNDS[key]
+            values = f"{low}..{high}" + (f" {unit}" if unit else "")
+        else:
+            values = choices[key]
+        default = getattr(defaults, key)
+        default = json.dumps(default) if isinstance(default, bool) else getattr(default, "value", default)
+        lines.append(f"  {key:<24} {values:<40} default {default}")
+    return "\n".join(lines)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

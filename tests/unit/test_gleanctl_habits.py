@@ -195,3 +195,38 @@ def test_an_unknown_command_suggests_the_closest_and_keeps_the_usage_code(contro
     assert done.returncode == 2 and "did you mean 'show'?" in done.stderr
     done = gleanctl(controller, "zzzz")   # nothing close: no suggestion, the list of commands
     assert done.returncode == 2 and "did you mean" not in done.stderr and "choose from nodes" in done.stderr
+
+
+# -- 7. backfill set --help: every key, its bounds and default -----------------------------------
+
+def test_backfill_set_help_lists_every_key_with_the_bounds_the_controller_enforces(controller):
+    from controller.checks import BACKFILL_KEYS
+    from controller.core.records import BackfillConfig
+    done = run("backfill", "set", "--help")
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0]: line.split() for line in done.stdout.splitlines()
+              if line.startswith("  ") and line.split()[0] in BACKFILL_KEYS}
+    assert set(listed) == set(BACKFILL_KEYS)
+    defaults = BackfillConfig()
+    for key, words in listed.items():
+        default = getattr(defaults, key)
+        assert words[-2:] == ["default", str(getattr(default, "value", default)).lower()], words
+    before = backfill(controller)
+    try:
+        # each range the help prints is exactly what the real controller takes: both ends in, one past out
+        for key, words in listed.items():
+            if ".." not in words[1]:
+                continue
+            low, high = (int(n) for n in words[1].split(".."))
+            for value in (low, high):
+                done = gleanctl(controller, "backfill", "set", f"{key}={value}")
+                assert done.returncode == 0, (key, value, done.stderr)
+            for value in (high + 1,) + ((low - 1,) if low > 0 else ()):
+                done = gleanctl(controller, "backfill", "set", f"{key}={value}")
+                assert done.returncode == 2 and key in done.stderr, (key, value, done.stderr)
+    finally:
+        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
+            **{f.name: getattr(before, f.name) for f in before.DESCRIPTOR.fields}), timeout=10)
+    assert backfill(controller) == before
+    for action in ("enable", "disable"):   # they take settings too, so they list them
+        assert "max_instances" in run("backfill", action, "--help").stdout
