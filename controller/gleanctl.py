@@ -155,6 +155,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             checks.hint(*hint_arguments(args))
         elif args.label:
             checks.hint_label(args.label)
+    elif args.command == "events":
+        event_kind(args.kind)
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
@@ -481,11 +483,73 @@ def reserve_status(status) -> tuple[dict, str]:
     return data, "\n".join(lines)
 
 
+# The audit events' kinds (docs/controller.md, Audit events, lists the same: a test holds them equal).
+EVENT_KINDS = (
+    "request.placed", "request.rejected", "request.queued", "request.cancelled", "request.victims_gone",
+    "request.expired",
+    "vm.launched", "vm.launch_failed", "vm.preempting", "vm.preempted", "vm.hibernated", "vm.hibernate_refused",
+    "vm.resuming", "vm.resumed", "vm.resume_failed", "vm.discarded", "vm.unknown_hibernated", "vm.stopping",
+    "vm.stopped", "vm.released", "vm.recycled", "vm.drained", "vm.cancelling", "vm.stop_failed", "vm.stop_expired",
+    "vm.lost", "vm.recovered", "vm.gone", "vm.adopted", "vm.adoption_deferred", "vm.conflict", "vm.unexpected",
+    "node.joined", "node.up", "node.rejoined", "node.suspect", "node.down", "node.redriven",
+    "selection.swap", "backfill.configured",
+    "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
+    "report.refused", "rpc.denied")
+
+
+def event_kind(kind: str) -> str:
+    """--kind: one of EVENT_KINDS, else a UsageError naming the closest and every known kind
+    (an unknown kind would otherwise read as "no events")."""
+    if kind and kind not in EVENT_KINDS:
+        close = difflib.get_close_matches(kind, EVENT_KINDS, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "."
+        raise UsageError(f"--kind {kind!r} is not an event kind{hint} Known kinds: {', '.join(EVENT_KINDS)}")
+    return kind
+
+
 def cmd_events(stub, args):
     # Without --after: the newest events; with it: the events after that sequence number, oldest first.
     reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind,
                                                              newest=not args.after), timeout=args.timeout)
+    if args.follow:
+        follow_events(stub, args, reply)
     return events_data(reply.events), events_table(reply.events) if reply.events else "no events", 0
+
+
+FOLLOW_CALL_SECONDS = 600   # one stream's length: then gleanctl asks again, from the last event it printed
+FOLLOW_WIDTHS = (7, 20, 22, 14, 22)   # a stream's table cannot measure rows to come: fixed columns
+
+
+def follow_events(stub, args, first) -> None:
+    """`events --follow`: the newest events (or those after --after), then each new one as the
+    controller writes it, until Ctrl-C (KeyboardInterrupt, exit 130). Text: one table, its header
+    first; -o json: one JSON object a line. A stream that ends at its bound is opened again."""
+    print_events(first.events, args, header=True)
+    after = first.last_seq
+    while True:
+        request = controller_pb2.FollowEventsRequest(after_seq=after, kind=args.kind, max_seconds=FOLLOW_CALL_SECONDS)
+        try:
+            for batch in stub.FollowEvents(request, timeout=FOLLOW_CALL_SECONDS + 30):
+                print_events(batch.events, args)
+                after = batch.last_seq
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+
+
+def print_events(events, args, header: bool = False) -> None:
+    if args.json:
+        for event in events_data(events):
+            print(json.dumps(event, sort_keys=True), flush=True)
+        return
+    rows = ([EVENTS_HEADER] if header else []) + [event_row(e) for e in events]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, FOLLOW_WIDTHS)) + "  " + str(row[-1]), flush=True)
+
+
+def event_row(e) -> list:
+    return [e.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.at)), e.kind, e.node_id or "-",
+            e.lease_id or "-", detail_text(e.kind, json.loads(e.detail_json))]
 
 
 EVENTS_HEADER = ["SEQ", "TIME", "KIND", "NODE", "LEASE", "DETAIL"]
@@ -495,9 +559,7 @@ ESTIMATES = {"vm.preempting": {"work_at_stake_vcpu_seconds": "work_lost_estimate
 
 
 def events_table(events) -> str:
-    rows = [[e.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.at)), e.kind, e.node_id or "-",
-             e.lease_id or "-", detail_text(e.kind, json.loads(e.detail_json))] for e in events]
-    return table(rows, EVENTS_HEADER)
+    return table([event_row(e) for e in events], EVENTS_HEADER)
 
 
 def detail_text(kind: str, detail: dict) -> str:
@@ -646,7 +708,10 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--after", type=int, default=0,
                         help="the events after this sequence number, oldest first (default: the newest)")
     events.add_argument("--limit", type=int, default=50, help="at most this many (the controller caps it at 1000)")
-    events.add_argument("--kind", default="", help="one kind, e.g. vm.preempted, request.rejected, node.down")
+    events.add_argument("--kind", default="", help="one kind, e.g. vm.preempted, request.rejected, node.down "
+                                                   "(an unknown one is an error listing them)")
+    events.add_argument("-f", "--follow", action="store_true",
+                        help="then print new events as they are written, until Ctrl-C")
     command("status", help="pool utilization: allocated and used, foreground versus backfill")
     pkicmd.add_parser(sub, [global_flags(output_only=True)])
     return parser
