@@ -725,11 +725,11 @@ def test_event_paging_through_gleanctl_events(tmp_path, capsys):
     pool, server, target = serve_pool(tmp_path, SlowAgents())
     try:
         for i in range(1005):
-            pool.store.record("test.paged", n=i)
-        before_first = str(pool.store.events(limit=1, kind="test.paged")[0].seq - 1)
+            pool.store.record("vm.gone", n=i)
+        before_first = str(pool.store.events(limit=1, kind="vm.gone")[0].seq - 1)
 
         def events(*args) -> list[dict]:
-            assert gleanctl_main(target + ["--json", "events", "--kind", "test.paged", *args]) == 0
+            assert gleanctl_main(target + ["--json", "events", "--kind", "vm.gone", *args]) == 0
             return json.loads(capsys.readouterr().out)
         page = events("--after", before_first, "--limit", "3")
         assert [e["detail"]["n"] for e in page] == [0, 1, 2]
