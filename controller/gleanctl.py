@@ -662,7 +662,8 @@ def version_text() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parents = [global_flags()]
     parser = Parser(prog="gleanctl", description="Drive a Gleaner pool.", parents=parents,
-                    epilog="exit codes: " + "; ".join(f"{code} {text.split(':')[0]}" for code, text in EXIT_CODES.items()))
+                    epilog="exit codes: " + "; ".join(f"{code} {text.split(':')[0]}"
+                                                      for code, text in EXIT_CODES.items()))
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -720,7 +721,8 @@ def build_parser() -> argparse.ArgumentParser:
 def add_backfill_parser(backfill: argparse.ArgumentParser, parents: list) -> None:
     actions = backfill.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", parents=parents, help="the backfill settings in force")
-    for name, text in (("set", "change settings now: KEY=VALUE ..."), ("enable", "turn backfill on (and set KEY=VALUE ...)"),
+    for name, text in (("set", "change settings now: KEY=VALUE ..."),
+                       ("enable", "turn backfill on (and set KEY=VALUE ...)"),
                        ("disable", "turn backfill off (and set KEY=VALUE ...)")):
         action = actions.add_parser(name, parents=parents, help=text, epilog=backfill_keys_help(),
                                     formatter_class=argparse.RawDescriptionHelpFormatter)

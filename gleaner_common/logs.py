@@ -67,8 +67,9 @@ class LogfmtFormatter(logging.Formatter):
         event, extra = foreign if foreign else (record.getMessage(), {})
         parts = [f"ts={ts}.{int(record.msecs):03d}Z", f"level={record.levelname.lower()}",
                  f"logger={quote(record.name)}", f"event={quote(event)}"]
-        fields = {**extra, **{key: value for key, value in vars(record).items()
-                              if key not in _RESERVED and not key.startswith("_") and key not in ("message", "asctime")}}
+        own = {key: value for key, value in vars(record).items()
+               if key not in _RESERVED and not key.startswith("_") and key not in ("message", "asctime")}
+        fields = {**extra, **own}
         parts += [f"{key}={quote(value)}" for key, value in fields.items()]
         if record.exc_info:
             parts.append(f"error={quote(self.formatException(record.exc_info))}")

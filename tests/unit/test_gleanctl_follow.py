@@ -145,11 +145,13 @@ def test_the_kinds_gleanctl_knows_are_the_documented_ones_and_those_the_controll
     docs = (REPO / "docs" / "controller.md").read_text()
     section = docs[docs.index("| kind | when |"):]
     section = section[:re.search(r"\n(?!\|)", section).start()]
-    documented = [k for line in section.splitlines()[2:] for k in re.findall(r"`([a-z_]+\.[a-z_]+)`", line.split("|")[1])]
+    documented = [k for line in section.splitlines()[2:]
+                  for k in re.findall(r"`([a-z_]+\.[a-z_]+)`", line.split("|")[1])]
     assert sorted(documented) == sorted(EVENT_KINDS)
     written = set()
     for path in (REPO / "controller").rglob("*.py"):
         if "sim" in path.parts:
             continue
-        written |= set(re.findall(r'(?:Audit\(|\.record\(|record_bounded\(|kind=)"([a-z_]+\.[a-z_]+)"', path.read_text()))
+        written |= set(re.findall(r'(?:Audit\(|\.record\(|record_bounded\(|kind=)"([a-z_]+\.[a-z_]+)"',
+                                  path.read_text()))
     assert written and written <= set(EVENT_KINDS), written - set(EVENT_KINDS)

@@ -103,7 +103,8 @@ def test_config_is_found_by_flag_then_environment_then_home(controller, tmp_path
     home = tmp_path / "home"
     good = write_config(tmp_path / "good.toml", controller)
     dead = write_config(tmp_path / "dead.toml", controller, f"127.0.0.1:{free_port()}")   # nobody listens there
-    status = lambda *args, **env: run(*args, "--timeout", "3", "status", env=clean_env(HOME=str(home), **env))  # noqa: E731
+    def status(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return run(*args, "--timeout", "3", "status", env=clean_env(HOME=str(home), **env))
     # the home file alone
     write_config(home / ".config" / "gleaner" / "gleanctl.toml", controller)
     assert status().returncode == 0

@@ -46,7 +46,8 @@ class QuickAgent(agent_pb2_grpc.NodeAgentServicer):
         time.sleep(STOP_SECONDS)   # a shutdown takes a while: the work lost grows past the decision's figure
         with self.lock:
             self.running.pop(request.name, None)
-        return agent_pb2.TerminateDomainResponse(name=request.name, outcome=agent_pb2.TERMINATION_OUTCOME_CLEAN_SHUTDOWN,
+        return agent_pb2.TerminateDomainResponse(name=request.name,
+                                                 outcome=agent_pb2.TERMINATION_OUTCOME_CLEAN_SHUTDOWN,
                                                  duration_seconds=STOP_SECONDS, detail="quick agent")
 
     def report(self, address: str) -> controller_pb2.NodeReport:
