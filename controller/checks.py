@@ -38,6 +38,13 @@ BACKFILL_KEYS = {"enabled": bool, "max_instances": int, "image": str, "memory_mb
                  "duration_seconds": int, "termination_policy": str, "retry_seconds": int, "grace_seconds": int,
                  "interruption": str, "hibernate_wait_seconds": int}
 MAX_HIBERNATE_WAIT_SECONDS = 30 * 86400   # a month: past it, a saved job is better run again elsewhere
+# The bounds of each number among the backfill settings, (low, high, unit): backfill() checks
+# them and `gleanctl backfill set --help` prints them, so the help and the check cannot disagree.
+BACKFILL_BOUNDS = {"max_instances": (0, MAX_BACKFILL_INSTANCES, ""), "vcpus": (1, 64, ""),
+                   "memory_mb": (MIN_MEMORY_MIB, MAX_MEMORY_MIB, "MiB"),
+                   "duration_seconds": (60, MAX_DURATION_SECONDS, "s"), "retry_seconds": (1, MAX_RETRY_SECONDS, "s"),
+                   "grace_seconds": (0, MAX_GRACE_SECONDS, "s"),
+                   "hibernate_wait_seconds": (60, MAX_HIBERNATE_WAIT_SECONDS, "s")}
 RESERVE_KEYS = {"static_nodes": int, "predictive": str, "slot_seconds": int, "utc_offset_seconds": int,
                 "wait_seconds": float, "lead_seconds": float, "max_waiting": int, "drain": bool}
 
@@ -72,15 +79,13 @@ def backfill(current: BackfillConfig, changes: Mapping) -> BackfillConfig:
             raise InvalidField("termination_policy", f"{str(changes['termination_policy'])[:40]!r} is not one of "
                                f"{', '.join(p.value for p in Policy)}") from None
     config = dataclasses.replace(current, **changes)
-    bounded(config.max_instances, 0, MAX_BACKFILL_INSTANCES, "max_instances")
-    bounded(config.vcpus, 1, 64, "vcpus")
-    memory(config.memory_mb, "memory_mb")
-    bounded(config.duration_seconds, 60, MAX_DURATION_SECONDS, "duration_seconds", "s")
-    bounded(config.retry_seconds, 1, MAX_RETRY_SECONDS, "retry_seconds", "s")
-    bounded(config.grace_seconds, 0, MAX_GRACE_SECONDS, "grace_seconds", "s")
+    for key, (low, high, unit) in BACKFILL_BOUNDS.items():
+        if key == "memory_mb":
+            memory(config.memory_mb, key)   # its own message below the floor
+        else:
+            bounded(getattr(config, key), low, high, key, unit)
     if config.interruption not in INTERRUPTIONS:
         raise InvalidField("interruption", f"{str(config.interruption)[:40]!r} is not one of {', '.join(INTERRUPTIONS)}")
-    bounded(config.hibernate_wait_seconds, 60, MAX_HIBERNATE_WAIT_SECONDS, "hibernate_wait_seconds", "s")
     ids.image(config.image)
     return config
 

@@ -1,30 +1,37 @@
 """gleanctl: drive a Gleaner pool from the command line.
 
-    gleanctl [--controller HOST:PORT] [--config FILE] [--json] COMMAND ...
+    gleanctl [GLOBAL FLAGS] COMMAND ... [GLOBAL FLAGS]
 
-Exit codes: 0 done; 1 the controller said no or not yet (a rejected or failed request, one still
-pending when --timeout ran out, or a release whose stop is not confirmed within it); 2 bad usage or configuration; 3 the controller cannot be reached; 4 the
-input is invalid (checked here by the controller's own rules before any call, naming the field)
-or the controller refused it (invalid argument, unknown lease).
+Global flags (--controller, --config, --ca, --cert, --key, --insecure, --timeout, -o/--output,
+--json) go before or after the command, as kubectl's do. The configuration file is --config,
+else $GLEANER_CONFIG, else ~/.config/gleaner/gleanctl.toml, else /etc/gleaner/gleanctl.toml.
+
+Exit codes (EXIT_CODES, one per class of error; README "Exit codes"): 0 done; 1 the controller
+said no or not yet; 2 bad usage, value or configuration; 3 permission denied; 4 not found;
+5 the controller unavailable or too slow; 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
-from gleaner_common import ids
+from gleaner_common import __version__, ids
 from gleaner_common.config import ConfigError, parse_sections, read_toml
 from gleaner_common.identity import Role
+from gleaner_common.logs import quote
 from gleaner_common.pki import PkiError, TlsFiles
 from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
@@ -32,9 +39,35 @@ from protos.words import LEASE_STATE, VM_ROLE, from_wire
 
 from . import checks, pkicmd
 from .checks import parse_backfill_setting
+from .core.records import INTERRUPTIONS, BackfillConfig, Policy
 
-DEFAULT_CONFIG = Path("/etc/gleaner/gleanctl.toml")
-EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INVALID = 1, 2, 3, 4
+SYSTEM_CONFIG = Path("/etc/gleaner/gleanctl.toml")
+DEFAULT_CONFIG = SYSTEM_CONFIG   # the name earlier releases used
+CONFIG_ENV = "GLEANER_CONFIG"
+
+# One exit code per class of error, so a script can tell "fix what you typed" from "try again".
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130            # 128 + SIGINT, as shells report a Ctrl-C
+EXIT_INVALID = EXIT_USAGE         # a bad value is a usage error, whoever finds it (gleanctl or the controller)
+EXIT_UNREACHABLE = EXIT_UNAVAILABLE
+EXIT_CODES = {
+    EXIT_OK: "done",
+    EXIT_REFUSED: "the controller said no or not yet: a request rejected, failed or still pending, a release "
+                  "not confirmed within --timeout, a cancel too late, a conflict",
+    EXIT_USAGE: "bad usage, value or configuration: an unknown command or flag, a value out of its bounds "
+                "(checked here or by the controller), an unreadable config file or certificate",
+    EXIT_DENIED: "permission denied: this identity may not make that call (a viewer changing things, a revoked "
+                 "certificate)",
+    EXIT_NOT_FOUND: "not found: no such lease or request",
+    EXIT_UNAVAILABLE: "the controller cannot be reached, is overloaded, or did not answer within --timeout",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+# gRPC status codes by class; any other code (internal, unimplemented...) is EXIT_REFUSED.
+RPC_EXIT = {grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE, grpc.StatusCode.OUT_OF_RANGE: EXIT_USAGE,
+            grpc.StatusCode.PERMISSION_DENIED: EXIT_DENIED, grpc.StatusCode.UNAUTHENTICATED: EXIT_DENIED,
+            grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
+            grpc.StatusCode.UNAVAILABLE: EXIT_UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
+            grpc.StatusCode.RESOURCE_EXHAUSTED: EXIT_UNAVAILABLE}
 
 
 class UsageError(Exception):
@@ -54,10 +87,37 @@ class Target:
 _SCHEMA = {"gleanctl": {"controller": ("controller", str)}}
 
 
-def load_target(args: argparse.Namespace) -> Target:
-    """Flags override the config file; the file is --config, else /etc/gleaner/gleanctl.toml if present."""
+def user_config(env: Mapping[str, str]) -> Path:
+    """~/.config/gleaner/gleanctl.toml, or under $XDG_CONFIG_HOME when that is set (the XDG rule)."""
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "gleaner" / "gleanctl.toml"
+
+
+def find_config(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
+    """(the configuration file to read, every place looked at, in order). --config, then
+    $GLEANER_CONFIG: named on purpose, so one that is missing is an error (ConfigError), never
+    skipped; then the user's file, then the system's, each read if it exists."""
+    if explicit is not None:
+        return explicit, [f"--config {explicit}"]
+    tried = ["--config (not given)"]
+    named = env.get(CONFIG_ENV)
+    if named:
+        if not Path(named).exists():
+            raise ConfigError(f"${CONFIG_ENV} names {named}, which does not exist")
+        return Path(named), tried + [f"${CONFIG_ENV} {named}"]
+    tried.append(f"${CONFIG_ENV} (not set)")
+    for path in (user_config(env), SYSTEM_CONFIG):
+        tried.append(str(path))
+        if path.exists():
+            return path, tried
+    return None, tried
+
+
+def load_target(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Target:
+    """Flags override the configuration file (find_config); an incomplete TLS setting names
+    where it looked."""
     values: dict[str, Any] = {}
-    path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    path, tried = find_config(args.config, os.environ if env is None else env)
     if path is not None:
         settings, tls = parse_sections(read_toml(path), _SCHEMA, str(path))
         values.update(settings, **tls)
@@ -68,8 +128,11 @@ def load_target(args: argparse.Namespace) -> Target:
         values["insecure"] = True
     target = Target(**values)
     if not target.insecure and None in (target.ca, target.cert, target.key):
-        raise UsageError("mutual TLS needs --ca, --cert and --key (or a config file with [tls] ca, cert, key); "
-                         "--insecure only works against a controller listening without TLS on a unix socket")
+        source = f"{path} has no complete [tls] ca, cert, key" if path is not None else \
+            "no configuration file found; looked at: " + ", ".join(tried)
+        raise UsageError(f"mutual TLS needs --ca, --cert and --key (or a config file with [tls] ca, cert, key): "
+                         f"{source}. --insecure only works against a controller listening without TLS on a "
+                         "unix socket")
     return target
 
 
@@ -92,6 +155,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             checks.hint(*hint_arguments(args))
         elif args.label:
             checks.hint_label(args.label)
+    elif args.command == "events":
+        event_kind(args.kind)
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
@@ -186,9 +251,12 @@ def cmd_request(stub, args):
         if reply.outcome != "pending" or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
+    data = as_dict(reply)
     if reply.outcome == "placed":
+        stops = victims_stopped(stub, args, [p.lease_id for p in reply.preempted])
         victims = "".join(f"\n  preempted {p.lease_id} ({p.vm_name}): {p.outcome} in {p.seconds:.1f}s, "
-                          f"{p.work_lost_vcpu_seconds:.0f} vCPU-s of work lost" for p in reply.preempted)
+                          f"{work_text(p, stops.get(p.lease_id), item)}"
+                          for p, item in zip(reply.preempted, data["preempted"]))
         text = (f"placed {reply.lease.lease_id} on {reply.lease.node_id} as {reply.lease.vm_name} "
                 f"in {reply.total_seconds:.2f}s (decision {reply.decision_ms:.1f} ms, policy {reply.policy}, "
                 f"request {reply.request_id}){victims}")
@@ -197,7 +265,42 @@ def cmd_request(stub, args):
                 f"'gleanctl request --request-id {reply.request_id} ...' (same size and image)")
     else:
         text = f"{reply.outcome}: {reply.reason} (request {reply.request_id})"
-    return as_dict(reply), text, 0 if reply.outcome == "placed" else EXIT_REFUSED
+    return data, text, 0 if reply.outcome == "placed" else EXIT_REFUSED
+
+
+# The audit events that end a victim's preemption, and the figure each gives of its work.
+STOP_EVENTS = {"vm.preempted": "work_lost_vcpu_seconds", "vm.hibernated": "work_kept_vcpu_seconds"}
+STOP_EVENTS_READ = 200   # the newest of each kind: a request's victims stopped moments ago
+
+
+def victims_stopped(stub, args, lease_ids: list[str]) -> dict[str, controller_pb2.AuditEvent]:
+    """The event that ended each victim's preemption (vm.preempted or vm.hibernated), for the
+    victims that have stopped: their figures are final, the reply's are the decision's estimate."""
+    if not lease_ids:
+        return {}
+    found: dict[str, controller_pb2.AuditEvent] = {}
+    for kind in STOP_EVENTS:
+        reply = stub.ListEvents(controller_pb2.ListEventsRequest(kind=kind, limit=STOP_EVENTS_READ, newest=True),
+                                timeout=args.timeout)
+        found.update((e.lease_id, e) for e in reply.events if e.lease_id in lease_ids)
+    return found
+
+
+def work_text(victim, stop: controller_pb2.AuditEvent | None, item: dict) -> str:
+    """A victim's work as the CLI says it: the final figure when it has stopped (vm.preempted:
+    lost; vm.hibernated: kept), else the decision's, labelled an estimate. `item` (its --json
+    entry) gets the same: work_lost_vcpu_seconds final where known, work_lost_is_estimate."""
+    if stop is None:
+        item["work_lost_is_estimate"] = True
+        return (f"about {victim.work_lost_vcpu_seconds:.1f} vCPU-s of work lost (estimate: it has not stopped yet; "
+                f"`gleanctl events --kind vm.preempted` gives the final figure)")
+    figure = float(json.loads(stop.detail_json).get(STOP_EVENTS[stop.kind], 0.0))
+    item["work_lost_is_estimate"] = False
+    if stop.kind == "vm.hibernated":
+        item.update(work_lost_vcpu_seconds=0.0, work_kept_vcpu_seconds=figure)
+        return f"saved (hibernated), {figure:.1f} vCPU-s of work kept"
+    item["work_lost_vcpu_seconds"] = figure
+    return f"{figure:.1f} vCPU-s of work lost"
 
 
 def cmd_cancel(stub, args):
@@ -380,16 +483,98 @@ def reserve_status(status) -> tuple[dict, str]:
     return data, "\n".join(lines)
 
 
+# The audit events' kinds (docs/controller.md, Audit events, lists the same: a test holds them equal).
+EVENT_KINDS = (
+    "request.placed", "request.rejected", "request.queued", "request.cancelled", "request.victims_gone",
+    "request.expired",
+    "vm.launched", "vm.launch_failed", "vm.preempting", "vm.preempted", "vm.hibernated", "vm.hibernate_refused",
+    "vm.resuming", "vm.resumed", "vm.resume_failed", "vm.discarded", "vm.unknown_hibernated", "vm.stopping",
+    "vm.stopped", "vm.released", "vm.recycled", "vm.drained", "vm.cancelling", "vm.stop_failed", "vm.stop_expired",
+    "vm.lost", "vm.recovered", "vm.gone", "vm.adopted", "vm.adoption_deferred", "vm.conflict", "vm.unexpected",
+    "node.joined", "node.up", "node.rejoined", "node.suspect", "node.down", "node.redriven",
+    "selection.swap", "backfill.configured",
+    "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
+    "report.refused", "rpc.denied")
+
+
+def event_kind(kind: str) -> str:
+    """--kind: one of EVENT_KINDS, else a UsageError naming the closest and every known kind
+    (an unknown kind would otherwise read as "no events")."""
+    if kind and kind not in EVENT_KINDS:
+        close = difflib.get_close_matches(kind, EVENT_KINDS, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "."
+        raise UsageError(f"--kind {kind!r} is not an event kind{hint} Known kinds: {', '.join(EVENT_KINDS)}")
+    return kind
+
+
 def cmd_events(stub, args):
     # Without --after: the newest events; with it: the events after that sequence number, oldest first.
     reply = stub.ListEvents(controller_pb2.ListEventsRequest(after_seq=args.after, limit=args.limit, kind=args.kind,
                                                              newest=not args.after), timeout=args.timeout)
-    lines = [f"{e.seq:>6} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(e.at))} {e.kind:<20} "
-             f"{e.node_id or '-':<12} {e.lease_id or '-':<16} {e.detail_json}" for e in reply.events]
-    events = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in reply.events]
-    for e in events:
+    if args.follow:
+        follow_events(stub, args, reply)
+    return events_data(reply.events), events_table(reply.events) if reply.events else "no events", 0
+
+
+FOLLOW_CALL_SECONDS = 600   # one stream's length: then gleanctl asks again, from the last event it printed
+FOLLOW_WIDTHS = (7, 20, 22, 14, 22)   # a stream's table cannot measure rows to come: fixed columns
+
+
+def follow_events(stub, args, first) -> None:
+    """`events --follow`: the newest events (or those after --after), then each new one as the
+    controller writes it, until Ctrl-C (KeyboardInterrupt, exit 130). Text: one table, its header
+    first; -o json: one JSON object a line. A stream that ends at its bound is opened again."""
+    print_events(first.events, args, header=True)
+    after = first.last_seq
+    while True:
+        request = controller_pb2.FollowEventsRequest(after_seq=after, kind=args.kind, max_seconds=FOLLOW_CALL_SECONDS)
+        try:
+            for batch in stub.FollowEvents(request, timeout=FOLLOW_CALL_SECONDS + 30):
+                print_events(batch.events, args)
+                after = batch.last_seq
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+
+
+def print_events(events, args, header: bool = False) -> None:
+    if args.json:
+        for event in events_data(events):
+            print(json.dumps(event, sort_keys=True), flush=True)
+        return
+    rows = ([EVENTS_HEADER] if header else []) + [event_row(e) for e in events]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, FOLLOW_WIDTHS)) + "  " + str(row[-1]), flush=True)
+
+
+def event_row(e) -> list:
+    return [e.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.at)), e.kind, e.node_id or "-",
+            e.lease_id or "-", detail_text(e.kind, json.loads(e.detail_json))]
+
+
+EVENTS_HEADER = ["SEQ", "TIME", "KIND", "NODE", "LEASE", "DETAIL"]
+# Figures of a decision, not of what happened: the text names them estimates (the final one is a
+# later event's: vm.preempting's work at stake, vm.preempted's work lost).
+ESTIMATES = {"vm.preempting": {"work_at_stake_vcpu_seconds": "work_lost_estimate_vcpu_seconds"}}
+
+
+def events_table(events) -> str:
+    return table([event_row(e) for e in events], EVENTS_HEADER)
+
+
+def detail_text(kind: str, detail: dict) -> str:
+    """An event's detail as KEY=VALUE pairs (logfmt's quoting: no control character reaches the
+    terminal), its estimates renamed so (ESTIMATES)."""
+    names = ESTIMATES.get(kind, {})
+    return " ".join(f"{names.get(k, k)}={quote(v) if isinstance(v, str) else json.dumps(v)}"
+                    for k, v in sorted(detail.items()))
+
+
+def events_data(events) -> list[dict]:
+    data = [dict(as_dict(e), detail=json.loads(e.detail_json)) for e in events]
+    for e in data:
         e.pop("detail_json", None)
-    return events, "\n".join(lines) or "no events", 0
+    return data
 
 
 def cmd_status(stub, args):
@@ -425,43 +610,89 @@ def finite(low: float, high: float) -> Callable[[str], float]:
     return number
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with "did you mean": a word that is not one of a command's (or a choice's) names
+    gets the closest ones (difflib) in the usage error, which still exits 2."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} (choose from "
+                                                 f"{', '.join(choices)})")
+        super()._check_value(action, value)
+
+
+OUTPUTS = ("table", "json")
+# The global flags' defaults. Each flag is defined on the main parser and on every command's
+# with default SUPPRESS, so it is read wherever it stands and a command's parser never
+# overwrites one given before the command; the defaults are filled in after parsing.
+GLOBAL_DEFAULTS = dict(controller=None, config=None, ca=None, cert=None, key=None, insecure=False, output="table",
+                       timeout=120.0)
+
+
+def global_flags(output_only: bool = False) -> argparse.ArgumentParser:
+    """The flags that go anywhere on the line, as a parent parser (`output_only`: -o and --json,
+    for `pki`, which reaches no controller)."""
+    flags = argparse.ArgumentParser(add_help=False)
+    group = flags.add_argument_group("global flags (before or after the command)")
+    add = lambda *names, **kw: group.add_argument(*names, default=argparse.SUPPRESS, **kw)   # noqa: E731
+    add("-o", "--output", choices=OUTPUTS, help="table (default) or json")
+    add("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+    if output_only:
+        return flags
+    add("--controller", help="HOST:PORT of the controller (default 127.0.0.1:7450)")
+    add("--config", type=Path, help=f"TOML with [gleanctl] controller and [tls] (default: ${CONFIG_ENV}, else "
+                                    f"~/.config/gleaner/gleanctl.toml, else {SYSTEM_CONFIG})")
+    add("--ca", type=Path)
+    add("--cert", type=Path)
+    add("--key", type=Path)
+    add("--insecure", action="store_true",
+        help="no TLS: only for a controller listening on a unix socket (--controller unix:PATH), the only place "
+             "it serves without TLS")
+    add("--timeout", type=finite(0.1, MAX_TIMEOUT_SECONDS), help="seconds to wait for the controller (default 120)")
+    return flags
+
+
+def version_text() -> str:
+    return f"gleanctl {__version__} (protocol {controller_pb2.DESCRIPTOR.package})"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gleanctl", description="Drive a Gleaner pool.")
-    parser.add_argument("--controller", help="HOST:PORT of the controller (default 127.0.0.1:7450)")
-    parser.add_argument("--config", type=Path, help=f"TOML with [gleanctl] controller and [tls] (default {DEFAULT_CONFIG})")
-    parser.add_argument("--ca", type=Path)
-    parser.add_argument("--cert", type=Path)
-    parser.add_argument("--key", type=Path)
-    parser.add_argument("--insecure", action="store_true",
-                        help="no TLS: only for a controller listening on a unix socket (--controller unix:PATH), "
-                             "the only place it serves without TLS")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--timeout", type=finite(0.1, MAX_TIMEOUT_SECONDS), default=120.0,
-                        help="seconds to wait for the controller")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("nodes", help="nodes, their state, allocation and potential productivity")
-    vms = sub.add_parser("vms", help="VMs with role, node and age")
+    parents = [global_flags()]
+    parser = Parser(prog="gleanctl", description="Drive a Gleaner pool.", parents=parents,
+                    epilog="exit codes: " + "; ".join(f"{code} {text.split(':')[0]}"
+                                                      for code, text in EXIT_CODES.items()))
+    parser.add_argument("--version", action="version", version=version_text())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, aliases: tuple[str, ...] = (), **kw) -> argparse.ArgumentParser:
+        """A command's parser; its aliases (singular or plural, as kubectl takes either) run it too."""
+        made = sub.add_parser(name, aliases=list(aliases), parents=parents, **kw)
+        made.set_defaults(command=name)   # args.command is the command's own name, whichever was typed
+        return made
+    command("nodes", ("node",), help="nodes, their state, allocation and potential productivity")
+    vms = command("vms", ("vm",), help="VMs with role, node and age")
     vms.add_argument("--all", action="store_true", help="include ended leases")
-    request = sub.add_parser("request", help="place an on-demand VM")
+    request = command("request", help="place an on-demand VM")
     # no default size: a request that forgot it would place (and maybe preempt for) a VM nobody asked for
     request.add_argument("--vcpus", type=int, required=True)
     request.add_argument("--memory", type=int, required=True, help=f"MiB, at least {checks.MIN_MEMORY_MIB}")
     request.add_argument("--image", default="tiny")
     request.add_argument("--owner", default="admin")
     request.add_argument("--request-id", help="idempotency key (default: a new one)")
-    cancel = sub.add_parser("cancel", help="withdraw an on-demand request still waiting for room")
+    cancel = command("cancel", help="withdraw an on-demand request still waiting for room")
     cancel.add_argument("request_id")
-    release = sub.add_parser("release", help="stop a VM and end its lease")
+    release = command("release", help="stop a VM and end its lease")
     release.add_argument("lease_id")
     release.add_argument("--force", action="store_true", help="destroy at once, no clean shutdown")
-    backfill = sub.add_parser("backfill", help="show or change the backfill configuration")
-    backfill.add_argument("action", choices=["show", "set", "enable", "disable"])
-    backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
-    reserve = sub.add_parser(
-        "reserve", help="show reserves (per node, and Balancer's: static, predictive, hints, wait window); "
-                        "change only with a verb: `reserve set NODE --vcpus N --memory MIB | --whole-node`, "
-                        "`reserve clear NODE`, `reserve set KEY=VALUE ...` ([reserves] settings), "
-                        "`reserve hint N --in H --for D` / `reserve unhint [--label L]`")
+    add_backfill_parser(command("backfill", help="show or change the backfill configuration"), parents)
+    reserve = command(
+        "reserve", ("reserves",), help="show reserves (per node, and Balancer's: static, predictive, hints, wait "
+                                       "window); change only with a verb: `reserve set NODE --vcpus N --memory MIB | "
+                                       "--whole-node`, `reserve clear NODE`, `reserve set KEY=VALUE ...` ([reserves] "
+                                       "settings), `reserve hint N --in H --for D` / `reserve unhint [--label L]`")
     reserve.add_argument("node", nargs="?", help="a node id, or '*' for every node, to show; or set, clear, "
                                                  "hint, unhint")
     reserve.add_argument("--node", dest="node_option", metavar="NODE",
@@ -474,14 +705,57 @@ def build_parser() -> argparse.ArgumentParser:
     reserve.add_argument("--vcpus", type=int, default=0)
     reserve.add_argument("--memory", type=int, default=0, help="MiB")
     reserve.add_argument("--whole-node", action="store_true")
-    events = sub.add_parser("events", help="the audit log")
+    events = command("events", ("event",), help="the audit log")
     events.add_argument("--after", type=int, default=0,
                         help="the events after this sequence number, oldest first (default: the newest)")
     events.add_argument("--limit", type=int, default=50, help="at most this many (the controller caps it at 1000)")
-    events.add_argument("--kind", default="", help="e.g. vm.preempted, request.rejected, node.down")
-    sub.add_parser("status", help="pool utilization: allocated and used, foreground versus backfill")
-    pkicmd.add_parser(sub)
+    events.add_argument("--kind", default="", help="one kind, e.g. vm.preempted, request.rejected, node.down "
+                                                   "(an unknown one is an error listing them)")
+    events.add_argument("-f", "--follow", action="store_true",
+                        help="then print new events as they are written, until Ctrl-C")
+    command("status", help="pool utilization: allocated and used, foreground versus backfill")
+    pkicmd.add_parser(sub, [global_flags(output_only=True)])
     return parser
+
+
+def add_backfill_parser(backfill: argparse.ArgumentParser, parents: list) -> None:
+    actions = backfill.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("show", parents=parents, help="the backfill settings in force")
+    for name, text in (("set", "change settings now: KEY=VALUE ..."),
+                       ("enable", "turn backfill on (and set KEY=VALUE ...)"),
+                       ("disable", "turn backfill off (and set KEY=VALUE ...)")):
+        action = actions.add_parser(name, parents=parents, help=text, epilog=backfill_keys_help(),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        action.add_argument("settings", nargs="+" if name == "set" else "*", metavar="KEY=VALUE")
+
+
+def backfill_keys_help() -> str:
+    """Every backfill key with its values and default, from the tables the controller checks
+    with (checks.BACKFILL_KEYS, BACKFILL_BOUNDS) and its defaults (BackfillConfig)."""
+    defaults = BackfillConfig()
+    choices = {"enabled": "true|false", "termination_policy": "|".join(p.value for p in Policy),
+               "interruption": "|".join(INTERRUPTIONS), "image": "an image name (the agents' image directory)"}
+    lines = ["keys (checked here and by the controller; `backfill show` prints the values in force):"]
+    for key in checks.BACKFILL_KEYS:
+        if key in checks.BACKFILL_BOUNDS:
+            low, high, unit = checks.BACKFILL_BOUNDS[key]
+            values = f"{low}..{high}" + (f" {unit}" if unit else "")
+        else:
+            values = choices[key]
+        default = getattr(defaults, key)
+        default = json.dumps(default) if isinstance(default, bool) else getattr(default, "value", default)
+        lines.append(f"  {key:<24} {values:<40} default {default}")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, global flags wherever they stood, their defaults filled in."""
+    args = build_parser().parse_args(argv)
+    for name, default in GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    args.json = args.output == "json"
+    return args
 
 
 COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": cmd_request, "cancel": cmd_cancel,
@@ -491,14 +765,12 @@ COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         check_arguments(args)
-    except ids.InvalidField as exc:
-        print(f"gleanctl: invalid argument {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except (checks.SettingError, UsageError) as exc:
-        print(f"gleanctl: {exc}", file=sys.stderr)
+    except (ids.InvalidField, checks.SettingError, UsageError) as exc:
+        prefix = "invalid argument " if isinstance(exc, ids.InvalidField) else ""
+        print(f"gleanctl: {prefix}{exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if args.command == "pki":  # local files only: no controller involved
@@ -510,16 +782,26 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError, PkiError, OSError, ValueError) as exc:
         print(f"gleanctl: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except grpc.RpcError as exc:
-        code = exc.code()
-        where = getattr(args, "controller", None) or "the controller"
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            print(f"gleanctl: cannot reach {where}: {exc.details()}", file=sys.stderr)
-            return EXIT_UNREACHABLE
-        print(f"gleanctl: {code.name.lower().replace('_', ' ')}: {exc.details()}", file=sys.stderr)
-        return EXIT_INVALID if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND) else EXIT_REFUSED
+        return rpc_failure(exc, args)
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
     return code
+
+
+def rpc_failure(exc: grpc.RpcError, args: argparse.Namespace) -> int:
+    """Say what the controller's error was; its exit code by class (RPC_EXIT)."""
+    code = exc.code()
+    exit_code = RPC_EXIT.get(code, EXIT_REFUSED)
+    if exit_code == EXIT_UNAVAILABLE and code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        where = args.controller or "the controller"
+        print(f"gleanctl: cannot reach {where}: {exc.details()}", file=sys.stderr)
+    elif exit_code == EXIT_USAGE:
+        print(f"gleanctl: invalid argument {exc.details()}", file=sys.stderr)
+    else:
+        print(f"gleanctl: {code.name.lower().replace('_', ' ')}: {exc.details()}", file=sys.stderr)
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -25,16 +25,21 @@ from gleaner_common.identity import Role
 ROLES = [r.value for r in Role]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser] | None = None) -> None:
+    """`parents`: gleanctl's flags that go anywhere (-o, --json), taken by every pki action too."""
+    parents = parents or []
     parser = sub.add_parser("pki", help="create a CA and certificates per identity (controller, agent, admin, viewer)",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, parents=parents)
     actions = parser.add_subparsers(dest="pki_action", required=True)
-    init = actions.add_parser("init", help="a new CA")
+
+    def add(name: str, **kw) -> argparse.ArgumentParser:   # every action takes the flags too
+        return actions.add_parser(name, parents=parents, **kw)
+    init = add("init", help="a new CA")
     init.add_argument("dir", type=Path)
     init.add_argument("--days", type=int, default=pki.CA_DAYS)
     for name, text in (("issue", "a key and certificate for one identity"),
                        ("sign", "sign a request made on a node with 'pki request'")):
-        action = actions.add_parser(name, help=text)
+        action = add(name, help=text)
         action.add_argument("dir", type=Path, help="the CA's directory")
         if name == "sign":
             action.add_argument("csr", type=Path)
@@ -49,21 +54,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action.add_argument("--days", type=int, help="validity (default: 90 for services, 30 for people)")
         if name == "issue":
             action.add_argument("--out", type=Path, help="write the files here (with ca.pem) instead of DIR")
-    request = actions.add_parser("request", help="a key and a signing request, made where the key will live")
+    request = add("request", help="a key and a signing request, made where the key will live")
     request.add_argument("out", type=Path)
     request.add_argument("role", choices=ROLES)
     request.add_argument("name")
-    renew = actions.add_parser("renew", help="reissue a certificate with a new key and validity")
+    renew = add("renew", help="reissue a certificate with a new key and validity")
     renew.add_argument("dir", type=Path)
     renew.add_argument("cert", type=Path)
     renew.add_argument("--days", type=int)
-    revoke = actions.add_parser("revoke", help="put a certificate on the deny list")
+    revoke = add("revoke", help="put a certificate on the deny list")
     revoke.add_argument("dir", type=Path)
     revoke.add_argument("target", help="a certificate file or its serial number in hex")
     revoke.add_argument("--reason", default="")
-    listing = actions.add_parser("list", help="what the CA issued: serial, role, name, not-after, revoked")
+    listing = add("list", help="what the CA issued: serial, role, name, not-after, revoked")
     listing.add_argument("dir", type=Path, help="the CA's directory")
-    show = actions.add_parser("show", help="what a certificate says")
+    show = add("show", help="what a certificate says")
     show.add_argument("cert", type=Path)
 
 

@@ -191,9 +191,29 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def ListEvents(self, request, context):
         after, limit, kind = checks.events_query(request.after_seq, request.limit, request.kind)
         events = self.pool.store.events(after, limit, kind, newest=request.newest)
-        return controller_pb2.ListEventsResponse(last_seq=events[-1].seq if events else after, events=[
-            controller_pb2.AuditEvent(seq=e.seq, at=e.at, kind=e.kind, node_id=e.node_id, lease_id=e.lease_id,
-                                      detail_json=json.dumps(e.detail, sort_keys=True)) for e in events])
+        return events_to_proto(events, events[-1].seq if events else after)
+
+    @rpc
+    def FollowEvents(self, request, context):
+        """Checked before the stream starts (INVALID_ARGUMENT), then the stream itself."""
+        after, _limit, kind = checks.events_query(request.after_seq, FOLLOW_BATCH, request.kind)
+        seconds = request.max_seconds if 0 < request.max_seconds <= FOLLOW_MAX_SECONDS else FOLLOW_MAX_SECONDS
+        return self._follow(after, kind, time.monotonic() + seconds, context)
+
+    def _follow(self, after: int, kind: str, until: float, context):
+        """New events in batches of at most FOLLOW_BATCH, read from the store every
+        FOLLOW_POLL_SECONDS while quiet, until `until` or the caller goes (is_active() also ends
+        a revoked caller's stream). The store's read is the one ListEvents makes."""
+        while context.is_active() and time.monotonic() < until:
+            try:
+                events = self.pool.store.events(after, FOLLOW_BATCH, kind, newest=False)
+            except StoreError as exc:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            if events:
+                after = events[-1].seq
+                yield events_to_proto(events, after)
+            else:
+                time.sleep(min(FOLLOW_POLL_SECONDS, max(0.0, until - time.monotonic())))
 
     @rpc
     def Status(self, request, context):
@@ -216,6 +236,20 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         status.preemptions = sum(self.pool.store.count_events(kind) for kind in ("vm.preempted", "vm.hibernated"))
         status.rejections = self.pool.store.count_events("request.rejected")
         return status
+
+
+# events --follow: a stream's bounds. A batch a message, as ListEvents' limit bounds a page; one
+# hour a stream at most (gleanctl asks again), and the server's stream limits (authz.Limits) bound
+# how many there are.
+FOLLOW_BATCH = 100
+FOLLOW_MAX_SECONDS = 3600
+FOLLOW_POLL_SECONDS = 0.5
+
+
+def events_to_proto(events, last_seq: int) -> controller_pb2.ListEventsResponse:
+    return controller_pb2.ListEventsResponse(last_seq=last_seq, events=[
+        controller_pb2.AuditEvent(seq=e.seq, at=e.at, kind=e.kind, node_id=e.node_id, lease_id=e.lease_id,
+                                  detail_json=json.dumps(e.detail, sort_keys=True)) for e in events])
 
 
 def reserve_status_to_proto(settings, target, hints, reserved_nodes, waiting) -> controller_pb2.ReserveStatus:

@@ -90,6 +90,7 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}ListReserves": Rule(PEOPLE),
     f"{CONTROLLER_API}GetReserveStatus": Rule(PEOPLE),
     f"{CONTROLLER_API}ListEvents": Rule(PEOPLE),
+    f"{CONTROLLER_API}FollowEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}Status": Rule(PEOPLE),
     # on both: health for every identity (liveness checks), reflection for people and the controller
     f"{HEALTH}Check": Rule(EVERYONE),

@@ -522,6 +522,16 @@ class AuditEvent(_message.Message):
     detail_json: str
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., node_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., detail_json: _Optional[str] = ...) -> None: ...
 
+class FollowEventsRequest(_message.Message):
+    __slots__ = ("after_seq", "kind", "max_seconds")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    kind: str
+    max_seconds: int
+    def __init__(self, after_seq: _Optional[int] = ..., kind: _Optional[str] = ..., max_seconds: _Optional[int] = ...) -> None: ...
+
 class ListEventsResponse(_message.Message):
     __slots__ = ("events", "last_seq")
     EVENTS_FIELD_NUMBER: _ClassVar[int]

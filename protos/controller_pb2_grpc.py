@@ -109,6 +109,11 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.ListEventsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ListEventsResponse.FromString,
                 _registered_method=True)
+        self.FollowEvents = channel.unary_stream(
+                '/gleaner.controller.v1.Controller/FollowEvents',
+                request_serializer=protos_dot_controller__pb2.FollowEventsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ListEventsResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/gleaner.controller.v1.Controller/Status',
                 request_serializer=protos_dot_controller__pb2.StatusRequest.SerializeToString,
@@ -223,6 +228,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FollowEvents(self, request, context):
+        """The events written after after_seq (only `kind`'s if set), oldest first, as they are written
+        (gleanctl events --follow): at most 100 a message. The stream ends at the call's deadline or
+        after max_seconds (0 or more than 3600: 3600), whichever comes first; ask again from last_seq.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -305,6 +319,11 @@ def add_ControllerServicer_to_server(servicer, server):
             'ListEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvents,
                     request_deserializer=protos_dot_controller__pb2.ListEventsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ListEventsResponse.SerializeToString,
+            ),
+            'FollowEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.FollowEvents,
+                    request_deserializer=protos_dot_controller__pb2.FollowEventsRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.ListEventsResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
@@ -717,6 +736,33 @@ class Controller:
             target,
             '/gleaner.controller.v1.Controller/ListEvents',
             protos_dot_controller__pb2.ListEventsRequest.SerializeToString,
+            protos_dot_controller__pb2.ListEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/FollowEvents',
+            protos_dot_controller__pb2.FollowEventsRequest.SerializeToString,
             protos_dot_controller__pb2.ListEventsResponse.FromString,
             options,
             channel_credentials,

@@ -83,3 +83,27 @@ install_locked() {
     rm -f "$boot"
     "$python" -m pip install -q --require-hashes --no-build-isolation "$@" -r "$lock"
 }
+
+# install_gleanctl VENV [BIN_DIR]: gleanctl on PATH, as BIN_DIR/gleanctl (default /usr/local/bin),
+# a two-line wrapper that runs VENV's gleanctl, so admins type `gleanctl` anywhere. Idempotent;
+# a gleanctl there that this function did not write is left alone (said, not overwritten).
+GLEANCTL_MARK="# gleanctl wrapper written by Gleaner's set-up (scripts/setup-lib.sh)"
+install_gleanctl() {
+    local venv="$1" dir="${2:-/usr/local/bin}"
+    local target="$dir/gleanctl" want tmp
+    want="$(printf '#!/bin/sh\n%s\nexec "%s/bin/python" -m controller.gleanctl "$@"\n' "$GLEANCTL_MARK" "$venv")"
+    if [ -e "$target" ] && ! grep -qF "$GLEANCTL_MARK" "$target"; then
+        say "gleanctl: $target exists and was not written by set-up; left alone (run $venv/bin/gleanctl)"
+        return 0
+    fi
+    if [ "$(cat "$target" 2>/dev/null)" = "$want" ]; then
+        say "gleanctl: $target is in place"
+        return 0
+    fi
+    mkdir -p "$dir"
+    tmp="$(mktemp "$dir/.gleanctl.XXXXXX")"
+    printf '%s\n' "$want" > "$tmp"
+    chmod 0755 "$tmp"
+    mv -f "$tmp" "$target"   # whole or not at all: a shell never runs a half-written wrapper
+    say "gleanctl: $target runs $venv/bin/python -m controller.gleanctl"
+}

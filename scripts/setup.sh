@@ -58,6 +58,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
     say "python: $VENV is up to date"
 fi
+install_gleanctl "$VENV"   # gleanctl on PATH
 
 say "image: building the tiny guest into $IMAGE_DIR"
 "$VENV/bin/python" "$REPO/images/build.py" --out "$IMAGE_DIR"

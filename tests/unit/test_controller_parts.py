@@ -553,7 +553,7 @@ def test_a_request_waiting_for_room_is_written_and_waits_again_after_a_restart(t
 def test_gleanctl_cancels_a_waiting_request_and_the_caller_waiting_on_it_hears_so(tmp_path, capsys):
     import threading
     import time
-    from controller.gleanctl import EXIT_INVALID, EXIT_REFUSED
+    from controller.gleanctl import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED
     from controller.server import build_server
     from controller.service import PoolService
     config, store, pool = one_node_with_a_wait_window(tmp_path, "127.0.0.1:0")
@@ -583,7 +583,7 @@ def test_gleanctl_cancels_a_waiting_request_and_the_caller_waiting_on_it_hears_s
         assert gleanctl_main(target + ["cancel", "first"]) == EXIT_REFUSED       # placed: its lease to release
         err = capsys.readouterr().err
         assert "failed precondition" in err and f"on lease {first.lease_id}" in err and "release" in err
-        assert gleanctl_main(target + ["cancel", "nobody"]) == EXIT_INVALID
+        assert gleanctl_main(target + ["cancel", "nobody"]) == EXIT_NOT_FOUND
         assert "no request 'nobody'" in capsys.readouterr().err
         assert gleanctl_main(target + ["cancel", "bad id!"]) == EXIT_INVALID
         assert "request_id" in capsys.readouterr().err
@@ -725,11 +725,11 @@ def test_event_paging_through_gleanctl_events(tmp_path, capsys):
     pool, server, target = serve_pool(tmp_path, SlowAgents())
     try:
         for i in range(1005):
-            pool.store.record("test.paged", n=i)
-        before_first = str(pool.store.events(limit=1, kind="test.paged")[0].seq - 1)
+            pool.store.record("vm.gone", n=i)
+        before_first = str(pool.store.events(limit=1, kind="vm.gone")[0].seq - 1)
 
         def events(*args) -> list[dict]:
-            assert gleanctl_main(target + ["--json", "events", "--kind", "test.paged", *args]) == 0
+            assert gleanctl_main(target + ["--json", "events", "--kind", "vm.gone", *args]) == 0
             return json.loads(capsys.readouterr().out)
         page = events("--after", before_first, "--limit", "3")
         assert [e["detail"]["n"] for e in page] == [0, 1, 2]

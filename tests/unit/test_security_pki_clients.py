@@ -221,7 +221,7 @@ def test_gleanctl_refuses_a_revoked_controller(lab, tmp_path, capsys):
         deny = client_deny_list(lab, tmp_path, lab.controller)
         code, out, err = gleanctl(gleanctl_config(tmp_path, lab.admin, deny), address, capsys)
         serial = pki.describe(lab.controller.cert)["serial"]
-        assert code == 3 and f"revoked certificate (serial {serial}" in err and "Traceback" not in err
+        assert code == 5 and f"revoked certificate (serial {serial}" in err and "Traceback" not in err
     finally:
         running.stop(0)
 
@@ -230,7 +230,7 @@ def test_a_bad_client_deny_list_is_a_clear_error(lab, tmp_path, capsys):
     deny = tmp_path / "deny.txt"
     deny.write_text("zz-not-hex\n")
     code, _out, err = gleanctl(gleanctl_config(tmp_path, lab.admin, deny), "127.0.0.1:1", capsys)
-    assert code == 3 and f"against the deny list: deny list {deny}, line 1" in err and "Traceback" not in err
+    assert code == 5 and f"against the deny list: deny list {deny}, line 1" in err and "Traceback" not in err
     # the controller's calls: refused as the agent's failure, never an exception of another kind
     links = AgentLinks(replace(lab.controller, deny_list=deny), 5)
     with pytest.raises(AgentCallFailed, match="line 1"):

@@ -54,7 +54,7 @@ def test_request_needs_its_sizes_and_nothing_reaches_the_controller_without_them
 def test_less_memory_than_a_guest_boots_in_is_refused_by_the_controller_whoever_asks(controller):
     small = MIN_MEMORY_MIB - 1
     done = gleanctl(controller, "request", "--vcpus", "1", "--memory", str(small))   # refused before the call
-    assert done.returncode == 4
+    assert done.returncode == 2   # a bad value: the usage code (README, Exit codes)
     assert f"invalid argument memory_mib: {small} MiB is less than {MIN_MEMORY_MIB} MiB" in done.stderr
     for memory in (64, small, 0):   # another client: the controller's own check, over gRPC with TLS
         with pytest.raises(grpc.RpcError) as err:
@@ -118,7 +118,7 @@ def test_nan_and_infinities_in_live_settings_are_refused_by_the_controller_and_c
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and key in err.value.details()
             assert "0..86400" in err.value.details()
         done = gleanctl(controller, "reserve", "set", f"{key}=nan")
-        assert done.returncode == 4 and f"invalid argument {key}:" in done.stderr and "0..86400" in done.stderr
+        assert done.returncode == 2 and f"invalid argument {key}:" in done.stderr and "0..86400" in done.stderr
     for field in ("in_hours", "for_hours"):
         with pytest.raises(grpc.RpcError) as err:
             stub.AddHint(controller_pb2.AddHintRequest(nodes=1, **{"in_hours": 1.0, "for_hours": 1.0, field: math.nan}),
