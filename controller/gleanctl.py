@@ -58,7 +58,7 @@ EXIT_CODES = {
                 "(checked here or by the controller), an unreadable config file or certificate",
     EXIT_DENIED: "permission denied: this identity may not make that call (a viewer changing things, a revoked "
                  "certificate)",
-    EXIT_NOT_FOUND: "not found: no such lease or request",
+    EXIT_NOT_FOUND: "not found: no such lease, request or node",
     EXIT_UNAVAILABLE: "the controller cannot be reached, is overloaded, or did not answer within --timeout",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
@@ -68,6 +68,10 @@ RPC_EXIT = {grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE, grpc.StatusCode.OUT_OF
             grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
             grpc.StatusCode.UNAVAILABLE: EXIT_UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
             grpc.StatusCode.RESOURCE_EXHAUSTED: EXIT_UNAVAILABLE}
+
+
+class NotFound(Exception):
+    """What the command names does not exist (exit EXIT_NOT_FOUND)."""
 
 
 class UsageError(Exception):
@@ -209,11 +213,38 @@ def table(rows: list[list[Any]], header: list[str]) -> str:
 def cmd_nodes(stub, args):
     reply = stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=args.timeout)
     rows = [[n.node_id, n.state, f"{n.allocated_vcpus}/{n.cpus}", f"{n.allocated_memory_mib}/{n.memory_mib}",
-             n.on_demand_vms, n.backfill_vms, f"{n.foreground_cpu_cores:.2f}", f"{n.potential_productivity:.2f}",
-             "yes" if n.selected else "", age(n.last_report_age_seconds)] for n in reply.nodes]
-    text = table(rows, ["NODE", "STATE", "VCPUS", "MEMORY_MIB", "ON_DEMAND", "BACKFILL", "FG_CPU", "P",
-                        "SELECTED", "LAST_REPORT"]) if rows else "no nodes have reported yet"
+             n.on_demand_vms, n.backfill_vms, f"{n.on_demand_cpu_cores:.2f}+{n.host_other_cpu_cores:.2f}",
+             f"{n.potential_productivity:.2f}", "yes" if n.selected else "", next_fill(n),
+             age(n.last_report_age_seconds)] for n in reply.nodes]
+    text = table(rows, ["NODE", "STATE", "VCPUS", "MEMORY_MIB", "ON_DEMAND", "BACKFILL", "FG_CPU(VMS+HOST)", "P",
+                        "SELECTED", "NEXT_FILL", "LAST_REPORT"]) if rows else "no nodes have reported yet"
+    if any(n.fill_code not in ("fills", "full", "") for n in reply.nodes):
+        text += "\n(NEXT_FILL says why backfill would not fill a node: gleanctl explain NODE has the figures)"
     return as_dict(reply)["nodes"], text, 0
+
+
+def next_fill(node) -> str:
+    """What the next fill would do with the node: +N VMs, or why not in a word."""
+    return f"+{node.fill_vms}" if node.fill_code == "fills" else node.fill_code
+
+
+def cmd_explain(stub, args):
+    """Why backfill fills a node or not, with the figures that decide it."""
+    reply = stub.ListNodes(controller_pb2.ListNodesRequest(), timeout=args.timeout)
+    node = next((n for n in reply.nodes if n.node_id == args.node), None)
+    if node is None:
+        known = ", ".join(sorted(n.node_id for n in reply.nodes)[:20]) or "none yet"
+        raise NotFound(f"no node {args.node!r} has reported to this controller (known: {known})")
+    verdict = f"backfill would start {node.fill_vms} VM(s) there" if node.fill_code == "fills" else \
+        f"backfill would start nothing there ({node.fill_code})"
+    lines = [f"node {node.node_id} ({node.state}): {verdict}",
+             f"  CPU: {node.cpus}; foreground {node.foreground_cpu_cores:.2f} cores in its last report = on-demand "
+             f"VMs {node.on_demand_cpu_cores:.2f} + the host's other load {node.host_other_cpu_cores:.2f}; predicted "
+             f"{node.predicted_foreground_cpu_cores:.2f}; P {node.potential_productivity:.2f}",
+             f"  allocated {node.allocated_vcpus}/{node.cpus} vCPUs, {node.allocated_memory_mib}/{node.memory_mib} "
+             f"MiB; {node.backfill_vms} backfill VMs; selected as a volunteer: {'yes' if node.selected else 'no'}"]
+    lines += [f"  - {reason}" for reason in node.fill_reasons]
+    return as_dict(node), "\n".join(lines), 0
 
 
 def lease_words(lease) -> tuple[str, str]:
@@ -672,7 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
         made = sub.add_parser(name, aliases=list(aliases), parents=parents, **kw)
         made.set_defaults(command=name)   # args.command is the command's own name, whichever was typed
         return made
-    command("nodes", ("node",), help="nodes, their state, allocation and potential productivity")
+    command("nodes", ("node",), help="nodes, their state, allocation, potential productivity and what the next "
+                                     "backfill fill would do with each")
+    explain = command("explain", help="why backfill fills a node or not, with the figures that decide it")
+    explain.add_argument("node", help="a node id (gleanctl nodes lists them)")
     vms = command("vms", ("vm",), help="VMs with role, node and age")
     vms.add_argument("--all", action="store_true", help="include ended leases")
     request = command("request", help="place an on-demand VM")
@@ -758,8 +792,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "vms": cmd_vms, "request": cmd_request, "cancel": cmd_cancel,
-                                 "release": cmd_release,
+COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "explain": cmd_explain, "vms": cmd_vms,
+                                 "request": cmd_request, "cancel": cmd_cancel, "release": cmd_release,
                                  "backfill": cmd_backfill, "reserve": cmd_reserve, "events": cmd_events,
                                  "status": cmd_status}
 
@@ -782,6 +816,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError, PkiError, OSError, ValueError) as exc:
         print(f"gleanctl: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except NotFound as exc:
+        print(f"gleanctl: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except grpc.RpcError as exc:
