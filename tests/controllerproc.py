@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ import grpc
 from controller.config import ControllerConfig, to_toml
 from gleaner_common.identity import Role
 from gleaner_common.pki import TlsFiles
+from gleaner_common.rpc import channel_to
 from protos import controller_pb2, controller_pb2_grpc
 from tests.agentproc import TEST_PREFIX, AgentProcess, LabEnv, ServiceProcess, free_port, wait_for, wait_for_console
 
@@ -150,3 +152,26 @@ def full_of_backfill(controller: ControllerProcess, agent: AgentProcess) -> list
     for lease in leases:
         wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
     return leases
+
+
+@contextmanager
+def reporting_node(controller: ControllerProcess, node_id: str, report: Callable[[], controller_pb2.NodeReport],
+                   every_s: float = 0.5) -> Iterator[None]:
+    """A node's report stream to `controller`, with the node's own certificate: `report()` twice a
+    second until the block ends, the node up before it starts (a stand-in node, no agent)."""
+    stop = threading.Event()
+
+    def reports():
+        while not stop.is_set():
+            yield report()
+            stop.wait(every_s)
+    stub = controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", controller.address,
+                                                         controller.env.pki.agent(node_id)))
+    stream = threading.Thread(target=lambda: stub.Report(reports()), daemon=True)
+    stream.start()
+    try:
+        wait_for(lambda: controller.node_state(node_id) == "up", 20, f"{node_id} to report")
+        yield
+    finally:
+        stop.set()
+        stream.join(10)

@@ -7,17 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from gleaner_common.identity import Role
 from gleaner_common.pki import ensure_lab_pki
-from gleaner_common.rpc import channel_to
-from protos import controller_pb2, controller_pb2_grpc
+from protos import controller_pb2
 from tests.agentproc import REPO, LabEnv, wait_for
-from tests.controllerproc import ControllerProcess
+from tests.controllerproc import ControllerProcess, reporting_node
 
 NODE = "busy-node"
 
@@ -28,25 +25,16 @@ def controller(tmp_path_factory):
     (root / "images").mkdir()
     env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
     controller = ControllerProcess(env, name="explain-ctl", settings=dict(prediction_window=2)).start()
-    stop = threading.Event()
-
-    def reports():   # a 2-CPU host that runs no VM, its own load taking both CPUs
-        while not stop.is_set():
-            yield controller_pb2.NodeReport(node_id=NODE, agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
-                                            images=["tiny"], min_memory_mib=32, foreground_cpu_cores=2.0,
-                                            sent_at=time.time(), agent_version="test")
-            stop.wait(0.5)
-    stub = controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", controller.address, env.pki.agent(NODE)))
-    stream = threading.Thread(target=lambda: stub.Report(reports()), daemon=True)
-    stream.start()
+    def report() -> controller_pb2.NodeReport:   # a 2-CPU host that runs no VM, its own load taking both CPUs
+        return controller_pb2.NodeReport(node_id=NODE, agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,
+                                         images=["tiny"], min_memory_mib=32, foreground_cpu_cores=2.0,
+                                         sent_at=time.time(), agent_version="test")
     try:
-        wait_for(lambda: controller.node_state(NODE) == "up", 20, "the node to report")
-        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, vcpus=1),
-                                      timeout=10)
-        yield controller
+        with reporting_node(controller, NODE, report):
+            controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(enabled=True, memory_mb=128, vcpus=1),
+                                          timeout=10)
+            yield controller
     finally:
-        stop.set()
-        stream.join(10)
         controller.stop()
 
 

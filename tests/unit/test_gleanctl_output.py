@@ -17,12 +17,11 @@ import time
 import pytest
 
 from gleaner_common.authz import DenyList, Limits
-from gleaner_common.identity import Role
 from gleaner_common.pki import ensure_lab_pki
-from gleaner_common.rpc import ServerSettings, channel_to, start_server
-from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+from gleaner_common.rpc import ServerSettings, start_server
+from protos import agent_pb2, agent_pb2_grpc, controller_pb2
 from tests.agentproc import REPO, LabEnv, wait_for
-from tests.controllerproc import ControllerProcess
+from tests.controllerproc import ControllerProcess, reporting_node
 
 NODE = "out-node"
 STOP_SECONDS = 1.5
@@ -73,23 +72,12 @@ def pool(tmp_path_factory):
                                          Limits(calls_per_identity=16, streams_per_identity=2, streams_total=4)),
                           agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name,
                           lambda s: agent_pb2_grpc.add_NodeAgentServicer_to_server(agent, s))
-    stop = threading.Event()
-
-    def reports():
-        while not stop.is_set():
-            yield agent.report(f"127.0.0.1:{server.port}")
-            stop.wait(0.5)
-    stub = controller_pb2_grpc.ControllerStub(channel_to(Role.CONTROLLER, "", controller.address, env.pki.agent(NODE)))
-    stream = threading.Thread(target=lambda: stub.Report(reports()), daemon=True)
-    stream.start()
     try:
-        wait_for(lambda: controller.node_state(NODE) == "up", 20, "the node to report")
-        controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
-            enabled=True, memory_mb=128, vcpus=1, interruption="terminate", grace_seconds=0), timeout=10)
-        yield controller, agent
+        with reporting_node(controller, NODE, lambda: agent.report(f"127.0.0.1:{server.port}")):
+            controller.stub().SetBackfill(controller_pb2.SetBackfillRequest(
+                enabled=True, memory_mb=128, vcpus=1, interruption="terminate", grace_seconds=0), timeout=10)
+            yield controller, agent
     finally:
-        stop.set()
-        stream.join(10)
         server.stop(grace=0)
         controller.stop()
 
