@@ -1,0 +1,369 @@
+"""Goal-driven sizing of a batch tenant's allocation, after RHIC (Zhang et al., "Harnessing residual
+resources for ... background workloads", sections 4.4-4.5 and 5.2-5.3): how many volunteer
+(residual, preemptible) vCPUs and how much dedicated (non-preemptible) capacity a tenant's job
+needs to meet its goal, re-evaluated each interval as the residual forecast and the job's
+progress change.
+
+RHIC's model (section 4.4), as used here:
+
+- the job's progress depends on the *aggregate* productivity it receives (Insight 3), not on
+  which nodes give it; so capacity is a number of vCPUs over time, volunteers plus dedicated;
+- the processing rate is measured (Eq. 5): R_proc = work completed / (elapsed x aggregate
+  productivity); here, progress units per vCPU-hour (progress_rate);
+- the time left is the work left over the predicted productivity times that rate (Eq. 6);
+  here the predicted residual capacity is a step function of time (residual_forecast), so the
+  time left is where the capacity's integral reaches the work left;
+- goals (section 4.4, "Goal Estimation"): a deadline (RHIC's score: estimated completion minus
+  the deadline; here the least dedicated capacity that brings it to or under 0), or least
+  monetary cost (the job's cost up to its estimated completion, at a price for dedicated and
+  one for volunteer capacity: RHIC's evaluation priced dedicated nodes at $1.00/h and
+  volunteers at $0.42/h, section 5.1). RHIC's energy goal is left out;
+- RHIC pads its estimate with the average task length to allow for stragglers; `padding_s`.
+
+Gleaner's differences: the dedicated capacity is the search variable (RHIC fixes its dedicated
+nodes and searches the volunteer count, evaluating every count, section 4.1 and 5.2); dedicated
+capacity never passes the tenant's own lower bound, and a deadline it cannot meet within it is
+reported "at risk" with the projected finish. RHIC's I/O saturation model (section 4.3) has no
+counterpart: Gleaner's volunteers carry their own disks.
+
+Pure: times are seconds on the caller's clock (now_s, deadline_s and the forecast share it); no
+clock, no I/O, no numpy.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gleaner_common import ids
+from gleaner_common.ids import InvalidField
+
+HOUR = 3600.0
+MAX_PROGRESS = 1e15            # a guest's progress figures: far past any real count, refused beyond
+MAX_WORK_VCPU_HOURS = 1e9
+MAX_PRICE = 1e9
+MAX_VCPUS = 1_000_000
+MAX_TIME_S = 1e12              # about 31,000 years of epoch seconds
+MAX_FORECAST_POINTS = 100_000
+MAX_RATE = 1e18
+GRID = 16                      # least cost: candidates per search pass (RHIC sampled every 2 of 36)
+
+
+def _number(value: object, low: float, high: float, field: str, unit: str = "") -> float:
+    """A finite number within [low, high], or InvalidField naming the field and the range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidField(field, f"{value!r} is not a number")
+    return float(ids.bounded(value, low, high, field, unit))   # NaN fails the range too
+
+
+# ------------------------------------------------------------------------------------ goals
+
+@dataclass(frozen=True)
+class Deadline:
+    """W vCPU-hours of work by the deadline D (RHIC's deadline goal). W also gives the job's rate
+    until progress has been measured: its progress total over W."""
+    work_vcpu_hours: float
+    deadline_s: float
+
+    def __post_init__(self) -> None:
+        _number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        _number(self.deadline_s, 0.0, MAX_TIME_S, "goal.deadline_s", "s")
+
+
+@dataclass(frozen=True)
+class LeastCost:
+    """The cheapest way to finish W vCPU-hours of work (RHIC's monetary goal): dedicated capacity
+    at its price, volunteers at theirs (0 when residual capacity is free to the tenant), and a
+    fixed cost for each hour the job runs whatever its size (RHIC's always-on dedicated nodes,
+    or anyone waiting for the result). Without one of a fixed cost or a volunteer price below
+    the dedicated one, the answer is plain: all volunteers, no dedicated capacity."""
+    price_per_dedicated_vcpu_hour: float
+    work_vcpu_hours: float
+    price_per_volunteer_vcpu_hour: float = 0.0
+    fixed_cost_per_hour: float = 0.0
+
+    def __post_init__(self) -> None:
+        dedicated = _number(self.price_per_dedicated_vcpu_hour, 0.0, MAX_PRICE, "goal.price_per_dedicated_vcpu_hour")
+        _number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        _number(self.price_per_volunteer_vcpu_hour, 0.0, dedicated, "goal.price_per_volunteer_vcpu_hour")
+        _number(self.fixed_cost_per_hour, 0.0, MAX_PRICE, "goal.fixed_cost_per_hour")
+
+
+Goal = Deadline | LeastCost
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A job's progress as its guests report it (`progress DONE TOTAL` on the work channel):
+    untrusted, so bounded: 0 <= done <= total, 0 < total <= MAX_PROGRESS."""
+    done: float
+    total: float
+
+    def __post_init__(self) -> None:
+        total = _number(self.total, 0.0, MAX_PROGRESS, "progress.total")
+        if total <= 0:
+            raise InvalidField("progress.total", f"{self.total} must be more than 0")
+        _number(self.done, 0.0, total, "progress.done")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """size_for_goal's answer: what to give the tenant this interval, and what it leads to.
+    `volunteer_vcpus` is for now (the forecast's value now, or less under a deadline that needs
+    less); `projected_finish_s` is math.inf when the job would never finish at this size; `cost`
+    is the projected cost under LeastCost, else None."""
+    volunteer_vcpus: int
+    dedicated_vcpus: int
+    projected_finish_s: float
+    on_track: bool
+    explain: str
+    cost: float | None = None
+
+
+# ------------------------------------------------------------------------- the progress rate
+
+def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None:
+    """The job's measured processing rate, RHIC's Eq. 5: progress made over the vCPU-hours that
+    made it, in progress units per vCPU-hour. `history` is (time_s, done, vcpus) samples, vcpus
+    being what the tenant held from that sample to the next. None when it cannot be measured
+    (fewer than two samples, or no vCPU-time between them). Progress that went backwards (a
+    guest restarted its count) counts as none: net progress, never below 0, so a guest that
+    oscillates cannot inflate its own rate."""
+    if len(history) > MAX_FORECAST_POINTS:
+        raise InvalidField("history", f"{len(history)} samples; at most {MAX_FORECAST_POINTS}")
+    samples = sorted(_sample(point, i) for i, point in enumerate(history))
+    if len(samples) < 2:
+        return None
+    vcpu_hours = sum(samples[i][2] * (samples[i + 1][0] - samples[i][0]) / HOUR for i in range(len(samples) - 1))
+    if vcpu_hours <= 0:
+        return None
+    return max(0.0, samples[-1][1] - samples[0][1]) / vcpu_hours
+
+
+def _sample(point: tuple[float, float, float], index: int) -> tuple[float, float, float]:
+    if not isinstance(point, (tuple, list)) or len(point) != 3:
+        raise InvalidField(f"history[{index}]", f"{point!r} is not (time_s, done, vcpus)")
+    return (_number(point[0], 0.0, MAX_TIME_S, f"history[{index}].time_s", "s"),
+            _number(point[1], 0.0, MAX_PROGRESS, f"history[{index}].done"),
+            _number(point[2], 0.0, MAX_VCPUS, f"history[{index}].vcpus", "vCPUs"))
+
+
+# --------------------------------------------------------------------------- the job's model
+
+@dataclass(frozen=True)
+class _Job:
+    """What the sizing searches over: the residual forecast as steps from now, the work left in
+    vCPU-hours, and the cap on the tenant's total vCPUs (its upper bound) if any."""
+    now_s: float
+    steps: tuple[tuple[float, float], ...]   # (from_s, residual vCPUs), the first from now_s
+    work_left: float                         # vCPU-hours (Eq. 6's J_remaining / R_proc)
+    upper: float
+
+    def run(self, dedicated: float, cap: float = math.inf) -> tuple[float, float]:
+        """(finish_s, volunteer vCPU-hours used) with `dedicated` vCPUs throughout and volunteers
+        up to `cap` of the residual at each step (Eq. 6 over a step function)."""
+        left, used = self.work_left, 0.0
+        if left <= 0:
+            return self.now_s, 0.0
+        if math.isinf(left):   # no progress measured at any rate: it never finishes
+            return math.inf, math.inf
+        dedicated = min(dedicated, self.upper)
+        for i, (start, residual) in enumerate(self.steps):
+            end = self.steps[i + 1][0] if i + 1 < len(self.steps) else math.inf
+            volunteers = max(0.0, min(cap, residual, self.upper - dedicated))
+            rate = dedicated + volunteers
+            if rate <= 0:
+                continue
+            hours = (end - start) / HOUR
+            if left <= rate * hours:
+                return start + left / rate * HOUR, used + volunteers * left / rate
+            left -= rate * hours
+            used += volunteers * hours
+        return math.inf, used
+
+    def residual_now(self) -> float:
+        return self.steps[0][1]
+
+    def most_residual(self) -> float:
+        return max(residual for _, residual in self.steps)
+
+
+def _steps(forecast: Sequence[tuple[float, float]], now_s: float) -> tuple[tuple[float, float], ...]:
+    """The forecast as steps from now: the value in effect now (the last point at or before now,
+    or the first point if all are later: a forecast is read as starting now), then every later
+    point. An empty forecast is no residual capacity."""
+    if len(forecast) > MAX_FORECAST_POINTS:
+        raise InvalidField("residual_forecast", f"{len(forecast)} points; at most {MAX_FORECAST_POINTS}")
+    points = sorted(_point(point, i) for i, point in enumerate(forecast))
+    if not points:
+        return ((now_s, 0.0),)
+    current = [value for time, value in points if time <= now_s]
+    steps = [(now_s, current[-1] if current else points[0][1])]
+    steps += [(time, value) for time, value in points if time > now_s]
+    return tuple(steps)
+
+
+def _point(point: tuple[float, float], index: int) -> tuple[float, float]:
+    if not isinstance(point, (tuple, list)) or len(point) != 2:
+        raise InvalidField(f"residual_forecast[{index}]", f"{point!r} is not (time_s, vcpus)")
+    return (_number(point[0], 0.0, MAX_TIME_S, f"residual_forecast[{index}].time_s", "s"),
+            _number(point[1], 0.0, MAX_VCPUS, f"residual_forecast[{index}].vcpus", "vCPUs"))
+
+
+# ------------------------------------------------------------------------------- the sizing
+
+def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecast: Sequence[tuple[float, float]],
+                  rate_per_vcpu: float | None, lower_bound_vcpus: int, *, upper_bound_vcpus: int | None = None,
+                  padding_s: float = 0.0) -> Sizing:
+    """The tenant's allocation for this interval (RHIC, section 4.4): for a Deadline, the least
+    dedicated vCPUs (0 if volunteers alone do it, and then the fewest volunteers, as RHIC hugs
+    its deadlines rather than waste residual capacity, section 5.3) that finish by the deadline
+    less `padding_s`; for LeastCost, the cheapest dedicated capacity beside all the residual.
+    Dedicated capacity never passes `lower_bound_vcpus` (the tenant's own lower bound); a
+    deadline not met within it is at risk, with the projected finish at the bound.
+    `rate_per_vcpu` is progress_rate's figure (None: not measured yet, the goal's work W stands
+    in: progress total over W); `upper_bound_vcpus` caps volunteers and dedicated together."""
+    job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, lower_bound_vcpus, upper_bound_vcpus)
+    if job.work_left <= 0:
+        return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None)
+    if isinstance(goal, Deadline):
+        padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
+        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus)
+    if isinstance(goal, LeastCost):
+        return _for_least_cost(job, goal, lower_bound_vcpus)
+    raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
+
+
+def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[float, float]],
+         rate: float | None, lower: int, upper: int | None) -> _Job:
+    """The inputs checked and turned into the job's model."""
+    if not isinstance(progress, Progress):
+        raise InvalidField("progress", f"{progress!r} is not a Progress")
+    _number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
+    for value, field in ((lower, "lower_bound_vcpus"), (upper, "upper_bound_vcpus")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
+        if value is not None:
+            ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
+    if rate is None:
+        work = getattr(goal, "work_vcpu_hours", None)
+        if work is None:
+            raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
+        rate = progress.total / work
+    rate = _number(rate, 0.0, MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
+    left = progress.total - progress.done
+    work_left = 0.0 if left <= 0 else (left / rate if rate > 0 else math.inf)
+    return _Job(float(now_s), _steps(forecast, float(now_s)), work_left,
+                math.inf if upper is None else float(upper))
+
+
+def _least(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
+    """The least integer in [low, high] for which the monotone test `ok` holds, or None."""
+    if not ok(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if ok(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _for_deadline(job: _Job, deadline: float, lower: int) -> Sizing:
+    """Deadline: volunteers alone if they can (the fewest), else the least dedicated capacity."""
+    finish, _ = job.run(0)
+    if finish <= deadline:
+        cap = _least(0, math.ceil(job.most_residual()), lambda k: job.run(0, k)[0] <= deadline)
+        assert cap is not None   # the largest cap is all the residual, which met it
+        finish, _ = job.run(0, cap)
+        volunteers = _whole(min(cap, job.residual_now(), job.upper))
+        return Sizing(volunteers, 0, finish, True,
+                      f"met by volunteers alone: {volunteers} vCPUs now (at most {cap} of the residual), "
+                      f"finishing {deadline - finish:.0f} s before the deadline")
+    dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
+    at_risk = dedicated is None
+    dedicated = lower if at_risk else dedicated
+    finish, _ = job.run(dedicated)
+    volunteers = _whole(max(0.0, min(job.residual_now(), job.upper - dedicated)))
+    if at_risk:
+        when = "never finishes" if math.isinf(finish) else f"finishes {finish - deadline:.0f} s after the deadline"
+        return Sizing(volunteers, dedicated, finish, False,
+                      f"at risk: with all {dedicated} dedicated vCPUs of its lower bound and all the residual, "
+                      f"it {when}")
+    return Sizing(volunteers, dedicated, finish, True,
+                  f"needs {dedicated} dedicated vCPUs beside all the residual ({volunteers} vCPUs now), "
+                  f"finishing {deadline - finish:.0f} s before the deadline")
+
+
+def _whole(vcpus: float) -> int:
+    """Whole vCPUs that can host VMs now: a fraction of a predicted vCPU cannot."""
+    return int(math.floor(vcpus + 1e-9))
+
+
+def _job_cost(job: _Job, goal: LeastCost, dedicated: int) -> float:
+    """The job's cost to completion with `dedicated` vCPUs and all the residual (RHIC's monetary
+    score, section 4.4): fixed cost per hour and dedicated capacity for its whole run, plus the
+    volunteer vCPU-hours it uses; math.inf if it never finishes."""
+    finish, volunteer_hours = job.run(dedicated)
+    if math.isinf(finish):
+        return math.inf
+    hours = (finish - job.now_s) / HOUR
+    return (goal.fixed_cost_per_hour * hours + goal.price_per_dedicated_vcpu_hour * min(dedicated, job.upper) * hours
+            + goal.price_per_volunteer_vcpu_hour * volunteer_hours)
+
+
+def _cheapest(job: _Job, goal: LeastCost, lower: int) -> int:
+    """The dedicated vCPUs in 0..lower of least job_cost, by a coarse-to-fine search: GRID + 1
+    evenly spaced candidates, then the same around the best until the step is one vCPU. Not
+    exhaustive (RHIC evaluates every volunteer count, but its range is 37; a lower bound may be
+    thousands of vCPUs); its cost is checked against an exhaustive search in the tests."""
+    low, high, best = 0, lower, 0
+    while True:
+        step = max(1, math.ceil((high - low) / GRID))
+        candidates = sorted({*range(low, high + 1, step), high, best})
+        best = min(candidates, key=lambda d: (_job_cost(job, goal, d), d))
+        if step == 1:
+            return best
+        low, high = max(0, best - step), min(lower, best + step)
+
+
+def _for_least_cost(job: _Job, goal: LeastCost, lower: int) -> Sizing:
+    """LeastCost: the cheapest dedicated capacity beside all the residual."""
+    dedicated = _cheapest(job, goal, lower)
+    if math.isinf(_job_cost(job, goal, dedicated)):
+        dedicated = lower   # nothing finishes it: do the most the bound allows
+    finish, _ = job.run(dedicated)
+    cost = _job_cost(job, goal, dedicated)
+    volunteers = _whole(max(0.0, min(job.residual_now(), job.upper - dedicated)))
+    if math.isinf(finish):
+        return Sizing(volunteers, dedicated, finish, False,
+                      f"at risk: never finishes, even with all {dedicated} dedicated vCPUs of its lower bound", None)
+    return Sizing(volunteers, dedicated, finish, True,
+                  f"least cost {cost:.2f}: {dedicated} dedicated vCPUs beside all the residual ({volunteers} vCPUs "
+                  f"now), finishing at {finish:.0f} s", cost)
+
+
+# ------------------------------------------------------------------------------ projections
+
+@dataclass(frozen=True)
+class Projection:
+    """Where a given allocation leads: the finish (math.inf: never), and under LeastCost its cost."""
+    finish_s: float
+    cost: float | None
+
+
+def project(goal: Goal, progress: Progress, now_s: float, residual_forecast: Sequence[tuple[float, float]],
+            rate_per_vcpu: float | None, dedicated_vcpus: int, *, volunteer_cap: float = math.inf,
+            upper_bound_vcpus: int | None = None) -> Projection:
+    """The finish (Eq. 6) and cost (section 4.4's monetary score) of one allocation: dedicated_vcpus
+    throughout, volunteers up to volunteer_cap of the residual. For a bench's hindsight (the
+    forecast being what the residual turned out to be) and for the exhaustive check in the tests."""
+    job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, dedicated_vcpus, upper_bound_vcpus)
+    cap = _number(volunteer_cap, 0.0, math.inf, "volunteer_cap", "vCPUs")
+    finish, _ = job.run(dedicated_vcpus, cap)
+    if isinstance(goal, LeastCost):
+        if math.isinf(cap):
+            return Projection(finish, _job_cost(job, goal, dedicated_vcpus))
+        raise InvalidField("volunteer_cap", "a least-cost projection takes all the residual (no cap)")
+    return Projection(finish, None)

@@ -1,0 +1,200 @@
+"""RHIC's goal-driven sizing (controller/core/goals.py), worked by hand from section 4.4: the rate
+(Eq. 5), the finish (Eq. 6 over a step forecast), a deadline met by volunteers alone, one that
+needs dedicated capacity, one impossible within the lower bound, and least cost; with the
+checks of untrusted progress and of every input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, size_for_goal)
+from gleaner_common.ids import InvalidField
+
+H = 3600.0
+FRESH = Progress(0, 400)   # with no measured rate, the goal's W stands in: 400 units over W vCPU-hours
+
+
+# ----------------------------------------------------------------------------------- deadline
+
+def test_a_deadline_met_by_volunteers_alone_takes_the_fewest():
+    # W = 40 vCPU-hours, 8 residual vCPUs would finish in 5 h; a 10 h deadline needs only 4
+    sizing = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 8.0)], None, 8)
+    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus) == (4, 0)
+    assert sizing.projected_finish_s == pytest.approx(10 * H) and sizing.on_track
+    assert "volunteers alone" in sizing.explain
+
+
+def test_a_deadline_that_needs_dedicated_capacity_gets_the_least():
+    # W = 100; the residual gives 10 vCPUs for 5 h (50 vCPU-hours), then none: the other 50 over
+    # the 10 h to the deadline need 5 dedicated vCPUs
+    forecast = [(0.0, 10.0), (5 * H, 0.0)]
+    sizing = size_for_goal(Deadline(100, 10 * H), FRESH, 0.0, forecast, None, 8)
+    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus) == (10, 5)
+    assert sizing.projected_finish_s == pytest.approx(10 * H) and sizing.on_track
+    assert "5 dedicated vCPUs" in sizing.explain
+
+
+def test_a_deadline_impossible_within_the_lower_bound_is_at_risk_with_the_finish():
+    # as above with a lower bound of 3: 13 x 5 = 65 in 5 h, the other 35 at 3 vCPUs take 11.67 h
+    forecast = [(0.0, 10.0), (5 * H, 0.0)]
+    sizing = size_for_goal(Deadline(100, 10 * H), FRESH, 0.0, forecast, None, 3)
+    assert sizing.dedicated_vcpus == 3 and not sizing.on_track
+    assert sizing.projected_finish_s == pytest.approx(5 * H + 35 / 3 * H)
+    assert "at risk" in sizing.explain and "24000 s after the deadline" in sizing.explain
+
+
+def test_no_residual_and_no_lower_bound_never_finishes():
+    sizing = size_for_goal(Deadline(10, H), FRESH, 0.0, [], None, 0)
+    assert sizing.projected_finish_s == math.inf and not sizing.on_track and "never finishes" in sizing.explain
+
+
+def test_the_measured_rate_replaces_the_goals_estimate_and_only_the_work_left_counts():
+    # half done; 20 units per vCPU-hour measured: 200 units left are 10 vCPU-hours; 2 vCPUs take 5 h
+    half = Progress(200, 400)
+    assert project(Deadline(40, 100 * H), half, 1000.0, [(0.0, 2.0)], 20.0, 0).finish_s == pytest.approx(1000.0 + 5 * H)
+    # a deadline 100 h away: 1 volunteer vCPU does it in 10 h (the goal's W would have said 20 vCPU-hours)
+    sizing = size_for_goal(Deadline(40, 100 * H), half, 1000.0, [(0.0, 2.0)], 20.0, 0)
+    assert sizing.volunteer_vcpus == 1 and sizing.projected_finish_s == pytest.approx(1000.0 + 10 * H)
+
+
+def test_padding_moves_the_deadline_earlier():
+    forecast = [(0.0, 10.0), (5 * H, 0.0)]
+    padded = size_for_goal(Deadline(100, 10 * H), FRESH, 0.0, forecast, None, 16, padding_s=H)
+    # 50 vCPU-hours over 9 h: 6 dedicated vCPUs (5.56 rounded up)
+    assert padded.dedicated_vcpus == 6 and padded.projected_finish_s < 9 * H
+
+
+def test_the_forecast_is_read_from_now():
+    # points before now: the last one is in effect now; the job starts at 2 h with 4 vCPUs left
+    forecast = [(0.0, 100.0), (H, 4.0), (3 * H, 8.0)]
+    # 4 vCPUs for 1 h (4), then 8 for 1 h (8): done at 4 h, wanting every vCPU the forecast has
+    sizing = size_for_goal(Deadline(12, 4 * H), FRESH, 2 * H, forecast, None, 0)
+    assert sizing.volunteer_vcpus == 4 and sizing.projected_finish_s == pytest.approx(4 * H)
+
+
+def test_the_upper_bound_caps_volunteers_and_dedicated_together():
+    sizing = size_for_goal(Deadline(60, 10 * H), FRESH, 0.0, [(0.0, 10.0)], None, 4, upper_bound_vcpus=6)
+    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus) == (6, 0)   # 6 x 10 h = 60
+    sizing = size_for_goal(Deadline(60, 5 * H), FRESH, 0.0, [(0.0, 10.0)], None, 4, upper_bound_vcpus=6)
+    assert not sizing.on_track and sizing.volunteer_vcpus + sizing.dedicated_vcpus <= 6
+
+
+def test_a_finished_job_needs_nothing():
+    sizing = size_for_goal(Deadline(40, H), Progress(400, 400), 5 * H, [(0.0, 8.0)], None, 8)
+    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus, sizing.on_track) == (0, 0, True)
+
+
+# --------------------------------------------------------------------------------- least cost
+
+def test_least_cost_with_free_volunteers_and_no_fixed_cost_buys_nothing():
+    sizing = size_for_goal(LeastCost(1.0, 100), FRESH, 0.0, [(0.0, 4.0)], None, 64)
+    assert sizing.dedicated_vcpus == 0 and sizing.cost == pytest.approx(0.0)
+    assert sizing.projected_finish_s == pytest.approx(25 * H)
+
+
+@pytest.mark.parametrize("fixed, dedicated, cost", [
+    (2.0, 0, 50.0),      # (F + d) x 100 / (4 + d) rises with d when F < 4: 2 x 25 h
+    (10.0, 16, 130.0),   # and falls when F > 4: (10 + 16) x 5 h
+])
+def test_least_cost_weighs_the_fixed_cost_of_time_against_dedicated_capacity(fixed, dedicated, cost):
+    sizing = size_for_goal(LeastCost(1.0, 100, 0.0, fixed), FRESH, 0.0, [(0.0, 4.0)], None, 16)
+    assert sizing.dedicated_vcpus == dedicated and sizing.cost == pytest.approx(cost) and sizing.on_track
+
+
+def test_least_cost_finds_an_optimum_inside_the_range():
+    # 10 residual vCPUs for 2 h, then none; W = 40, F = 1/h, dedicated $1 per vCPU-hour.
+    # d <= 10: finish 20/d h, cost 20/d + 20; d >= 10: finish 40/(10+d) h, cost (1+d) 40/(10+d).
+    # Least at d = 10: 2 h, cost 22 (d = 9: 22.22; d = 11: 22.86)
+    sizing = size_for_goal(LeastCost(1.0, 40, 0.0, 1.0), Progress(0, 40), 0.0, [(0.0, 10.0), (2 * H, 0.0)],
+                           None, 64)
+    assert sizing.dedicated_vcpus == 10 and sizing.cost == pytest.approx(22.0)
+    assert sizing.projected_finish_s == pytest.approx(2 * H)
+
+
+def test_least_cost_counts_volunteer_hours_at_their_price():
+    # RHIC's prices: $1.00 dedicated, $0.42 volunteer; all 100 vCPU-hours on volunteers: $42
+    sizing = size_for_goal(LeastCost(1.0, 100, 0.42), FRESH, 0.0, [(0.0, 4.0)], None, 8)
+    assert sizing.dedicated_vcpus == 0 and sizing.cost == pytest.approx(42.0)
+
+
+def test_least_cost_that_never_finishes_is_at_risk_at_the_bound():
+    sizing = size_for_goal(LeastCost(1.0, 100), FRESH, 0.0, [], 0.0, 12)
+    assert sizing.dedicated_vcpus == 12 and not sizing.on_track and sizing.projected_finish_s == math.inf
+
+
+def test_project_gives_one_allocations_finish_and_cost():
+    forecast = [(0.0, 10.0), (2 * H, 0.0)]
+    assert project(LeastCost(1.0, 40, 0.0, 1.0), Progress(0, 40), 0.0, forecast, None, 5).cost == \
+        pytest.approx(24.0)   # 20/5 = 4 h: 4 + 5 x 4
+    assert project(Deadline(40, H), Progress(0, 40), 0.0, forecast, None, 0, volunteer_cap=5).finish_s == \
+        math.inf   # 5 vCPUs for 2 h: 10 of 40, then nothing
+
+
+# ------------------------------------------------------------------------------ progress rate
+
+def test_progress_rate_is_progress_over_the_vcpu_hours_that_made_it():
+    # 4 vCPUs for 1 h, 2 vCPUs for 1 h: 6 vCPU-hours made 60 units
+    assert progress_rate([(0, 0, 4), (H, 40, 2), (2 * H, 60, 9)]) == pytest.approx(10.0)
+    assert progress_rate([(2 * H, 60, 9), (0, 0, 4), (H, 40, 2)]) == pytest.approx(10.0)   # any order
+
+
+@pytest.mark.parametrize("history", [[], [(0, 5, 4)], [(0, 0, 0), (H, 10, 0)], [(H, 0, 4), (H, 10, 4)]])
+def test_progress_rate_is_none_when_it_cannot_be_measured(history):
+    assert progress_rate(history) is None
+
+
+def test_progress_that_went_backwards_is_no_progress():
+    assert progress_rate([(0, 50, 4), (H, 10, 4)]) == 0.0
+    assert progress_rate([(0, 0, 1), (H, 100, 1), (2 * H, 0, 1), (3 * H, 100, 1)]) == pytest.approx(100 / 3)
+
+
+@pytest.mark.parametrize("history, field", [
+    ([(0, 0, 4), (H, 1e16, 4)], "history[1].done"), ([(0, 0, -1), (H, 1, 4)], "history[0].vcpus"),
+    ([(float("nan"), 0, 4)], "history[0].time_s"), ([(0, 0)], "history[0]"),
+])
+def test_bad_history_is_refused_naming_the_sample(history, field):
+    with pytest.raises(InvalidField) as caught:
+        progress_rate(history)
+    assert caught.value.field == field
+
+
+# ---------------------------------------------------------------------------- untrusted input
+
+@pytest.mark.parametrize("done, total, field", [
+    (5, 4, "progress.done"), (-1, 4, "progress.done"), (0, 0, "progress.total"), (0, -3, "progress.total"),
+    (0, float("nan"), "progress.total"), (float("inf"), 4, "progress.done"), (0, 1e16, "progress.total"),
+    ("1", 4, "progress.done"),
+])
+def test_bad_progress_is_refused_naming_the_field(done, total, field):
+    with pytest.raises(InvalidField) as caught:
+        Progress(done, total)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: Deadline(0, 10), "goal.work_vcpu_hours"), (lambda: Deadline(1, float("inf")), "goal.deadline_s"),
+    (lambda: LeastCost(-1, 10), "goal.price_per_dedicated_vcpu_hour"),
+    (lambda: LeastCost(1.0, 10, 2.0), "goal.price_per_volunteer_vcpu_hour"),
+    (lambda: LeastCost(1.0, 10, 0.0, float("nan")), "goal.fixed_cost_per_hour"),
+])
+def test_bad_goals_are_refused_naming_the_field(make, field):
+    with pytest.raises(InvalidField) as caught:
+        make()
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"residual_forecast": [(0, -1)]}, "residual_forecast[0].vcpus"),
+    ({"residual_forecast": [(0, 1), (1,)]}, "residual_forecast[1]"),
+    ({"rate_per_vcpu": -1.0}, "rate_per_vcpu"), ({"lower_bound_vcpus": 2.5}, "lower_bound_vcpus"),
+    ({"lower_bound_vcpus": -1}, "lower_bound_vcpus"), ({"now_s": float("nan")}, "now_s"),
+    ({"upper_bound_vcpus": True}, "upper_bound_vcpus"), ({"padding_s": -5}, "padding_s"),
+    ({"goal": "fast"}, "goal"), ({"progress": (0, 1)}, "progress"),
+])
+def test_bad_sizing_inputs_are_refused_naming_the_field(kwargs, field):
+    args = {"goal": Deadline(10, H), "progress": FRESH, "now_s": 0.0, "residual_forecast": [(0.0, 4.0)],
+            "rate_per_vcpu": None, "lower_bound_vcpus": 4, **kwargs}
+    with pytest.raises(InvalidField) as caught:
+        size_for_goal(**args)
+    assert caught.value.field == field
