@@ -626,10 +626,10 @@ def cmd_status(stub, args):
         f" backfill {s.backfill_cpu_cores:.2f} cores ({share(s.backfill_cpu_cores, s.cpus)})",
         f"backfill   {'enabled' if s.backfill_enabled else 'disabled'}; {s.preemptions} preemptions,"
         f" {s.rejections} rejected requests so far",
+    ] + ([   # a previous release's controller has no tenants (and sends RBT 0): no line then
         f"tenants    {s.tenants_on_demand} on-demand, {s.tenants_batch} batch; upper bounds book"
         f" {s.tenants_upper_vcpus}/{s.cpus * s.tenants_rbt:g} vCPUs, {s.tenants_upper_memory_mib}/"
-        f"{s.memory_mib * s.tenants_rbt:g} MiB (capacity x RBT {s.tenants_rbt:g})",
-    ])
+        f"{s.memory_mib * s.tenants_rbt:g} MiB (capacity x RBT {s.tenants_rbt:g})"] if s.tenants_rbt else []))
     return as_dict(s), text, 0
 
 
