@@ -14,6 +14,7 @@ from gleaner_common.config import with_overrides as _with_overrides
 from .checks import MAX_NODE_CPUS
 from .core.records import LedgerSettings
 from .intake import IntakeSettings
+from .tenants import RBT_RANGE, URR_RANGE
 from .core.reserve_settings import ReserveError, ReserveSettings
 
 
@@ -52,6 +53,8 @@ class ControllerConfig:
     metrics_listen: str = "127.0.0.1:9478"   # [metrics]: the Prometheus endpoint ("" turns it off)
     metrics_tls: bool = False                # ... over HTTPS with the controller's certificate
     reserves: ReserveSettings = field(default_factory=ReserveSettings)   # [reserves]: Balancer's reserves
+    tenants_rbt: float = 1.0              # [tenants]: PhoenixCloud's booking threshold (controller/tenants.py)
+    tenants_urr: float = 1.0              # ... and usage reference; the paper's baseline is 1 and 1
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
@@ -92,6 +95,7 @@ _SCHEMA: dict[str, dict[str, tuple]] = {
     "retention": {"days": ("retention_days", float, (1, 36500))},
     "record": {"path": ("record_path", Path), "max_mib": ("record_max_mib", int, (1, 1_048_576))},
     "metrics": {"listen": ("metrics_listen", str), "tls": ("metrics_tls", bool)},
+    "tenants": {"rbt": ("tenants_rbt", float, RBT_RANGE), "urr": ("tenants_urr", float, URR_RANGE)},
 }
 NUMBER_KEYS = number_keys(_SCHEMA)
 

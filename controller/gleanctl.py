@@ -38,6 +38,7 @@ from protos import controller_pb2, controller_pb2_grpc
 from protos.words import LEASE_STATE, VM_ROLE, from_wire
 
 from . import checks, pkicmd
+from . import tenants as tenancy
 from .checks import parse_backfill_setting
 from .core.records import INTERRUPTIONS, BackfillConfig, Policy
 
@@ -161,6 +162,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             checks.hint_label(args.label)
     elif args.command == "events":
         event_kind(args.kind)
+    elif args.command == "tenant":
+        tenant_arguments(args)
 
 
 def stub_for(target: Target) -> controller_pb2_grpc.ControllerStub:
@@ -525,7 +528,7 @@ EVENT_KINDS = (
     "node.joined", "node.up", "node.rejoined", "node.suspect", "node.down", "node.redriven",
     "selection.swap", "backfill.configured",
     "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
-    "report.refused", "rpc.denied")
+    "report.refused", "rpc.denied", "tenant.created", "tenant.changed", "tenant.deleted")
 
 
 def event_kind(kind: str) -> str:
@@ -623,8 +626,94 @@ def cmd_status(stub, args):
         f" backfill {s.backfill_cpu_cores:.2f} cores ({share(s.backfill_cpu_cores, s.cpus)})",
         f"backfill   {'enabled' if s.backfill_enabled else 'disabled'}; {s.preemptions} preemptions,"
         f" {s.rejections} rejected requests so far",
-    ])
+    ] + ([   # a previous release's controller has no tenants (and sends RBT 0): no line then
+        f"tenants    {s.tenants_on_demand} on-demand, {s.tenants_batch} batch; upper bounds book"
+        f" {s.tenants_upper_vcpus}/{s.cpus * s.tenants_rbt:g} vCPUs, {s.tenants_upper_memory_mib}/"
+        f"{s.memory_mib * s.tenants_rbt:g} MiB (capacity x RBT {s.tenants_rbt:g})"] if s.tenants_rbt else []))
     return as_dict(s), text, 0
+
+
+TENANT_USAGE = ("usage: gleanctl tenant show [NAME]\n"
+                "       gleanctl tenant create NAME --kind on-demand|batch [--lower CPUS,MIB] --upper CPUS,MIB\n"
+                "       gleanctl tenant set NAME [--lower CPUS,MIB] [--upper CPUS,MIB]\n"
+                "       gleanctl tenant delete NAME [--drain]")
+
+
+def tenant_arguments(args) -> None:
+    """`tenant ...`'s name and sizes, checked by the controller's own rules (controller/tenants.py)
+    before any call: InvalidField names the field. The sizes land on args.lower_size, upper_size."""
+    if args.name is not None or args.action != "show":
+        tenancy.name(args.name or "", "name")
+    built_in = args.name in tenancy.BUILT_IN_TENANTS
+    args.lower_size = tenancy.parse_size(args.lower, "lower") if getattr(args, "lower", None) is not None else None
+    args.upper_size = tenancy.parse_size(args.upper, "upper", allow_unbounded=built_in) \
+        if getattr(args, "upper", None) is not None else None
+    if args.action == "create":
+        tenancy.checked(args.name, args.kind, args.lower_size or tenancy.ZERO, args.upper_size)
+    elif args.action == "set":
+        if args.lower_size is None and args.upper_size is None:
+            raise UsageError(f"tenant set {args.name} needs --lower CPUS,MIB or --upper CPUS,MIB\n{TENANT_USAGE}")
+        if args.lower_size is not None and args.upper_size is not None:
+            tenancy.bounds(args.name, args.lower_size, args.upper_size)
+
+
+def size_text(vcpus: int, memory_mib: int, unbounded_if_zero: bool = False) -> str:
+    return "unbounded" if unbounded_if_zero and not vcpus and not memory_mib else f"{vcpus},{memory_mib}"
+
+
+def tenants_text(reply) -> str:
+    """The tenants as a table, then the pool's figures admission books against."""
+    rows = [[t.name, t.kind.replace("_", "-"), size_text(t.lower_vcpus, t.lower_memory_mib),
+             size_text(t.upper_vcpus, t.upper_memory_mib, True), size_text(t.used_vcpus, t.used_memory_mib),
+             len(t.lease_ids), "yes" if t.built_in else "",
+             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t.created_at))] for t in reply.tenants]
+    text = table(rows, ["NAME", "KIND", "LOWER(VCPUS,MIB)", "UPPER(VCPUS,MIB)", "USED(VCPUS,MIB)", "VMS",
+                        "BUILT_IN", "CREATED"])
+    booked = [t for t in reply.tenants if t.upper_vcpus or t.upper_memory_mib]
+    vcpus, mib = sum(t.upper_vcpus for t in booked), sum(t.upper_memory_mib for t in booked)
+    return (f"{text}\npool: {reply.capacity_vcpus} vCPUs, {reply.capacity_memory_mib} MiB up; the bounded upper "
+            f"bounds book {vcpus} vCPUs, {mib} MiB of capacity x RBT {reply.rbt:g}; URR {reply.urr:g}")
+
+
+def tenant_detail(tenant) -> str:
+    """One tenant's lines under the table: its VMs, and a batch tenant's backfill settings and goal."""
+    lines = [f"  VM {lease_id}" for lease_id in tenant.lease_ids]
+    if tenant.kind == "batch":
+        lines.append(f"  backfill settings: {tenant.backfill_json or 'the pool-wide ones (gleanctl backfill show)'}")
+        lines.append(f"  goal: {tenant.goal_json or 'none'}")
+    return "".join(f"\n{line}" for line in lines)
+
+
+def cmd_tenant(stub, args):
+    """`tenant show [NAME]`, `create`, `set`, `delete [--drain]` (admins change, people read)."""
+    if args.action == "show":
+        reply = stub.ListTenants(controller_pb2.ListTenantsRequest(name=args.name or ""), timeout=args.timeout)
+        text = tenants_text(reply)
+        if args.name:
+            text += tenant_detail(reply.tenants[0])
+        return as_dict(reply), text, 0
+    if args.action == "create":
+        lower, upper = args.lower_size or tenancy.ZERO, args.upper_size
+        reply = stub.CreateTenant(controller_pb2.CreateTenantRequest(
+            name=args.name, kind=tenancy.kind(args.kind), lower_vcpus=lower.vcpus, lower_memory_mib=lower.memory_mib,
+            upper_vcpus=upper.vcpus, upper_memory_mib=upper.memory_mib), timeout=args.timeout)
+        verb = "created"
+    elif args.action == "set":
+        changes = {}
+        for which, size in (("lower", args.lower_size), ("upper", args.upper_size)):
+            if size is not None:
+                changes.update({f"{which}_vcpus": size.vcpus, f"{which}_memory_mib": size.memory_mib})
+        reply = stub.SetTenant(controller_pb2.SetTenantRequest(name=args.name, **changes), timeout=args.timeout)
+        verb = "set"
+    else:
+        done = stub.DeleteTenant(controller_pb2.DeleteTenantRequest(name=args.name, drain=args.drain),
+                                 timeout=args.timeout)
+        drained = f" after releasing {', '.join(done.released)}" if done.released else ""
+        return as_dict(done), f"deleted tenant {done.tenant.name}{drained}", 0
+    text = (f"{verb} tenant {reply.name} ({reply.kind.replace('_', '-')}): lower "
+            f"{size_text(reply.lower_vcpus, reply.lower_memory_mib)}, upper "
+            f"{size_text(reply.upper_vcpus, reply.upper_memory_mib, True)} (vCPUs,MiB)")
+    return as_dict(reply), text, 0
 
 
 MAX_TIMEOUT_SECONDS = 86400.0
@@ -747,7 +836,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(an unknown one is an error listing them)")
     events.add_argument("-f", "--follow", action="store_true",
                         help="then print new events as they are written, until Ctrl-C")
-    command("status", help="pool utilization: allocated and used, foreground versus backfill")
+    command("status", help="pool utilization: allocated and used, foreground versus backfill; tenants")
+    add_tenant_parser(command("tenant", ("tenants",), help="tenants and their lower and upper bounds: show, "
+                                                           "create, set, delete"), parents)
     pkicmd.add_parser(sub, [global_flags(output_only=True)])
     return parser
 
@@ -761,6 +852,25 @@ def add_backfill_parser(backfill: argparse.ArgumentParser, parents: list) -> Non
         action = actions.add_parser(name, parents=parents, help=text, epilog=backfill_keys_help(),
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         action.add_argument("settings", nargs="+" if name == "set" else "*", metavar="KEY=VALUE")
+
+
+def add_tenant_parser(tenant: argparse.ArgumentParser, parents: list) -> None:
+    actions = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = actions.add_parser("show", parents=parents, help="every tenant, or one, with its bounds and use")
+    show.add_argument("name", nargs="?")
+    sizes = "CPUS,MIB: whole numbers, e.g. 4,8192"
+    create = actions.add_parser("create", parents=parents, help="a new tenant, admitted if the pool can book it")
+    create.add_argument("name", help="the owner name its on-demand VMs are requested under")
+    create.add_argument("--kind", required=True, choices=("on-demand", "batch"))
+    create.add_argument("--lower", default="0,0", help=f"guaranteed capacity ({sizes}; default 0,0)")
+    create.add_argument("--upper", required=True, help=f"the most it may use ({sizes}, at least 1,1)")
+    set_ = actions.add_parser("set", parents=parents, help="change a tenant's bounds (the built-in ones' too)")
+    set_.add_argument("name")
+    set_.add_argument("--lower", help=sizes)
+    set_.add_argument("--upper", help=f"{sizes}; `unbounded` for the built-in default and backfill")
+    delete = actions.add_parser("delete", parents=parents, help="delete a tenant without live VMs")
+    delete.add_argument("name")
+    delete.add_argument("--drain", action="store_true", help="release its live VMs first, then delete it")
 
 
 def backfill_keys_help() -> str:
@@ -795,7 +905,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 COMMANDS: dict[str, Callable] = {"nodes": cmd_nodes, "explain": cmd_explain, "vms": cmd_vms,
                                  "request": cmd_request, "cancel": cmd_cancel, "release": cmd_release,
                                  "backfill": cmd_backfill, "reserve": cmd_reserve, "events": cmd_events,
-                                 "status": cmd_status}
+                                 "status": cmd_status, "tenant": cmd_tenant}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,9 @@ from .intake import ReportRefused, pause
 from .core.records import BackfillConfig
 from .service import AlreadyPlaced, LeaseNotFound, PoolService, RequestNotFound, RequestResult
 from .store import Lease, LeaseConflict, StoreError
+from . import tenants as tenancy
+from .tenants import TenantExists, TenantNotFound, TenantRefused
+from .core.records import BUILT_IN_TENANTS, Size, TenantRecord
 
 # Most specific first. A store that fails (disk full, I/O error) is the controller's trouble, not
 # the caller's: UNAVAILABLE, to be tried again, with the store's message; never INTERNAL/UNKNOWN.
@@ -28,6 +31,9 @@ rpc = rpc_errors([
     (LeaseNotFound, grpc.StatusCode.NOT_FOUND),
     (RequestNotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyPlaced, grpc.StatusCode.FAILED_PRECONDITION),
+    (TenantNotFound, grpc.StatusCode.NOT_FOUND),
+    (TenantExists, grpc.StatusCode.ALREADY_EXISTS),
+    (TenantRefused, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseConflict, grpc.StatusCode.ALREADY_EXISTS),
     (StoreError, grpc.StatusCode.UNAVAILABLE),
 ])
@@ -235,7 +241,47 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         # a victim saved (hibernated) is preempted all the same; a save refused ends in vm.preempted only
         status.preemptions = sum(self.pool.store.count_events(kind) for kind in ("vm.preempted", "vm.hibernated"))
         status.rejections = self.pool.store.count_events("request.rejected")
+        kinds, upper, rbt = self.pool.tenant_summary()
+        status.tenants_on_demand, status.tenants_batch = kinds["on_demand"], kinds["batch"]
+        status.tenants_upper_vcpus, status.tenants_upper_memory_mib, status.tenants_rbt = upper.vcpus, \
+            upper.memory_mib, rbt
         return status
+
+    # -- tenants: checked, admitted and audited by PoolService ----------------------------------
+
+    @rpc
+    def CreateTenant(self, request, context):
+        record = self.pool.create_tenant(request.name, request.kind, Size(request.lower_vcpus, request.lower_memory_mib),
+                                         Size(request.upper_vcpus, request.upper_memory_mib))
+        return tenant_to_proto(record, Size(0, 0), [])
+
+    @rpc
+    def ListTenants(self, request, context):
+        capacity = self.pool.tenant_capacity()
+        config = self.pool.config
+        return controller_pb2.ListTenantsResponse(
+            tenants=[tenant_to_proto(*row) for row in self.pool.tenant_rows(request.name)], rbt=config.tenants_rbt,
+            urr=config.tenants_urr, capacity_vcpus=capacity.vcpus, capacity_memory_mib=capacity.memory_mib)
+
+    @rpc
+    def SetTenant(self, request, context):
+        changes = {f: getattr(request, f) for f in tenancy.BOUND_FIELDS if request.HasField(f)}
+        self.pool.set_tenant(request.name, changes)
+        return tenant_to_proto(*self.pool.tenant_rows(request.name)[0])
+
+    @rpc
+    def DeleteTenant(self, request, context):
+        record, released = self.pool.delete_tenant(request.name, request.drain,
+                                                   within(context, self.pool.release_wait()))
+        return controller_pb2.DeleteTenantResponse(tenant=tenant_to_proto(record, Size(0, 0), []), released=released)
+
+
+def tenant_to_proto(tenant: TenantRecord, used: Size, lease_ids: list[str]) -> controller_pb2.Tenant:
+    return controller_pb2.Tenant(
+        name=tenant.name, kind=tenant.kind, lower_vcpus=tenant.lower_vcpus, lower_memory_mib=tenant.lower_memory_mib,
+        upper_vcpus=tenant.upper_vcpus, upper_memory_mib=tenant.upper_memory_mib, created_at=tenant.created_at,
+        backfill_json=tenant.backfill or "", goal_json=tenant.goal or "", used_vcpus=used.vcpus,
+        used_memory_mib=used.memory_mib, lease_ids=lease_ids, built_in=tenant.name in BUILT_IN_TENANTS)
 
 
 # events --follow: a stream's bounds. A batch a message, as ListEvents' limit bounds a page; one

@@ -34,6 +34,7 @@ from gleaner_common.ids import InvalidField
 from gleaner_common.logs import log_event
 
 from . import checks
+from . import tenants as tenancy
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
@@ -42,6 +43,7 @@ from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
                            RequestRecord, Resume, Reserve, Stop, VmRole, Write, work)
+from .core.records import BUILT_IN_TENANTS, TENANT_KINDS, ZERO, Size, TenantRecord
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
@@ -689,3 +691,114 @@ class PoolService:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.recorder.close()
+
+    # -- tenants (issue 26: stored, audited and admitted here; the rule is controller/tenants.py) ----
+
+    def tenant_capacity(self) -> Size:
+        """The up nodes' capacity, which admission books against."""
+        with self.lock:
+            return sum((n.capacity for n in self.ledger.nodes.values() if n.state == "up"), ZERO)
+
+    def tenant_rows(self, name: str = "") -> list[tuple[TenantRecord, Size, list[str]]]:
+        """(tenant, what its live VMs hold, their lease ids) for every tenant, or `name`'s only."""
+        if name:
+            tenancy.name(name)
+        with self.lock:
+            records = self.store.tenants()
+            used = tenancy.usage(self.ledger.live_leases(), [t.name for t in records])
+        rows = [(t, *used[t.name]) for t in records if not name or t.name == name]
+        if name and not rows:
+            raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in records)})")
+        return rows
+
+    def create_tenant(self, name: str, kind: str, lower: Size, upper: Size) -> TenantRecord:
+        """A new tenant, checked and admitted (TenantRefused names both conditions' figures), then
+        stored with its tenant.created event in one transaction; refused, nothing is written."""
+        with self.lock:
+            record = tenancy.created(name, kind, lower, upper, self.clock())
+            existing = self.store.tenants()
+            if any(t.name == name for t in existing):
+                raise tenancy.TenantExists(f"tenant {name!r} exists already; `gleanctl tenant set {name}` changes "
+                                           "its bounds")
+            self._admit(existing, record)
+            self.store.put_tenant(record, Audit("tenant.created", detail=_tenant_detail(record)), new=True,
+                                  at=self.clock())
+        log_event(log, "tenant.created", **_tenant_detail(record))
+        return record
+
+    def set_tenant(self, name: str, changes: Mapping[str, int]) -> TenantRecord:
+        """Change some of a tenant's bound figures (tenancy.BOUND_FIELDS; the others keep theirs).
+        A change that takes nothing more (neither bound grows in what admission counts) is
+        always allowed, so a pool that lost nodes can be brought back within its bounds; any
+        other is admitted as a new tenant would be."""
+        tenancy.name(name)
+        with self.lock:
+            existing = self.store.tenants()
+            old = next((t for t in existing if t.name == name), None)
+            if old is None:
+                raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in existing)})")
+            new = replace(old, **{f: int(changes[f]) for f in tenancy.BOUND_FIELDS if f in changes})
+            tenancy.bounds(name, new.lower, new.upper)
+            if not tenancy.takes_nothing_more(old, new):
+                self._admit([t for t in existing if t.name != name], new)
+            detail = dict(_tenant_detail(new), before_lower=f"{old.lower_vcpus},{old.lower_memory_mib}",
+                          before_upper=f"{old.upper_vcpus},{old.upper_memory_mib}")
+            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
+        log_event(log, "tenant.changed", **detail)
+        return new
+
+    def delete_tenant(self, name: str, drain: bool, wait_seconds: float | None = None
+                      ) -> tuple[TenantRecord, list[str]]:
+        """Delete a tenant; refused (TenantRefused, naming them) while it has live VMs, unless
+        `drain`: they are released first, and the tenant deleted once they have ended (within
+        the wait, else refused naming those still stopping; it is kept)."""
+        started = time.monotonic()
+        record = self.tenant_rows(name)[0][0]   # TenantNotFound
+        if name in BUILT_IN_TENANTS:
+            raise tenancy.TenantRefused(f"tenant {name!r} is built in and cannot be deleted (its bounds may be set)")
+        with self.lock:
+            leases = self.tenant_rows(name)[0][2]
+            if leases and not drain:
+                raise tenancy.TenantRefused(f"tenant {name!r} has {len(leases)} live VM(s): {', '.join(leases)}; "
+                                            f"release them, or delete it with --drain to release them first")
+            for lease_id in leases:
+                try:
+                    _lease, effects = self.ledger.release(lease_id, False, self.clock())
+                except LeaseError:   # ended meanwhile, or already stopping: waited for below
+                    continue
+                self._apply(effects)
+            wait = self.release_wait() if wait_seconds is None else wait_seconds
+            while self.tenant_rows(name)[0][2] and time.monotonic() - started < wait:
+                self.changed.wait(timeout=max(0.01, min(1.0, wait - (time.monotonic() - started))))
+            left = self.tenant_rows(name)[0][2]
+            if left:
+                raise tenancy.TenantRefused(f"tenant {name!r} still has live VM(s) after {wait:.0f}s: "
+                                            f"{', '.join(left)}; it is kept: run the delete again once they "
+                                            "have stopped")
+            detail = dict(_tenant_detail(record), drained=",".join(leases))
+            self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
+        log_event(log, "tenant.deleted", **detail)
+        return record, leases
+
+    def tenant_summary(self) -> tuple[dict[str, int], Size, float]:
+        """(tenants per kind, the sum of the bounded upper bounds, RBT) for `gleanctl status`."""
+        records = self.store.tenants()
+        kinds = {k: sum(t.kind == k for t in records) for k in TENANT_KINDS}
+        return kinds, sum((t.upper for t in records if not t.unbounded), ZERO), self.config.tenants_rbt
+
+    def _admit(self, others: list[TenantRecord], new: TenantRecord) -> None:
+        """TenantRefused unless PhoenixCloud's two conditions hold (tenancy.admission_problem)."""
+        capacity = self.tenant_capacity()
+        used = tenancy.usage(self.ledger.live_leases(), [t.name for t in others] + [new.name])
+        idle = tenancy.idle_for(others, used, capacity)
+        problem = tenancy.admission_problem(others, new, capacity, idle, self.config.tenants_rbt,
+                                            self.config.tenants_urr)
+        if problem:
+            log_event(log, "tenant.refused", logging.WARNING, tenant=new.name, reason=problem)
+            raise tenancy.TenantRefused(problem)
+
+
+def _tenant_detail(tenant: TenantRecord) -> dict[str, Any]:
+    """A tenant's audit detail: its name, kind and bounds as CPUS,MIB."""
+    return dict(tenant=tenant.name, kind=tenant.kind, lower=f"{tenant.lower_vcpus},{tenant.lower_memory_mib}",
+                upper=f"{tenant.upper_vcpus},{tenant.upper_memory_mib}")

@@ -1,5 +1,5 @@
 """The controller's durable state in SQLite: leases, on-demand requests, the backfill
-configuration, reserves and the audit log.
+configuration, reserves, tenants and the audit log.
 
 The ledger's Writes land here, each in one transaction (rows and their audit events together),
 before the calls they authorise. WAL journaling lets readers (gleanctl) work while the controller
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.records import Audit, BackfillConfig, Lease, RequestRecord, Reserve, Write
+from .core.records import Audit, BackfillConfig, Lease, RequestRecord, Reserve, TenantRecord, Write
 from .core.reserves import DemandHistory
 from .core.reserve_settings import MAX_HINTS, Hint
 
@@ -98,6 +98,26 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE leases ADD COLUMN slept_seconds REAL NOT NULL DEFAULT 0;
     ALTER TABLE leases ADD COLUMN hibernated_at REAL;
+    """,
+    # 5 -> 6: tenants (issue 26, PhoenixCloud's bounds). An upper bound of 0,0 is unbounded. The
+    # two built-in tenants keep an existing pool working: "default" takes every on-demand owner no
+    # tenant is named after, "backfill" owns the pool-wide backfill settings (backfill NULL: the
+    # settings' 'backfill' row, gleanctl backfill). Neither may be deleted.
+    """
+    CREATE TABLE tenants (
+        name             TEXT PRIMARY KEY,
+        kind             TEXT NOT NULL CHECK (kind IN ('on_demand', 'batch')),
+        lower_vcpus      INTEGER NOT NULL DEFAULT 0 CHECK (lower_vcpus >= 0),
+        lower_memory_mib INTEGER NOT NULL DEFAULT 0 CHECK (lower_memory_mib >= 0),
+        upper_vcpus      INTEGER NOT NULL DEFAULT 0 CHECK (upper_vcpus >= 0),
+        upper_memory_mib INTEGER NOT NULL DEFAULT 0 CHECK (upper_memory_mib >= 0),
+        created_at       REAL NOT NULL,
+        backfill         TEXT,
+        goal             TEXT
+    );
+    INSERT INTO tenants (name, kind, created_at) VALUES
+        ('default', 'on_demand', (julianday('now') - 2440587.5) * 86400.0),
+        ('backfill', 'batch', (julianday('now') - 2440587.5) * 86400.0);
     """,
 ]
 # Decisions are acted on the moment they are written: a commit must survive a power cut, not
@@ -399,6 +419,34 @@ class Store:
         self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('demand_history', ?)",
                     (json.dumps(history.snapshot()),))
 
+    # -- tenants ----------------------------------------------------------------------------------
+
+    def tenants(self) -> list[TenantRecord]:
+        """Every tenant, by name."""
+        return [TenantRecord(**dict(r)) for r in self._rows("SELECT * FROM tenants ORDER BY name")]
+
+    def tenant(self, name: str) -> TenantRecord | None:
+        rows = self._rows("SELECT * FROM tenants WHERE name = ?", (name,))
+        return TenantRecord(**dict(rows[0])) if rows else None
+
+    def put_tenant(self, tenant: TenantRecord, event: Audit, new: bool, at: float | None = None) -> None:
+        """Insert (`new`: a name already there is a StoreError, nothing written) or update a tenant,
+        with its audit event, in one transaction."""
+        values = tuple(asdict(tenant).values())
+        sql = _INSERT_TENANT if new else _INSERT_TENANT.replace("INSERT", "INSERT OR REPLACE", 1)
+        self._with_event(event, lambda db: db.execute(sql, values), at)
+
+    def delete_tenant(self, name: str, event: Audit, at: float | None = None) -> None:
+        """Delete a tenant, with its audit event, in one transaction."""
+        self._with_event(event, lambda db: db.execute("DELETE FROM tenants WHERE name = ?", (name,)), at)
+
+    def _with_event(self, event: Audit, change: Callable[[sqlite3.Connection], Any], at: float | None) -> None:
+        with self._failing(), self._lock, self._db:
+            self._db.execute("BEGIN")
+            change(self._db)
+            self._db.execute(_INSERT_EVENT, (time.time() if at is None else at, event.kind, event.node_id, event.lease_id,
+                                             _detail(event.detail, self.caller())))
+
     # -- audit log --------------------------------------------------------------------------------
 
     def record(self, kind: str, node_id: str = "", lease_id: str = "", at: float | None = None,
@@ -476,4 +524,6 @@ def _detail(detail: Any, by: str) -> str:
                       sort_keys=True)
 
 
+_TENANT_FIELDS = list(TenantRecord.__dataclass_fields__)
+_INSERT_TENANT = f"INSERT INTO tenants ({', '.join(_TENANT_FIELDS)}) VALUES ({', '.join('?' for _ in _TENANT_FIELDS)})"
 _INSERT_EVENT = "INSERT INTO events (at, kind, node_id, lease_id, detail) VALUES (?, ?, ?, ?, ?)"

@@ -545,7 +545,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolStatus(_message.Message):
-    __slots__ = ("nodes_up", "nodes_suspect", "nodes_down", "cpus", "memory_mib", "on_demand_vcpus", "backfill_vcpus", "on_demand_memory_mib", "backfill_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "backfill_cpu_cores", "backfill_enabled", "preemptions", "rejections")
+    __slots__ = ("nodes_up", "nodes_suspect", "nodes_down", "cpus", "memory_mib", "on_demand_vcpus", "backfill_vcpus", "on_demand_memory_mib", "backfill_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "backfill_cpu_cores", "backfill_enabled", "preemptions", "rejections", "tenants_on_demand", "tenants_batch", "tenants_upper_vcpus", "tenants_upper_memory_mib", "tenants_rbt")
     NODES_UP_FIELD_NUMBER: _ClassVar[int]
     NODES_SUSPECT_FIELD_NUMBER: _ClassVar[int]
     NODES_DOWN_FIELD_NUMBER: _ClassVar[int]
@@ -562,6 +562,11 @@ class PoolStatus(_message.Message):
     BACKFILL_ENABLED_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_ON_DEMAND_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_BATCH_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_UPPER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_UPPER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_RBT_FIELD_NUMBER: _ClassVar[int]
     nodes_up: int
     nodes_suspect: int
     nodes_down: int
@@ -578,4 +583,105 @@ class PoolStatus(_message.Message):
     backfill_enabled: bool
     preemptions: int
     rejections: int
-    def __init__(self, nodes_up: _Optional[int] = ..., nodes_suspect: _Optional[int] = ..., nodes_down: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., on_demand_vcpus: _Optional[int] = ..., backfill_vcpus: _Optional[int] = ..., on_demand_memory_mib: _Optional[int] = ..., backfill_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., backfill_cpu_cores: _Optional[float] = ..., backfill_enabled: _Optional[bool] = ..., preemptions: _Optional[int] = ..., rejections: _Optional[int] = ...) -> None: ...
+    tenants_on_demand: int
+    tenants_batch: int
+    tenants_upper_vcpus: int
+    tenants_upper_memory_mib: int
+    tenants_rbt: float
+    def __init__(self, nodes_up: _Optional[int] = ..., nodes_suspect: _Optional[int] = ..., nodes_down: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., on_demand_vcpus: _Optional[int] = ..., backfill_vcpus: _Optional[int] = ..., on_demand_memory_mib: _Optional[int] = ..., backfill_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., backfill_cpu_cores: _Optional[float] = ..., backfill_enabled: _Optional[bool] = ..., preemptions: _Optional[int] = ..., rejections: _Optional[int] = ..., tenants_on_demand: _Optional[int] = ..., tenants_batch: _Optional[int] = ..., tenants_upper_vcpus: _Optional[int] = ..., tenants_upper_memory_mib: _Optional[int] = ..., tenants_rbt: _Optional[float] = ...) -> None: ...
+
+class Tenant(_message.Message):
+    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib", "created_at", "backfill_json", "goal_json", "used_vcpus", "used_memory_mib", "lease_ids", "built_in")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOWER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    LOWER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    UPPER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    UPPER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_JSON_FIELD_NUMBER: _ClassVar[int]
+    GOAL_JSON_FIELD_NUMBER: _ClassVar[int]
+    USED_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    BUILT_IN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    lower_vcpus: int
+    lower_memory_mib: int
+    upper_vcpus: int
+    upper_memory_mib: int
+    created_at: float
+    backfill_json: str
+    goal_json: str
+    used_vcpus: int
+    used_memory_mib: int
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    built_in: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ..., created_at: _Optional[float] = ..., backfill_json: _Optional[str] = ..., goal_json: _Optional[str] = ..., used_vcpus: _Optional[int] = ..., used_memory_mib: _Optional[int] = ..., lease_ids: _Optional[_Iterable[str]] = ..., built_in: _Optional[bool] = ...) -> None: ...
+
+class CreateTenantRequest(_message.Message):
+    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOWER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    LOWER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    UPPER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    UPPER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    lower_vcpus: int
+    lower_memory_mib: int
+    upper_vcpus: int
+    upper_memory_mib: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants", "rbt", "urr", "capacity_vcpus", "capacity_memory_mib")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    RBT_FIELD_NUMBER: _ClassVar[int]
+    URR_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[Tenant]
+    rbt: float
+    urr: float
+    capacity_vcpus: int
+    capacity_memory_mib: int
+    def __init__(self, tenants: _Optional[_Iterable[_Union[Tenant, _Mapping]]] = ..., rbt: _Optional[float] = ..., urr: _Optional[float] = ..., capacity_vcpus: _Optional[int] = ..., capacity_memory_mib: _Optional[int] = ...) -> None: ...
+
+class SetTenantRequest(_message.Message):
+    __slots__ = ("name", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LOWER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    LOWER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    UPPER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    UPPER_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lower_vcpus: int
+    lower_memory_mib: int
+    upper_vcpus: int
+    upper_memory_mib: int
+    def __init__(self, name: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ...) -> None: ...
+
+class DeleteTenantRequest(_message.Message):
+    __slots__ = ("name", "drain")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    drain: bool
+    def __init__(self, name: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
+
+class DeleteTenantResponse(_message.Message):
+    __slots__ = ("tenant", "released")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    tenant: Tenant
+    released: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., released: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -119,6 +119,26 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.StatusRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.PoolStatus.FromString,
                 _registered_method=True)
+        self.CreateTenant = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/CreateTenant',
+                request_serializer=protos_dot_controller__pb2.CreateTenantRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/ListTenants',
+                request_serializer=protos_dot_controller__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+        self.SetTenant = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/SetTenant',
+                request_serializer=protos_dot_controller__pb2.SetTenantRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.DeleteTenant = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/DeleteTenant',
+                request_serializer=protos_dot_controller__pb2.DeleteTenantRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.DeleteTenantResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -243,6 +263,37 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTenant(self, request, context):
+        """Tenants (PhoenixCloud's bounds; docs/controller.md, Tenants). A create or a set that breaks
+        admission (the upper bounds within capacity x RBT, the new lower bounds within what is idle)
+        is FAILED_PRECONDITION naming both figures, and nothing is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """The tenants (only `name`'s when set: NOT_FOUND if there is none), with the pool's figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTenant(self, request, context):
+        """Change a tenant's bounds; unset fields keep their value.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTenant(self, request, context):
+        """Delete a tenant: refused (FAILED_PRECONDITION, naming them) while it has live VMs, unless
+        `drain`, which releases them first. The built-in tenants (default, backfill) stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -330,6 +381,26 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=protos_dot_controller__pb2.StatusRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.PoolStatus.SerializeToString,
+            ),
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=protos_dot_controller__pb2.CreateTenantRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.Tenant.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=protos_dot_controller__pb2.ListTenantsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'SetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenant,
+                    request_deserializer=protos_dot_controller__pb2.SetTenantRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.Tenant.SerializeToString,
+            ),
+            'DeleteTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTenant,
+                    request_deserializer=protos_dot_controller__pb2.DeleteTenantRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.DeleteTenantResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -791,6 +862,114 @@ class Controller:
             '/gleaner.controller.v1.Controller/Status',
             protos_dot_controller__pb2.StatusRequest.SerializeToString,
             protos_dot_controller__pb2.PoolStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/CreateTenant',
+            protos_dot_controller__pb2.CreateTenantRequest.SerializeToString,
+            protos_dot_controller__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/ListTenants',
+            protos_dot_controller__pb2.ListTenantsRequest.SerializeToString,
+            protos_dot_controller__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/SetTenant',
+            protos_dot_controller__pb2.SetTenantRequest.SerializeToString,
+            protos_dot_controller__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/DeleteTenant',
+            protos_dot_controller__pb2.DeleteTenantRequest.SerializeToString,
+            protos_dot_controller__pb2.DeleteTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -278,6 +278,43 @@ class Reserve:
 NO_RESERVE = Reserve("")   # a node without a reserve: nothing kept from backfill
 
 
+# Tenants (PhoenixCloud): every VM belongs to one. The two made with the store cover an existing
+# pool: DEFAULT takes every on-demand owner no tenant is named after, BACKFILL owns the pool-wide
+# backfill settings. Neither may be deleted; their bounds may be set.
+TENANT_KINDS = ("on_demand", "batch")
+DEFAULT_TENANT = "default"
+BACKFILL_TENANT = "backfill"
+BUILT_IN_TENANTS = (DEFAULT_TENANT, BACKFILL_TENANT)
+
+
+@dataclass(frozen=True)
+class TenantRecord:
+    """A tenant as stored. An upper bound of 0 vCPUs and 0 MiB is "unbounded": the tenant may use
+    the whole pool, and the admission's sum of upper bounds leaves it out (it takes what the other
+    tenants' upper bounds leave). Only the built-in tenants may have it."""
+    name: str
+    kind: str                         # on_demand | batch
+    lower_vcpus: int = 0
+    lower_memory_mib: int = 0
+    upper_vcpus: int = 0
+    upper_memory_mib: int = 0
+    created_at: float = 0.0
+    backfill: str | None = None       # batch: its backfill settings as JSON (None: the pool-wide ones)
+    goal: str | None = None           # batch: its goal as JSON (None: no goal)
+
+    @property
+    def lower(self) -> Size:
+        return Size(self.lower_vcpus, self.lower_memory_mib)
+
+    @property
+    def upper(self) -> Size:
+        return Size(self.upper_vcpus, self.upper_memory_mib)
+
+    @property
+    def unbounded(self) -> bool:
+        return self.upper == ZERO
+
+
 @plain_init
 @dataclass(frozen=True)
 class Audit:
