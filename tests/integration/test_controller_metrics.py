@@ -69,12 +69,12 @@ def test_the_controllers_metrics_say_what_its_audit_log_and_books_say(test_env):
         rejected = controller.stub().RequestVm(controller_pb2.VmRequest(vcpus=big + 1, memory_mib=256, image="tiny",
                                                                         owner="alice", request_id="m-2"), timeout=60)
         assert rejected.outcome == "rejected"
-        wait_for(lambda: controller.events("vm.preempted"), 60, "the victim's stop")
+        preempting = controller.events("vm.preempting")
+        wait_for(lambda: len(controller.events("vm.preempted")) == len(preempting), 60, "every victim's stop")
 
         found = samples(controller)
         assert value(found, "gleaner_controller_requests_total", outcome="placed", reason="") == 1
         assert value(found, "gleaner_controller_requests_total", outcome="rejected", reason="no_room") == 1
-        preempting = controller.events("vm.preempting")
         assert total(found, "gleaner_controller_preemptions_total") == len(preempting) >= 1
         path = json.loads(preempting[0].detail_json)["path"]
         assert value(found, "gleaner_controller_preemptions_total", path=path, policy="most_recent",
