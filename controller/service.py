@@ -136,11 +136,13 @@ class PoolService:
     def _load_ledger(self, reserve_settings: ReserveSettings, history: DemandHistory | None = None) -> Ledger:
         """The books as the store has them (at start, and after a failed write)."""
         store = self.store
-        return Ledger(ledger_settings(self.config), store.backfill(), store.reserves(), random_id,
-                      store.live_leases(), store.pending_requests(), store.recently_ended(),
-                      reserve_settings=reserve_settings, hints=store.hints(),
-                      history=history if history is not None else store.history(),
-                      reserved_nodes=store.reserved_nodes())
+        ledger = Ledger(ledger_settings(self.config), store.backfill(), store.reserves(), random_id,
+                        store.live_leases(), store.pending_requests(), store.recently_ended(),
+                        reserve_settings=reserve_settings, hints=store.hints(),
+                        history=history if history is not None else store.history(),
+                        reserved_nodes=store.reserved_nodes())
+        ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
+        return ledger
 
     # -- carrying out the ledger's effects (controller.effects) -------------------------------------
 
@@ -503,7 +505,6 @@ class PoolService:
         """Book backfill VMs on idle capacity and recycle old ones; returns how many were launched."""
         with self.lock:
             ledger = self.ledger
-            ledger.explains_unfilled = True
             effects = ledger.fill(self.clock(), self.executor.lane_room())
             self._apply(effects)
             self.recorder.job("fill", effects)

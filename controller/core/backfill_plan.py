@@ -57,8 +57,7 @@ def plan_backfill(pool: Pool, config: BackfillConfig, targets: list[str] | None 
         count = _fitting(cap.vcpus - reserve.vcpus - used.vcpus, cap.memory_mib - reserve.memory_mib - used.memory_mib,
                          size_vcpus, size_memory)
         if count and cpu_room is not None and node_id in cpu_room:
-            # to the nearest VM: half a free core is worth a volunteer vCPU
-            count = min(count, max(int((cpu_room[node_id] - node.backfill_vcpus) / size_vcpus + 0.5), 0))
+            count = min(count, vms_by_cpu(cpu_room[node_id], node.backfill_vcpus, size_vcpus))
         if budget is not None:
             count = min(count, budget - len(launches))
         if count > 0:
@@ -89,6 +88,12 @@ def _recycles(pool: Pool, duration_seconds: int) -> tuple[str, ...]:
     due = [vm for row in due_on for vm in pool.on_node(pool.nodes[row].node_id)
            if vm.role is VmRole.BACKFILL and vm.preemptible and vm.runtime(now) >= duration_seconds]
     return tuple(vm.vm_id for vm in sorted(due, key=lambda vm: vm.launched_at))
+
+
+def vms_by_cpu(cpu_room: float, backfill_vcpus: int, vm_vcpus: int) -> int:
+    """Backfill VMs a node's potential productivity leaves room for, to the nearest VM: half a free
+    core is worth a volunteer vCPU."""
+    return max(int((cpu_room - backfill_vcpus) / max(vm_vcpus, 1) + 0.5), 0)
 
 
 def fitting_count(room: Size, size: Size) -> int:

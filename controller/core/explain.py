@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .backfill_plan import fitting_count, vms_by_cpu
 from .records import Size
 
 
@@ -48,14 +49,14 @@ def explain_fill(f: FillFacts) -> FillAnswer:
     code, blocked = _blocked(f)
     if blocked:
         return FillAnswer(False, 0, (blocked,), code, f.node_id)
-    vms = min(f.free.vcpus // max(f.vm.vcpus, 1), f.free.memory_mib // max(f.vm.memory_mib, 1))
+    vms = fitting_count(f.free, f.vm)
     reasons, codes = [], []
     if vms <= 0:
         codes.append("full")
         reasons.append(f"full: {f.free.vcpus} vCPUs and {f.free.memory_mib} MiB free, less than one backfill VM "
                        f"({f.vm.vcpus} vCPUs, {f.vm.memory_mib} MiB)")
     if f.use_prediction and vms > 0:
-        by_p = max(int(((f.productivity or 0.0) - f.backfill_vcpus) / max(f.vm.vcpus, 1) + 0.5), 0)
+        by_p = vms_by_cpu(f.productivity or 0.0, f.backfill_vcpus, f.vm.vcpus)
         if by_p < vms:
             vms = by_p
             codes.append("cpu")

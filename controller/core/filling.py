@@ -135,8 +135,9 @@ class Filling:
                        and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
+        launching = lanes.cap(plan.launches)
         if self.explains_unfilled:
-            self._note_unfilled(roomy, lanes.cap(plan.launches), busy, now)
+            self._note_unfilled(roomy, launching, busy, now)
         if track:
             idle.update(targets)
             idle.difference_update(plan.launches)
@@ -144,7 +145,7 @@ class Filling:
             effects += self._stop(self.leases[vm_id], config.grace_seconds, now,
                                   f"recycled after {config.duration_seconds} s")
         size = config.size
-        for node_id in lanes.cap(plan.launches):
+        for node_id in launching:
             asleep = self._oldest_asleep(node_id, size) if self._asleep_on.get(node_id) else None
             if asleep is not None:   # a hibernated VM takes its node's room back before a new one
                 effects += self._resume(asleep, now)
