@@ -528,7 +528,8 @@ EVENT_KINDS = (
     "node.joined", "node.up", "node.rejoined", "node.suspect", "node.down", "node.redriven",
     "selection.swap", "backfill.configured",
     "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
-    "report.refused", "rpc.denied", "tenant.created", "tenant.changed", "tenant.deleted")
+    "report.refused", "rpc.denied", "tenant.created", "tenant.changed", "tenant.deleted",
+    "tenants.lower_bounds_scaled", "tenants.lower_bounds_restored")
 
 
 def event_kind(kind: str) -> str:

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .core.policy import REJECTION_CODES
-from .core.records import INTERRUPTIONS, Audit, Policy
+from .core.records import INTERRUPTIONS, Audit, Policy, Size
 
 # seconds: a decision takes milliseconds; a start or a stop seconds to a minute or two
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -41,6 +41,8 @@ class PoolFigures:
     waiting_requests: int = 0
     selected_nodes: int = 0
     backfill_enabled: bool = False
+    # tenant -> (what its live VMs hold, its lower bound, its upper bound or None: unbounded)
+    tenants: dict[str, tuple[Size, Size, Size | None]] = field(default_factory=dict)
 
 
 class ControllerMetrics:
@@ -231,6 +233,27 @@ class _PoolGauges(Collector):
                                 value=f.selected_nodes)
         yield GaugeMetricFamily("gleaner_controller_backfill_enabled", "1 if backfill is enabled",
                                 value=1 if f.backfill_enabled else 0)
+        yield from _tenant_gauges(f.tenants)
+
+
+def _tenant_gauges(tenants: dict[str, tuple[Size, Size, Size | None]]) -> Iterator[Metric]:
+    """Per tenant (admin-made, so a bounded label set): what it holds against its two bounds. An
+    unbounded upper bound (the built-in tenants') has no sample."""
+    what = (("allocated", "What the tenant's live VMs hold (on-demand VMs; backfill for the batch tenant "
+                          "that owns it)"),
+            ("lower", "The tenant's lower bound: capacity guaranteed to it"),
+            ("upper", "The tenant's upper bound, never passed (no sample: unbounded)"))
+    for index, (name, help_text) in enumerate(what):
+        vcpus = GaugeMetricFamily(f"gleaner_controller_tenant_{name}_vcpus", f"{help_text}, in vCPUs", labels=["tenant"])
+        memory = GaugeMetricFamily(f"gleaner_controller_tenant_{name}_memory_bytes", f"{help_text}, in bytes",
+                                   labels=["tenant"])
+        for tenant, sizes in sorted(tenants.items()):
+            size = sizes[index]
+            if size is not None:
+                vcpus.add_metric([tenant], size.vcpus)
+                memory.add_metric([tenant], size.memory_mib * 2**20)
+        yield vcpus
+        yield memory
 
 
 def _by_role(name: str, help_text: str, values: dict[str, float]) -> GaugeMetricFamily:

@@ -39,6 +39,7 @@ from .agents import AgentCallFailed, AgentLinks, Stopped
 from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.explain import FillAnswer
+from .core.bounds import UNBOUNDED
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
@@ -140,7 +141,7 @@ class PoolService:
                         store.live_leases(), store.pending_requests(), store.recently_ended(),
                         reserve_settings=reserve_settings, hints=store.hints(),
                         history=history if history is not None else store.history(),
-                        reserved_nodes=store.reserved_nodes())
+                        reserved_nodes=store.reserved_nodes(), tenants=store.tenants())
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         return ledger
 
@@ -668,8 +669,11 @@ class PoolService:
             leases: dict[tuple[str, str], int] = {}
             vcpus: dict[str, int] = {}
             mib: dict[str, int] = {}
+            held: dict[str, Size] = {t.name: ZERO for t in ledger.tenants}
             for lease in ledger.live_leases():
                 leases[(lease.role, lease.state)] = leases.get((lease.role, lease.state), 0) + 1
+                tenant = ledger.tenant_of_lease(lease)
+                held[tenant] = held.get(tenant, ZERO) + lease.held
                 if states.get(lease.node_id) == "up":   # as the capacity: a node down holds nothing one can use
                     vcpus[lease.role] = vcpus.get(lease.role, 0) + lease.held.vcpus
                     mib[lease.role] = mib.get(lease.role, 0) + lease.held.memory_mib
@@ -678,7 +682,9 @@ class PoolService:
                                foreground_cpu_cores=dict(on_demand=on_demand, host_other=host_other),
                                backfill_cpu_cores=backfill, reserved_nodes=len(ledger.reserved_nodes),
                                waiting_requests=len(ledger.waiting), selected_nodes=len(ledger.selected),
-                               backfill_enabled=ledger.backfill.enabled)
+                               backfill_enabled=ledger.backfill.enabled,
+                               tenants={t.name: (held.get(t.name, ZERO), t.lower, None if t.upper == UNBOUNDED else t.upper)
+                                        for t in ledger.tenants})
 
     def explain(self) -> dict[str, FillAnswer]:
         """Why backfill fills each node or not."""
@@ -696,9 +702,10 @@ class PoolService:
     # -- tenants (issue 26: stored, audited and admitted here; the rule is controller/tenants.py) ----
 
     def tenant_capacity(self) -> Size:
-        """The up nodes' capacity, which admission books against."""
+        """The capacity of the nodes not down, which admission books against and the bounds are
+        honoured in (controller.core.bounds)."""
         with self.lock:
-            return sum((n.capacity for n in self.ledger.nodes.values() if n.state == "up"), ZERO)
+            return self.ledger.tenant_capacity()
 
     def tenant_rows(self, name: str = "") -> list[tuple[TenantRecord, Size, list[str]]]:
         """(tenant, what its live VMs hold, their lease ids) for every tenant, or `name`'s only."""
@@ -724,6 +731,7 @@ class PoolService:
             self._admit(existing, record)
             self.store.put_tenant(record, Audit("tenant.created", detail=_tenant_detail(record)), new=True,
                                   at=self.clock())
+            self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.created", **_tenant_detail(record))
         return record
 
@@ -745,6 +753,7 @@ class PoolService:
             detail = dict(_tenant_detail(new), before_lower=f"{old.lower_vcpus},{old.lower_memory_mib}",
                           before_upper=f"{old.upper_vcpus},{old.upper_memory_mib}")
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
+            self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.changed", **detail)
         return new
 
@@ -778,6 +787,7 @@ class PoolService:
                                             "have stopped")
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
+            self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.deleted", **detail)
         return record, leases
 

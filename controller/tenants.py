@@ -13,6 +13,7 @@ from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
 from .checks import MAX_NODE_CPUS, MAX_NODE_MEMORY_MIB
+from .core.bounds import tenant_of
 from .core.records import (BACKFILL_TENANT, BUILT_IN_TENANTS, DEFAULT_TENANT, TENANT_KINDS, ZERO, Lease, Size,
                            TenantRecord, VmRole)
 
@@ -97,14 +98,6 @@ def created(tenant: str, tenant_kind: str, lower: Size, upper: Size, at: float) 
     if tenant in BUILT_IN_TENANTS:
         raise TenantExists(f"tenant {tenant!r} is built in and exists already; `gleanctl tenant set` changes its bounds")
     return TenantRecord(tenant, tenant_kind, lower.vcpus, lower.memory_mib, upper.vcpus, upper.memory_mib, at)
-
-
-def tenant_of(lease: Lease, names: Iterable[str]) -> str:
-    """The tenant a live VM belongs to: backfill to the built-in batch tenant (the only one that
-    owns backfill for now); an on-demand VM to the tenant named as its owner, else to default."""
-    if lease.role == VmRole.BACKFILL.value:
-        return BACKFILL_TENANT
-    return lease.owner if lease.owner in names and lease.owner != BACKFILL_TENANT else DEFAULT_TENANT
 
 
 def usage(leases: Iterable[Lease], names: Iterable[str]) -> dict[str, tuple[Size, list[str]]]:

@@ -26,11 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from .books import AUDIT_NODES, ROLES, Books, NodeState, shared_size
+from .bounds import TenantBounds
 from .filling import Filling
 from .idleness import GUEST_CLOCK_TOLERANCE_S, IDLE_CPU_CORES, Idleness, shows_idle
 from .lifecycle import MAX_LAUNCH_BACKOFF_SECONDS, Lifecycle
 from .matching import ReportMatching
-from .records import (RESUMING, STOP_UNCONFIRMED, STOPS, Ask, BackfillConfig, Lease, LedgerSettings, RequestRecord, Reserve)
+from .records import (RESUMING, STOP_UNCONFIRMED, STOPS, Ask, BackfillConfig, Lease, LedgerSettings, RequestRecord, Reserve,
+                      TenantRecord)
 from .requests import Requests
 from .reserve_settings import Hint, ReserveSettings
 from .reserves import DemandHistory
@@ -41,7 +43,7 @@ __all__ = ["AUDIT_NODES", "GUEST_CLOCK_TOLERANCE_S", "IDLE_CPU_CORES", "MAX_LAUN
            "Ledger", "NodeState", "shared_size", "shows_idle"]
 
 
-class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Lifecycle, Views, Books):
+class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Lifecycle, TenantBounds, Views, Books):
     """The books with their stages: the kernel (books.py) alone books a lease; each stage, a module
     of its own, owns the state its _init_ method sets and changes the books through the kernel."""
 
@@ -49,7 +51,8 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
                  new_id: Callable[[str], str], leases: Iterable[Lease] = (),
                  requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = (),
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
-                 history: DemandHistory | None = None, reserved_nodes: Iterable[str] = ()) -> None:
+                 history: DemandHistory | None = None, reserved_nodes: Iterable[str] = (),
+                 tenants: Iterable[TenantRecord] = ()) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
@@ -57,16 +60,19 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
         rejects it). `ended` are the most recently ended leases: a VM a node still runs under one
         of them is stopped, not adopted. `reserve_settings`, `hints` and `history` are Balancer's
         reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
-        are the nodes they kept free when the controller stopped."""
+        are the nodes they kept free when the controller stopped. `tenants` are the pool's tenants
+        (controller.core.bounds; none given: only the built-in, unbounded ones)."""
         self._init_books(settings, backfill, new_id)
         self._init_idleness(backfill)
         self._init_filling(reserves, reserve_settings, hints, history, reserved_nodes)
         self._init_requests()
         self._init_lifecycle()
         self._init_views(backfill)
+        self._init_bounds()
         self._init_volunteers()
         self._init_matching()
         self._load(list(leases), list(requests), list(ended))
+        self.set_tenants(tenants)
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:
         """The books as the store had them: unfinished business is asked again when its node reports."""

@@ -271,6 +271,7 @@ class Lifecycle:
             elif lease is not None and lease.state == RESUMING and node is not None and node.state == "up":
                 effects.append(Resume(lease))   # the agent resumes by name: asking again is harmless
         effects += self.retry_waiting(now)   # windows that closed
+        effects += self.bounds_scaled(now)   # nodes down below the tenants' lower bounds, or back
         self._prune_cleanups(now)
         return [e for e in effects if not isinstance(e, Write) or e]
 

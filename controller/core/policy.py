@@ -34,7 +34,7 @@ class Reject:
 # Why a request is rejected, in a word: the label of gleaner_controller_requests_total and the
 # `reason_code` of request.rejected events (a bounded set, unlike the reasons' text).
 REJECTION_CODES = ("invalid_size", "no_nodes", "no_node_up", "no_room", "no_image", "below_image_minimum",
-                   "books_inconsistent", "wait_expired", "other")
+                   "books_inconsistent", "wait_expired", "tenant_upper_bound", "tenant_lower_bounds", "other")
 
 
 @plain_init

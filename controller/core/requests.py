@@ -36,7 +36,8 @@ class Requests:
         decision = unbootable or self._place(ask, pool)
         if not isinstance(decision, Reject):
             return self._book_request(ask, decision, now, now, (timer() - started) * 1000)
-        until = self._wait_until(ask, now) if unbootable is None and self._may_fit(pool, ask) else None
+        waits = unbootable is None and decision.code != "tenant_upper_bound" and self._may_fit(pool, ask)
+        until = self._wait_until(ask, now) if waits else None
         if until is not None:
             return self._queue(ask, decision.reason, now, until, (timer() - started) * 1000)
         return self._reject(ask, decision, now, (timer() - started) * 1000)
@@ -50,7 +51,11 @@ class Requests:
         return now + self.reserve_settings.wait_seconds
 
     def _place(self, ask: Ask, pool: Pool) -> Decision:
+        """Where the request goes, if its tenant's bounds allow it (controller.core.bounds)."""
         want = Size(ask.vcpus, ask.memory_mib)
+        bounded = self.bounds_verdict(ask.owner, want)
+        if bounded is not None:
+            return bounded
         return place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, self.backfill.termination_policy,
                                seed=stable_seed(ask.request_id))
 
