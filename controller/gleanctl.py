@@ -41,6 +41,7 @@ from . import checks, pkicmd
 from . import tenants as tenancy
 from .checks import parse_backfill_setting
 from .core.records import INTERRUPTIONS, BackfillConfig, Policy
+from .core.tenancy import TENANT_BACKFILL_KEYS
 
 SYSTEM_CONFIG = Path("/etc/gleaner/gleanctl.toml")
 DEFAULT_CONFIG = SYSTEM_CONFIG   # the name earlier releases used
@@ -637,7 +638,9 @@ def cmd_status(stub, args):
 TENANT_USAGE = ("usage: gleanctl tenant show [NAME]\n"
                 "       gleanctl tenant create NAME --kind on-demand|batch [--lower CPUS,MIB] --upper CPUS,MIB\n"
                 "       gleanctl tenant set NAME [--lower CPUS,MIB] [--upper CPUS,MIB]\n"
-                "       gleanctl tenant delete NAME [--drain]")
+                "       gleanctl tenant delete NAME [--drain]\n"
+                "       gleanctl tenant backfill NAME [--reset] [KEY=VALUE ...]   (KEY: enabled, image, vcpus, "
+                "memory_mb, max_instances)")
 
 
 def tenant_arguments(args) -> None:
@@ -651,11 +654,26 @@ def tenant_arguments(args) -> None:
         if getattr(args, "upper", None) is not None else None
     if args.action == "create":
         tenancy.checked(args.name, args.kind, args.lower_size or tenancy.ZERO, args.upper_size)
+    elif args.action == "backfill":
+        args.backfill_changes = tenant_backfill_changes(args.name, args.settings)
+        if not args.backfill_changes and not args.reset:
+            raise UsageError(f"tenant backfill {args.name} needs KEY=VALUE settings or --reset\n{TENANT_USAGE}")
     elif args.action == "set":
         if args.lower_size is None and args.upper_size is None:
             raise UsageError(f"tenant set {args.name} needs --lower CPUS,MIB or --upper CPUS,MIB\n{TENANT_USAGE}")
         if args.lower_size is not None and args.upper_size is not None:
             tenancy.bounds(args.name, args.lower_size, args.upper_size)
+
+
+def tenant_backfill_changes(name: str, items: list[str]) -> dict:
+    """`tenant backfill`'s KEY=VALUE settings, typed (the pool-wide settings' parser); a key a batch
+    tenant cannot set on its own is a usage error naming the ones it can."""
+    changes = dict(checks.parse_backfill_setting(item) for item in items)
+    foreign = sorted(set(changes) - set(TENANT_BACKFILL_KEYS))
+    if foreign:
+        raise UsageError(f"tenant backfill {name}: {', '.join(foreign)} cannot be set per tenant (the pool's, "
+                         f"`gleanctl backfill set`); a tenant's own: {', '.join(TENANT_BACKFILL_KEYS)}")
+    return changes
 
 
 def size_text(vcpus: int, memory_mib: int, unbounded_if_zero: bool = False) -> str:
@@ -686,7 +704,7 @@ def tenant_detail(tenant) -> str:
 
 
 def cmd_tenant(stub, args):
-    """`tenant show [NAME]`, `create`, `set`, `delete [--drain]` (admins change, people read)."""
+    """`tenant show [NAME]`, `create`, `set`, `delete [--drain]`, `backfill` (admins change, people read)."""
     if args.action == "show":
         reply = stub.ListTenants(controller_pb2.ListTenantsRequest(name=args.name or ""), timeout=args.timeout)
         text = tenants_text(reply)
@@ -706,6 +724,11 @@ def cmd_tenant(stub, args):
                 changes.update({f"{which}_vcpus": size.vcpus, f"{which}_memory_mib": size.memory_mib})
         reply = stub.SetTenant(controller_pb2.SetTenantRequest(name=args.name, **changes), timeout=args.timeout)
         verb = "set"
+    elif args.action == "backfill":
+        reply = stub.SetTenantBackfill(controller_pb2.SetTenantBackfillRequest(
+            name=args.name, reset=args.reset, **args.backfill_changes), timeout=args.timeout)
+        own = reply.backfill_json or "none: the pool-wide ones"
+        return as_dict(reply), f"tenant {reply.name}'s own backfill settings: {own}", 0
     else:
         done = stub.DeleteTenant(controller_pb2.DeleteTenantRequest(name=args.name, drain=args.drain),
                                  timeout=args.timeout)
@@ -872,6 +895,12 @@ def add_tenant_parser(tenant: argparse.ArgumentParser, parents: list) -> None:
     delete = actions.add_parser("delete", parents=parents, help="delete a tenant without live VMs")
     delete.add_argument("name")
     delete.add_argument("--drain", action="store_true", help="release its live VMs first, then delete it")
+    backfill = actions.add_parser("backfill", parents=parents, help="a batch tenant's own backfill settings (the "
+                                  "rest are the pool's)", description=f"KEY: {', '.join(TENANT_BACKFILL_KEYS)}, "
+                                  "with the pool-wide settings' bounds (gleanctl backfill set --help)")
+    backfill.add_argument("name")
+    backfill.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    backfill.add_argument("--reset", action="store_true", help="drop its own settings first (the pool-wide ones again)")
 
 
 def backfill_keys_help() -> str:

@@ -17,6 +17,7 @@ from protos.words import LEASE_STATE, REQUEST_OUTCOME, VM_ROLE, to_wire
 from . import checks
 from .config import ControllerConfig
 from .intake import ReportRefused, pause
+from .core.tenancy import TENANT_BACKFILL_KEYS
 from .core.records import BackfillConfig
 from .service import AlreadyPlaced, LeaseNotFound, PoolService, RequestNotFound, RequestResult
 from .store import Lease, LeaseConflict, StoreError
@@ -267,6 +268,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def SetTenant(self, request, context):
         changes = {f: getattr(request, f) for f in tenancy.BOUND_FIELDS if request.HasField(f)}
         self.pool.set_tenant(request.name, changes)
+        return tenant_to_proto(*self.pool.tenant_rows(request.name)[0])
+
+    @rpc
+    def SetTenantBackfill(self, request, context):
+        changes = {f: getattr(request, f) for f in TENANT_BACKFILL_KEYS if request.HasField(f)}
+        self.pool.set_tenant_backfill(request.name, changes, request.reset)
         return tenant_to_proto(*self.pool.tenant_rows(request.name)[0])
 
     @rpc

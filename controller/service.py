@@ -16,6 +16,7 @@ yet recorded).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -40,6 +41,7 @@ from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.explain import FillAnswer
 from .core.bounds import UNBOUNDED
+from .core.tenancy import TenancySettings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
@@ -141,7 +143,8 @@ class PoolService:
                         store.live_leases(), store.pending_requests(), store.recently_ended(),
                         reserve_settings=reserve_settings, hints=store.hints(),
                         history=history if history is not None else store.history(),
-                        reserved_nodes=store.reserved_nodes(), tenants=store.tenants())
+                        reserved_nodes=store.reserved_nodes(), tenants=store.tenants(),
+                        tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr))
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         return ledger
 
@@ -752,6 +755,28 @@ class PoolService:
                 self._admit([t for t in existing if t.name != name], new)
             detail = dict(_tenant_detail(new), before_lower=f"{old.lower_vcpus},{old.lower_memory_mib}",
                           before_upper=f"{old.upper_vcpus},{old.upper_memory_mib}")
+            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
+            self.ledger.set_tenants(self.store.tenants())
+        log_event(log, "tenant.changed", **detail)
+        return new
+
+    def set_tenant_backfill(self, name: str, changes: Mapping[str, Any], reset: bool) -> TenantRecord:
+        """A batch tenant's own backfill settings (batch_fill.TENANT_BACKFILL_KEYS): `changes` over
+        its current ones (none after `reset`), each checked against the pool-wide settings' bounds;
+        stored with a tenant.changed event, then the launcher grants by them."""
+        with self.lock:
+            existing = self.store.tenants()
+            old = next((t for t in existing if t.name == name), None)
+            if old is None:
+                raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in existing)})")
+            if old.kind != "batch":
+                raise tenancy.TenantRefused(f"tenant {name!r} is on-demand: only batch tenants run backfill")
+            own = {} if reset else json.loads(old.backfill or "{}")
+            own.update(changes)
+            checks.backfill(self.ledger.backfill, own)   # InvalidField names a key out of bounds
+            new = replace(old, backfill=json.dumps(own, sort_keys=True) if own else None)
+            detail = dict(_tenant_detail(new), backfill=new.backfill or "pool-wide", before_backfill=old.backfill or
+                          "pool-wide")
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.changed", **detail)

@@ -86,6 +86,7 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}SetReserveSettings": Rule(ADMINS),
     f"{CONTROLLER_API}CreateTenant": Rule(ADMINS),
     f"{CONTROLLER_API}SetTenant": Rule(ADMINS),
+    f"{CONTROLLER_API}SetTenantBackfill": Rule(ADMINS),
     f"{CONTROLLER_API}DeleteTenant": Rule(ADMINS),
     f"{CONTROLLER_API}ListTenants": Rule(PEOPLE),
     f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),

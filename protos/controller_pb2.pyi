@@ -670,6 +670,24 @@ class SetTenantRequest(_message.Message):
     upper_memory_mib: int
     def __init__(self, name: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ...) -> None: ...
 
+class SetTenantBackfillRequest(_message.Message):
+    __slots__ = ("name", "enabled", "image", "vcpus", "memory_mb", "max_instances", "reset")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    VCPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    MAX_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    enabled: bool
+    image: str
+    vcpus: int
+    memory_mb: int
+    max_instances: int
+    reset: bool
+    def __init__(self, name: _Optional[str] = ..., enabled: _Optional[bool] = ..., image: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., max_instances: _Optional[int] = ..., reset: _Optional[bool] = ...) -> None: ...
+
 class DeleteTenantRequest(_message.Message):
     __slots__ = ("name", "drain")
     NAME_FIELD_NUMBER: _ClassVar[int]

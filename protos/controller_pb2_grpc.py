@@ -139,6 +139,11 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.DeleteTenantRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DeleteTenantResponse.FromString,
                 _registered_method=True)
+        self.SetTenantBackfill = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/SetTenantBackfill',
+                request_serializer=protos_dot_controller__pb2.SetTenantBackfillRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.Tenant.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -294,6 +299,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTenantBackfill(self, request, context):
+        """A batch tenant's own backfill settings (enabled, image, vcpus, memory_mb, max_instances; the
+        rest are the pool's): unset fields keep theirs, `reset` drops them all. INVALID_ARGUMENT names
+        a field out of bounds (the pool-wide settings' bounds); FAILED_PRECONDITION for an on-demand tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -401,6 +415,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteTenant,
                     request_deserializer=protos_dot_controller__pb2.DeleteTenantRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.DeleteTenantResponse.SerializeToString,
+            ),
+            'SetTenantBackfill': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantBackfill,
+                    request_deserializer=protos_dot_controller__pb2.SetTenantBackfillRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.Tenant.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -970,6 +989,33 @@ class Controller:
             '/gleaner.controller.v1.Controller/DeleteTenant',
             protos_dot_controller__pb2.DeleteTenantRequest.SerializeToString,
             protos_dot_controller__pb2.DeleteTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantBackfill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/SetTenantBackfill',
+            protos_dot_controller__pb2.SetTenantBackfillRequest.SerializeToString,
+            protos_dot_controller__pb2.Tenant.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,12 +14,13 @@ never made a tenant decides exactly as before.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 
 from .policy import Reject
 from .records import (BACKFILL_TENANT, DEFAULT_TENANT, ZERO, Audit, Effect, Lease, Size, TenantRecord, Write)
-from .tenancy import (MAX_MEMORY_MIB, MAX_VCPUS, Tenant, TenantKind, effective_lower, on_demand_verdict, show,
-                      total)
+from .tenancy import (MAX_MEMORY_MIB, MAX_VCPUS, Tenant, TenantKind, effective_lower, on_demand_verdict, owner_tenant,
+                      show, tenant_of, total)
 
 UNBOUNDED = Size(MAX_VCPUS, MAX_MEMORY_MIB)
 BUILT_IN = (Tenant(DEFAULT_TENANT, TenantKind.ON_DEMAND, ZERO, UNBOUNDED),
@@ -29,18 +30,6 @@ BUILT_IN = (Tenant(DEFAULT_TENANT, TenantKind.ON_DEMAND, ZERO, UNBOUNDED),
 def tenant_of_record(record: TenantRecord) -> Tenant:
     """The pure tenant of a stored one: an unbounded upper (0, 0) is the largest bound there is."""
     return Tenant(record.name, TenantKind(record.kind), record.lower, UNBOUNDED if record.unbounded else record.upper)
-
-
-def tenant_of(lease: Lease, names: Iterable[str]) -> str:
-    """The tenant a live VM belongs to: backfill to the built-in batch tenant (the only one that
-    owns backfill for now); an on-demand VM to the tenant named as its owner, else to default (an
-    owner never borrows the batch tenant's name)."""
-    return BACKFILL_TENANT if lease.role == "backfill" else owner_tenant(lease.owner, names)
-
-
-def owner_tenant(owner: str, names: Iterable[str]) -> str:
-    """The tenant an on-demand owner names: itself if a tenant has that name, else default."""
-    return owner if owner in names and owner != BACKFILL_TENANT else DEFAULT_TENANT
 
 
 def _binds(tenant: Tenant) -> bool:
@@ -65,19 +54,35 @@ class TenantBounds:
         self.tenants: tuple[Tenant, ...] = BUILT_IN
         self._tenant_names: frozenset[str] = frozenset(t.name for t in BUILT_IN)
         self._bounded = False                          # some tenant's bounds can refuse a request
-        self._held_by: dict[str, tuple[str, Size]] = {}   # live on-demand lease -> (its tenant, its size)
+        self._held_by: dict[str, tuple[str, Size, bool]] = {}   # live lease -> (tenant, size, backfill)
         self.tenant_usage: dict[str, Size] = {}         # tenant -> what its non-preemptible VMs hold
+        self.backfill_usage: dict[str, Size] = {}       # batch tenant -> what its backfill VMs hold now
+        self.tenant_backfill: dict[str, dict] = {}      # batch tenant -> its own backfill settings
+        self._batch_fill = False                        # the launcher grants by tenant (batch_fill.py)
         self._scaled: bool | None = None               # the lower bounds were last seen scaled down
 
-    def set_tenants(self, tenants: Iterable[Tenant | TenantRecord]) -> None:
-        """The pool's tenants (the store's): the built-in ones are kept if not given."""
-        given = [t if isinstance(t, Tenant) else tenant_of_record(t) for t in tenants]
+    def set_tenants(self, tenants: Iterable[Tenant | TenantRecord], backfill: Mapping[str, Mapping] | None = None
+                    ) -> None:
+        """The pool's tenants (the store's): the built-in ones are kept if not given. A batch
+        tenant's own backfill settings come from its record (or `backfill`, by name): the keys of
+        TENANT_BACKFILL_KEYS, the pool-wide settings for the rest."""
+        records = list(tenants)
+        given = [t if isinstance(t, Tenant) else tenant_of_record(t) for t in records]
         names = {t.name for t in given}
         self.tenants = tuple(given) + tuple(t for t in BUILT_IN if t.name not in names)
         self._tenant_names = frozenset(t.name for t in self.tenants)
         self._bounded = any(_binds(t) for t in self.tenants)
+        own = dict(backfill or {})
+        own.update({r.name: json.loads(r.backfill) for r in records if isinstance(r, TenantRecord) and r.backfill})
+        self.tenant_backfill = {t.name: dict(own.get(t.name, {})) for t in self.tenants if t.kind is TenantKind.BATCH}
+        # Only the built-in batch tenant, unbounded, with no settings of its own: the pool-wide
+        # launcher, as before tenants.
+        self._batch_fill = any(t.kind is TenantKind.BATCH and (t.name != BACKFILL_TENANT or _binds(t)
+                                                               or self.tenant_backfill.get(t.name))
+                               for t in self.tenants)
         self._held_by.clear()
         self.tenant_usage.clear()
+        self.backfill_usage.clear()
         for lease in self.leases.values():
             self._hold(lease)
 
@@ -100,17 +105,24 @@ class TenantBounds:
         super()._unview_lease(node_id, lease_id)
         held = self._held_by.pop(lease_id, None)
         if held is not None:
-            name, size = held
-            self.tenant_usage[name] = self.tenant_usage[name] - size
+            name, size, backfill = held
+            usage = self.backfill_usage if backfill else self.tenant_usage
+            usage[name] = usage[name] - size
 
     def _hold(self, lease: Lease) -> None:
-        """Count a live on-demand lease for its tenant: booked, it is the tenant's (even while it
-        waits for its victims' memory), until it ends."""
-        if lease.role != "on_demand" or lease.lease_id in self._held_by:
+        """Count a live lease for its tenant: an on-demand one whole from its booking (even while
+        it waits for its victims' memory) until it ends; a backfill one for what it holds in its
+        state (a hibernated VM holds nothing)."""
+        if lease.lease_id in self._held_by:
             return
-        name, size = tenant_of(lease, self._tenant_names), lease.size
-        self._held_by[lease.lease_id] = (name, size)
-        self.tenant_usage[name] = self.tenant_usage.get(name, ZERO) + size
+        backfill = lease.role == "backfill"
+        size = lease.held if backfill else lease.size
+        if backfill and size == ZERO:
+            return
+        name = tenant_of(lease, self._tenant_names)
+        self._held_by[lease.lease_id] = (name, size, backfill)
+        usage = self.backfill_usage if backfill else self.tenant_usage
+        usage[name] = usage.get(name, ZERO) + size
 
     # -- decisions -------------------------------------------------------------------------------
 

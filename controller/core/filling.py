@@ -108,6 +108,8 @@ class Filling:
             return effects
         effects += self.select(now, evaluation=False)
         effects += self._keep_reserve(now)
+        if self._batch_fill:   # batch tenants share backfill: each granted its part (batch_fill.py)
+            return effects + self._fill_batch_tenants(now, lanes)
         pool = self.snapshot(now)   # afresh: the reserve may have changed the nodes and their VMs
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from .books import AUDIT_NODES, ROLES, Books, NodeState, shared_size
+from .batch_fill import BatchFilling
 from .bounds import TenantBounds
 from .filling import Filling
 from .idleness import GUEST_CLOCK_TOLERANCE_S, IDLE_CPU_CORES, Idleness, shows_idle
@@ -36,6 +37,7 @@ from .records import (RESUMING, STOP_UNCONFIRMED, STOPS, Ask, BackfillConfig, Le
 from .requests import Requests
 from .reserve_settings import Hint, ReserveSettings
 from .reserves import DemandHistory
+from .tenancy import TenancySettings
 from .views import Views
 from .volunteers import VolunteerSelection
 
@@ -43,7 +45,7 @@ __all__ = ["AUDIT_NODES", "GUEST_CLOCK_TOLERANCE_S", "IDLE_CPU_CORES", "MAX_LAUN
            "Ledger", "NodeState", "shared_size", "shows_idle"]
 
 
-class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Lifecycle, TenantBounds, Views, Books):
+class Ledger(ReportMatching, Idleness, Requests, BatchFilling, Filling, VolunteerSelection, Lifecycle, TenantBounds, Views, Books):
     """The books with their stages: the kernel (books.py) alone books a lease; each stage, a module
     of its own, owns the state its _init_ method sets and changes the books through the kernel."""
 
@@ -52,7 +54,7 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
                  requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = (),
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
                  history: DemandHistory | None = None, reserved_nodes: Iterable[str] = (),
-                 tenants: Iterable[TenantRecord] = ()) -> None:
+                 tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings()) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
@@ -61,7 +63,8 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
         of them is stopped, not adopted. `reserve_settings`, `hints` and `history` are Balancer's
         reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
         are the nodes they kept free when the controller stopped. `tenants` are the pool's tenants
-        (controller.core.bounds; none given: only the built-in, unbounded ones)."""
+        (controller.core.bounds; none given: only the built-in, unbounded ones), `tenancy` the pool's
+        RBT and URR."""
         self._init_books(settings, backfill, new_id)
         self._init_idleness(backfill)
         self._init_filling(reserves, reserve_settings, hints, history, reserved_nodes)
@@ -72,6 +75,7 @@ class Ledger(ReportMatching, Idleness, Requests, Filling, VolunteerSelection, Li
         self._init_volunteers()
         self._init_matching()
         self._load(list(leases), list(requests), list(ended))
+        self.tenancy_settings = tenancy
         self.set_tenants(tenants)
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:

@@ -33,13 +33,16 @@ from enum import Enum
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
-from .records import ZERO, Size
+from .records import BACKFILL_TENANT, DEFAULT_TENANT, ZERO, Lease, Size
 
 MAX_VCPUS = 1_000_000           # a bound past any pool Gleaner runs; catches typos and overflow
 MAX_MEMORY_MIB = 1 << 40        # 1 EiB
 MAX_RBT = 10.0                  # the paper tries 1 and 2; past 10 the booking check means nothing
 MIN_RBT = 0.1
 MAX_USAGE_RATE = 1000.0         # allocated / capacity may pass 1 when the pool shrinks
+# A batch tenant's own backfill settings (controller.core.batch_fill); the others (policy, grace,
+# recycling, interruption) are the pool's: they concern its on-demand users as much as the tenant.
+TENANT_BACKFILL_KEYS = ("enabled", "image", "vcpus", "memory_mb", "max_instances")
 
 
 class TenantKind(str, Enum):
@@ -121,6 +124,20 @@ def _floor(value: float) -> int:
     """Round down, forgiving the float error of a product such as 10 x 1.1 (11.000000000000002)
     or 100 x 1.15 (114.99999999999999): an admin who books 115 of 100 x 1.15 means 115."""
     return math.floor(value + 1e-9)
+
+
+def tenant_of(lease: Lease, names: Iterable[str]) -> str:
+    """The tenant a live VM belongs to: a backfill VM to the batch tenant it was launched for (its
+    owner), else (adopted, or from before tenants) to the built-in batch tenant; an on-demand VM to
+    the tenant named as its owner, else to default (an owner never borrows the batch tenant's name)."""
+    if lease.role == "backfill":
+        return lease.owner if lease.owner in names else BACKFILL_TENANT
+    return owner_tenant(lease.owner, names)
+
+
+def owner_tenant(owner: str, names: Iterable[str]) -> str:
+    """The tenant an on-demand owner names: itself if a tenant has that name, else default."""
+    return owner if owner in names and owner != BACKFILL_TENANT else DEFAULT_TENANT
 
 
 # ---------------------------------------------------------------------------------- admission

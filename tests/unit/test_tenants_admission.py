@@ -59,7 +59,9 @@ def test_a_vm_belongs_to_the_tenant_named_as_its_owner_else_to_default():
     assert tenancy.tenant_of(lease("1", "a"), names) == "a"
     assert tenancy.tenant_of(lease("2", "nobody"), names) == "default"
     assert tenancy.tenant_of(lease("3", "backfill"), names) == "default"   # an owner never borrows the batch tenant
-    assert tenancy.tenant_of(lease("4", "a", role="backfill"), names) == "backfill"
+    # a backfill VM is the batch tenant's it was launched for; adopted (or from before tenants), the built-in's
+    assert tenancy.tenant_of(lease("4", "a", role="backfill"), names) == "a"
+    assert tenancy.tenant_of(lease("5", "adopted", role="backfill"), names) == "backfill"
 
 
 def test_a_change_that_takes_nothing_more_skips_admission_and_bounding_an_unbounded_one_does_not():

@@ -1,0 +1,86 @@
+"""Batch tenants own backfill (issue 26), on a real controller process.
+
+- Two agents on libvirt's test:/// driver (16 CPUs each) as a pool of 32 vCPUs, URR 0.25: with an
+  on-demand VM holding half the pool, the pool is busy, and two batch tenants with lower bounds
+  of 2 and 6 vCPUs get their PSF shares, 1/4 and 3/4, of the 16 idle vCPUs.
+- One agent on the local libvirtd: each batch tenant's real VMs boot with its own settings.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from protos import controller_pb2
+from tests.agentproc import REPO, AgentProcess, remove_test_domains, wait_for, wait_for_console
+from tests.controllerproc import ControllerProcess, agent_settings
+
+pytestmark = pytest.mark.libvirt
+
+
+def gleanctl(controller: ControllerProcess, *args: str, code: int = 0) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == code, done.stderr
+    return done
+
+
+def backfill_by_owner(controller: ControllerProcess) -> Counter:
+    return Counter(l.owner for l in controller.leases("backfill") if l.state in ("starting", "running"))
+
+
+def test_two_batch_tenants_share_a_busy_pool_by_psf(test_env):
+    controller = ControllerProcess(test_env, name="ctl-psf", settings=dict(use_prediction=False, tenants_urr=0.25))
+    controller.start()
+    nodes = [AgentProcess(test_env, name=f"psf{i}", settings=agent_settings(
+        controller, libvirt_uri="test:///default", metrics_listen="")).start() for i in (1, 2)]
+    try:
+        for node in nodes:
+            wait_for(lambda: controller.node_state(node.name) == "up", 20, f"{node.name} to report")
+        cpus = sum(n.cpus for n in controller.stub().ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes)
+        assert cpus == 32
+        gleanctl(controller, "tenant", "create", "small", "--kind", "batch", "--lower", "2,256", "--upper", "16,4096")
+        gleanctl(controller, "tenant", "create", "large", "--kind", "batch", "--lower", "6,768", "--upper", "16,4096")
+        gleanctl(controller, "tenant", "backfill", "backfill", "enabled=false")   # the built-in tenant sits out
+        gleanctl(controller, "tenant", "backfill", "large", "grace_seconds=3", code=2)   # the pool's, not a tenant's
+        placed = controller.stub().RequestVm(controller_pb2.VmRequest(vcpus=16, memory_mib=1024, image="tiny",
+                                                                      owner="web", request_id="psf-od"), timeout=60)
+        assert placed.outcome == "placed", placed.reason
+
+        gleanctl(controller, "backfill", "set", "enabled=true", "vcpus=1", "memory_mb=128")
+        wait_for(lambda: sum(backfill_by_owner(controller).values()) >= 16, 60, "the idle half filled")
+        assert backfill_by_owner(controller) == Counter(small=4, large=12)
+        shown = gleanctl(controller, "tenant", "show").stdout
+        rows = {line.split()[0]: line.split() for line in shown.splitlines()[1:] if line and not line.startswith("pool:")}
+        assert rows["small"][4] == "4,512" and rows["large"][4] == "12,1536"
+    finally:
+        for node in nodes:
+            node.stop()
+        controller.stop()
+
+
+def test_each_batch_tenants_real_vms_boot_with_its_own_settings(test_env):
+    controller = ControllerProcess(test_env, name="ctl-own", settings=dict(use_prediction=False)).start()
+    agent = AgentProcess(test_env, name="own-node", settings=agent_settings(controller)).start()
+    try:
+        wait_for(lambda: controller.node_state("own-node") == "up", 30, "the node to report")
+        gleanctl(controller, "tenant", "create", "science", "--kind", "batch", "--upper", "1,1024")
+        gleanctl(controller, "tenant", "backfill", "science", "memory_mb=192", "max_instances=1")
+        gleanctl(controller, "tenant", "backfill", "backfill", "max_instances=1")
+        gleanctl(controller, "backfill", "set", "enabled=true", "memory_mb=128", "interruption=terminate")
+        leases = wait_for(lambda: [l for l in controller.leases("backfill", "running")] if
+                          len(controller.leases("backfill", "running")) == 2 else None, 120, "two backfill VMs")
+        by_owner = {l.owner: l for l in leases}
+        assert set(by_owner) == {"science", "backfill"}
+        assert by_owner["science"].memory_mib == 192 and by_owner["backfill"].memory_mib == 128
+        for lease in leases:
+            wait_for_console(agent.state_dir / "console" / f"{lease.vm_name}.log", "GLEANER-READY", timeout=120)
+        shown = gleanctl(controller, "tenant", "show", "science").stdout
+        assert '"memory_mb": 192' in shown and by_owner["science"].lease_id in shown
+        assert len(controller.leases("backfill")) == 2   # science's upper bound and max_instances hold
+    finally:
+        agent.stop()
+        controller.stop()
+        remove_test_domains()
