@@ -104,7 +104,13 @@ def tenant_of(lease: Lease, names: Iterable[str]) -> str:
     owns backfill for now); an on-demand VM to the tenant named as its owner, else to default."""
     if lease.role == VmRole.BACKFILL.value:
         return BACKFILL_TENANT
-    return lease.owner if lease.owner in names and lease.owner != BACKFILL_TENANT else DEFAULT_TENANT
+    return tenant_of_owner(lease.owner, names)
+
+
+def tenant_of_owner(owner: str, names: Iterable[str]) -> str:
+    """The tenant an on-demand VM (or request) of `owner` belongs to: the tenant of that name, else
+    default (the built-in batch tenant owns backfill only)."""
+    return owner if owner in names and owner != BACKFILL_TENANT else DEFAULT_TENANT
 
 
 def usage(leases: Iterable[Lease], names: Iterable[str]) -> dict[str, tuple[Size, list[str]]]:
