@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -21,7 +23,7 @@ from gleaner_common import pki
 from gleaner_common.identity import Role, spiffe_uri
 from gleaner_common.pki import TlsFiles
 from protos import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
-from tests.agentproc import AgentProcess, LabEnv, wait_for
+from tests.agentproc import REPO, AgentProcess, LabEnv, wait_for
 from tests.controllerproc import ControllerProcess, agent_settings, rpc_code
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -233,23 +235,6 @@ def test_a_tenant_admin_cannot_sign_certificates(pool, tmp_path):
     assert pool_state(controller) == before
 
 
-def test_every_denial_reaches_the_audit_log_naming_person_and_tenant(pool):
-    """Runs last: stopping the controller flushes the denial counts into the audit log."""
-    controller, _agent, people = pool
-    bob = stub(controller, people["acme/bob"])
-    rpc_code(lambda: POOL_CALLS["SetTenant"](bob))
-    rpc_code(lambda: request(bob, "tadm-audit", owner="beta"))
-    controller.stop()
-    controller.start()
-    rows = [json.loads(e.detail_json) for e in controller.events("rpc.denied")]
-    mine = {(r["method"].rsplit("/", 1)[1], r["reason"]) for r in rows if r["identity"] == BOB}
-    methods = {method for method, _why in mine}
-    assert {"Release", "RequestVm", "CancelRequest", "ListTenants", *POOL_CALLS} <= methods
-    assert any("requests for tenant 'acme' only, not for owner 'beta'" in why for method, why in mine
-               if method == "RequestVm")
-    assert any("tenant-admin/ghost/eve" == r["identity"] for r in rows)
-
-
 def test_a_tenant_admins_reply_names_no_other_tenants_vm_it_preempted():
     """A node full of backfill (the built-in batch tenant's): bob's request preempts one of them;
     the admin asking after the same request sees the victim, bob's reply names none."""
@@ -279,3 +264,45 @@ def test_a_tenant_admins_reply_names_no_other_tenants_vm_it_preempted():
         agent.stop()
         controller.stop()
         env.remove()
+
+
+def gleanctl(controller: ControllerProcess, tls: TlsFiles, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(tls), "--json",
+                           *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_gleanctl_as_a_tenant_admin(pool):
+    """The commands a tenant-admin has work as it; gleanctl's default owner (admin) is refused,
+    saying what to give; the others exit 3 (permission denied)."""
+    controller, _agent, people = pool
+    bob = people["acme/bob"]
+    refused = gleanctl(controller, bob, "request", "--vcpus", "1", "--memory", "128")
+    assert refused.returncode == 3 and "give owner 'acme'" in refused.stderr, refused.stderr
+    placed = gleanctl(controller, bob, "request", "--vcpus", "1", "--memory", "128", "--owner", "acme")
+    assert placed.returncode == 0, placed.stderr
+    lease_id = json.loads(placed.stdout)["lease"]["lease_id"]
+    vms = gleanctl(controller, bob, "vms")
+    assert vms.returncode == 0 and [l["lease_id"] for l in json.loads(vms.stdout)] == [lease_id]
+    shown = gleanctl(controller, bob, "tenant", "show", "acme")
+    assert shown.returncode == 0 and [t["name"] for t in json.loads(shown.stdout)["tenants"]] == ["acme"]
+    for args in (["status"], ["nodes"], ["tenant", "show", "beta"], ["backfill", "show"]):
+        assert gleanctl(controller, bob, *args).returncode == 3, args
+    assert gleanctl(controller, bob, "release", lease_id).returncode == 0
+    wait_for(lambda: not controller.leases(), 30, "the VM to end")
+
+
+def test_every_denial_reaches_the_audit_log_naming_person_and_tenant(pool):
+    """Runs last: stopping the controller flushes the denial counts into the audit log."""
+    controller, _agent, people = pool
+    bob = stub(controller, people["acme/bob"])
+    rpc_code(lambda: POOL_CALLS["SetTenant"](bob))
+    rpc_code(lambda: request(bob, "tadm-audit", owner="beta"))
+    controller.stop()
+    controller.start()
+    rows = [json.loads(e.detail_json) for e in controller.events("rpc.denied")]
+    mine = {(r["method"].rsplit("/", 1)[1], r["reason"]) for r in rows if r["identity"] == BOB}
+    methods = {method for method, _why in mine}
+    assert {"Release", "RequestVm", "CancelRequest", "ListTenants", *POOL_CALLS} <= methods
+    assert any("requests for tenant 'acme' only, not for owner 'beta'" in why for method, why in mine
+               if method == "RequestVm")
+    assert any("tenant-admin/ghost/eve" == r["identity"] for r in rows)
