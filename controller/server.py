@@ -146,6 +146,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         leases = self.pool.live_leases()
         if request.include_ended:
             leases = self.pool.store.all_leases()
+        leases = self.pool.visible_leases(leases)   # a tenant-admin's own tenant's only
         return controller_pb2.ListVmsResponse(leases=[lease_to_proto(l) for l in leases])
 
     @rpc

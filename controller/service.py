@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gleaner_common import ids
+from gleaner_common import authz, ids
 from gleaner_common.authz import current_identity
 from gleaner_common.identity import Role
 from gleaner_common.ids import InvalidField
@@ -345,12 +345,15 @@ class PoolService:
         """Place an on-demand VM and wait (at most wait_seconds) until it runs, failed, or was
         rejected; the same request_id again gives the same request's answer."""
         started = time.monotonic()
+        owner = self._request_owner(owner)
         checks.request(vcpus, memory_mib, image, owner, request_id)
         wait = self.request_wait() if wait_seconds is None else wait_seconds
         booked_ms = None
         with self.lock:
             held_since = time.perf_counter()
             record = self.ledger.pending(request_id) or self.store.request(request_id)
+            if record is not None:   # an id already used: its answer only for its own tenant
+                self._check_tenant(f"request {request_id!r}", owner=record.owner)
             if record is None:
                 # The record keeps the decision's time; the reply gives the whole booking: from
                 # taking the lock, through the decision, to the commit of its rows and audit events.
@@ -375,6 +378,7 @@ class PoolService:
             record = self.ledger.pending(request_id) or self.store.request(request_id)
             if record is None:
                 raise RequestNotFound(f"no request {request_id!r}")
+            self._check_tenant(f"request {request_id!r}", owner=record.owner)
             if record.lease_id and record.outcome in ("pending", "placed"):
                 raise AlreadyPlaced(f"request {request_id!r} is placed already, on lease {record.lease_id} "
                                     f"(node {record.node_id}): release the lease to stop its VM")
@@ -397,6 +401,8 @@ class PoolService:
             victim = self._lease(victim_id)
             if victim is None:
                 continue
+            if not self._visible(victim):   # another tenant's VM (a backfill victim): not for a tenant-admin
+                continue
             stopped = self.stops.get(victim_id) or (
                 Stopped(victim.state, 0.0, "stopping") if victim.state in VICTIM else Stopped(victim.state, 0.0, ""))
             preempted.append(Preempted(victim, stopped, work(victim, record.created_at)))
@@ -404,6 +410,50 @@ class PoolService:
 
     def _lease(self, lease_id: str) -> Lease | None:
         return self.ledger.leases.get(lease_id) or self.store.lease(lease_id)
+
+    # -- a tenant-admin's calls kept to its own tenant (the rules: gleaner_common.authz) -----------
+
+    def _request_owner(self, owner: str) -> str:
+        """The owner a request is made under: a tenant-admin's tenant (authz.request_owner); and
+        the VM must then be that tenant's (a tenant the pool does not have would make it default's)."""
+        identity = self._tenant_admin()
+        if identity is None:
+            return owner
+        owner = authz.request_owner(identity, owner)
+        self._check_tenant(f"a VM owned by {owner!r}", owner=owner)
+        return owner
+
+    @staticmethod
+    def _tenant_admin():
+        """The caller if it is a tenant-admin (its calls are kept to its tenant), else None."""
+        identity = current_identity()
+        return identity if identity is not None and authz.tenant_scoped(identity) else None
+
+    def _tenant_names(self) -> list[str]:
+        return [t.name for t in self.store.tenants()]
+
+    def _check_tenant(self, what: str, owner: str = "", lease: Lease | None = None, tenant: str = "") -> None:
+        """authz.check_tenant for a tenant-admin caller, on `tenant`, or the tenant `lease` (else
+        a request of `owner`) belongs to; other roles pass, and nothing is read for them."""
+        identity = self._tenant_admin()
+        if identity is None:
+            return
+        if not tenant:
+            names = self._tenant_names()
+            tenant = tenancy.tenant_of(lease, names) if lease is not None else tenancy.tenant_of_owner(owner, names)
+        authz.check_tenant(identity, tenant, what)
+
+    def _visible(self, lease: Lease, names: list[str] | None = None) -> bool:
+        identity = self._tenant_admin()
+        return identity is None or authz.visible(
+            identity, tenancy.tenant_of(lease, self._tenant_names() if names is None else names))
+
+    def visible_leases(self, leases: Sequence[Lease]) -> list[Lease]:
+        """The leases the caller may see: all for admins and viewers, a tenant-admin's own tenant's."""
+        if self._tenant_admin() is None:
+            return list(leases)
+        names = self._tenant_names()
+        return [lease for lease in leases if self._visible(lease, names)]
 
     # -- release ---------------------------------------------------------------------------------
 
@@ -417,6 +467,9 @@ class PoolService:
         ids.lease_id(lease_id)
         started = time.monotonic()
         with self.lock:
+            known = self._lease(lease_id) if self._tenant_admin() else None   # only a tenant-admin's is looked at
+            if known is not None:
+                self._check_tenant(f"lease {lease_id!r}", lease=known)
             try:
                 _lease, effects = self.ledger.release(lease_id, force, self.clock())
             except LeaseError as exc:
@@ -714,9 +767,12 @@ class PoolService:
         """(tenant, what its live VMs hold, their lease ids) for every tenant, or `name`'s only."""
         if name:
             tenancy.name(name)
+            self._check_tenant(f"tenant {name!r}", tenant=name)
         with self.lock:
             records = self.store.tenants()
             used = tenancy.usage(self.ledger.live_leases(), [t.name for t in records])
+        caller = self._tenant_admin()   # a tenant-admin reads its own tenant only
+        records = [t for t in records if caller is None or authz.visible(caller, t.name)]
         rows = [(t, *used[t.name]) for t in records if not name or t.name == name]
         if name and not rows:
             raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in records)})")
@@ -764,6 +820,7 @@ class PoolService:
         """A batch tenant's own backfill settings (batch_fill.TENANT_BACKFILL_KEYS): `changes` over
         its current ones (none after `reset`), each checked against the pool-wide settings' bounds;
         stored with a tenant.changed event, then the launcher grants by them."""
+        self._check_tenant("change the backfill settings of", tenant=name)
         with self.lock:
             existing = self.store.tenants()
             old = next((t for t in existing if t.name == name), None)

@@ -13,7 +13,7 @@ from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
 from .checks import MAX_NODE_CPUS, MAX_NODE_MEMORY_MIB
-from .core.tenancy import tenant_of
+from .core.tenancy import owner_tenant as tenant_of_owner, tenant_of
 from .core.records import (BACKFILL_TENANT, BUILT_IN_TENANTS, DEFAULT_TENANT, TENANT_KINDS, ZERO, Lease, Size,
                            TenantRecord, VmRole)
 

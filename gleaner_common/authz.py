@@ -13,6 +13,13 @@ or sends (and whenever the servicer asks is_active()), and a reload of the deny 
 after a short grace, the streams of the identities it revokes that said nothing meanwhile.
 
 The servicer reads the caller from `current_identity()`.
+
+A tenant-admin (Role.TENANT_ADMIN) is allowed a few calls by the table, each with a `tenant`
+scope saying how the service keeps it to its own tenant (the interceptor cannot: it takes looking
+up the VM or request): a new request's owner is its tenant (request_owner), an existing VM or
+request must be its tenant's (check_tenant), a listing shows its tenant's rows only (visible).
+Those are pure functions here; the service calls them, and a Denied they raise is refused,
+logged and counted by the interceptor exactly as a denial by role.
 """
 from __future__ import annotations
 
@@ -50,15 +57,26 @@ def current_identity() -> Identity | None:
     return _current.get()
 
 
+# How a call allowed to a tenant-admin is kept to its own tenant (Rule.tenant; docs/security.md).
+OWNER = "owner"      # it makes something new: the owner is the caller's tenant (request_owner)
+OBJECT = "object"    # it acts on a tenant's VM, request or settings: that tenant must be the caller's (check_tenant)
+FILTER = "filter"    # it lists: only the caller's tenant's rows, and naming another tenant is refused (visible)
+TENANT_SCOPES = frozenset({OWNER, OBJECT, FILTER})
+
+
 @dataclass(frozen=True)
 class Rule:
     roles: frozenset[Role]
     node_field: str = ""      # each request message's field must equal an agent caller's node id
+    tenant: str = ""          # for a tenant-admin caller: how the service keeps it to its tenant (TENANT_SCOPES)
 
 
 CONTROLLER_ONLY = frozenset({Role.CONTROLLER})
 ADMINS = frozenset({Role.ADMIN})
 PEOPLE = frozenset({Role.ADMIN, Role.VIEWER})
+# a tenant-admin beside them, kept by the service to its own tenant (Rule.tenant says how)
+ADMINS_AND_TENANT = ADMINS | {Role.TENANT_ADMIN}
+PEOPLE_AND_TENANT = PEOPLE | {Role.TENANT_ADMIN}
 AGENT_API = "/gleaner.agent.v1.NodeAgent/"
 CONTROLLER_API = "/gleaner.controller.v1.Controller/"
 
@@ -74,11 +92,12 @@ TABLE: dict[str, Rule] = {
     f"{AGENT_API}ListDomains": Rule(READERS),
     f"{AGENT_API}GetMetrics": Rule(READERS),
     f"{AGENT_API}WatchEvents": Rule(READERS),
-    # the controller: agents report for their own node only; admins change the pool; people read
+    # the controller: agents report for their own node only; admins change the pool; people read;
+    # a tenant-admin requests, releases and reads its own tenant's VMs and its tenant, nothing else
     f"{CONTROLLER_API}Report": Rule(frozenset({Role.AGENT}), node_field="node_id"),
-    f"{CONTROLLER_API}RequestVm": Rule(ADMINS),
-    f"{CONTROLLER_API}CancelRequest": Rule(ADMINS),
-    f"{CONTROLLER_API}Release": Rule(ADMINS),
+    f"{CONTROLLER_API}RequestVm": Rule(ADMINS_AND_TENANT, tenant=OWNER),
+    f"{CONTROLLER_API}CancelRequest": Rule(ADMINS_AND_TENANT, tenant=OBJECT),
+    f"{CONTROLLER_API}Release": Rule(ADMINS_AND_TENANT, tenant=OBJECT),
     f"{CONTROLLER_API}SetBackfill": Rule(ADMINS),
     f"{CONTROLLER_API}SetReserve": Rule(ADMINS),
     f"{CONTROLLER_API}AddHint": Rule(ADMINS),
@@ -86,17 +105,19 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}SetReserveSettings": Rule(ADMINS),
     f"{CONTROLLER_API}CreateTenant": Rule(ADMINS),
     f"{CONTROLLER_API}SetTenant": Rule(ADMINS),
-    f"{CONTROLLER_API}SetTenantBackfill": Rule(ADMINS),
+    f"{CONTROLLER_API}SetTenantBackfill": Rule(ADMINS_AND_TENANT, tenant=OBJECT),
     f"{CONTROLLER_API}DeleteTenant": Rule(ADMINS),
-    f"{CONTROLLER_API}ListTenants": Rule(PEOPLE),
+    f"{CONTROLLER_API}ListTenants": Rule(PEOPLE_AND_TENANT, tenant=FILTER),
     f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),
-    f"{CONTROLLER_API}ListVms": Rule(PEOPLE),
+    f"{CONTROLLER_API}ListVms": Rule(PEOPLE_AND_TENANT, tenant=FILTER),
     f"{CONTROLLER_API}GetBackfill": Rule(PEOPLE),
     f"{CONTROLLER_API}ListReserves": Rule(PEOPLE),
     f"{CONTROLLER_API}GetReserveStatus": Rule(PEOPLE),
     f"{CONTROLLER_API}ListEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}FollowEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}Status": Rule(PEOPLE),
+    # (to come, issue 26: a tenant's goal, Rule(ADMINS_AND_TENANT, tenant=OBJECT), as SetTenantBackfill:
+    # the servicer calling check_tenant(identity, the tenant named) before it changes anything)
     # on both: health for every identity (liveness checks), reflection for people and the controller
     f"{HEALTH}Check": Rule(EVERYONE),
     f"{HEALTH}Watch": Rule(EVERYONE),
@@ -116,6 +137,43 @@ class Denied(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def same_tenant(identity: Identity, tenant: str) -> bool:
+    """Whether `identity` is a tenant-admin of `tenant` (exactly: no other role, no other tenant)."""
+    return identity.role is Role.TENANT_ADMIN and identity.tenant == tenant
+
+
+def tenant_scoped(identity: Identity) -> bool:
+    """Whether the calls `identity` may make are kept to one tenant (a tenant-admin's)."""
+    return identity.role is Role.TENANT_ADMIN
+
+
+def visible(identity: Identity, tenant: str) -> bool:
+    """Whether a row of `tenant` (a VM, a request, the tenant itself) may be shown to `identity`:
+    every row to the roles the table lets read, only its own tenant's to a tenant-admin."""
+    return not tenant_scoped(identity) or same_tenant(identity, tenant)
+
+
+def check_tenant(identity: Identity, tenant: str, what: str) -> None:
+    """Denied (PERMISSION_DENIED) unless `identity` may act on `what`, which is `tenant`'s: any
+    tenant's for the roles the table allowed the call, its own only for a tenant-admin. The
+    message names the caller (person and tenant) and the tenant `what` belongs to."""
+    if not visible(identity, tenant):
+        raise Denied(grpc.StatusCode.PERMISSION_DENIED,
+                     f"{identity} acts for tenant {identity.tenant!r} only: {what} is tenant {tenant!r}'s")
+
+
+def request_owner(identity: Identity, owner: str) -> str:
+    """The owner a new on-demand request is made under: as asked, but a tenant-admin's is its
+    tenant (an empty owner is taken as it); one naming another owner is Denied, naming both."""
+    if not tenant_scoped(identity):
+        return owner
+    if owner not in ("", identity.tenant):
+        raise Denied(grpc.StatusCode.PERMISSION_DENIED,
+                     f"{identity} requests for tenant {identity.tenant!r} only, not for owner {owner[:64]!r}: "
+                     f"give owner {identity.tenant!r} (or none)")
+    return identity.tenant
 
 
 class DenyList:
@@ -410,14 +468,20 @@ class Authorizer(grpc.ServerInterceptor):
                 identity, request = admit(request, context)
                 recheck = functools.partial(self.recheck, identity, method, context)
                 with self._serving(identity, method, context, stream):
-                    for message in original(request, _RecheckingContext(context, recheck)):
-                        recheck()
-                        yield message
+                    try:
+                        for message in original(request, _RecheckingContext(context, recheck)):
+                            recheck()
+                            yield message
+                    except Denied as exc:   # the service's own check, as in a unary call
+                        self.refuse(context, method, Denied(exc.code, f"{exc} ({method})"), str(identity))
         else:
             def behavior(request, context):
                 identity, request = admit(request, context)
                 with self._serving(identity, method, context, stream):
-                    return original(request, context)
+                    try:
+                        return original(request, context)
+                    except Denied as exc:   # the service's own check (check_tenant, request_owner)
+                        self.refuse(context, method, Denied(exc.code, f"{exc} ({method})"), str(identity))
         factory = getattr(grpc, f"{kind}_rpc_method_handler")
         return factory(behavior, request_deserializer=tolerant(handler.request_deserializer),
                        response_serializer=handler.response_serializer)

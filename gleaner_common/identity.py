@@ -4,6 +4,12 @@
     spiffe://gleaner/agent/NODE           the node agent of NODE (a DNS label)
     spiffe://gleaner/admin/PERSON         an admin: may change the pool
     spiffe://gleaner/viewer/PERSON        read-only
+    spiffe://gleaner/tenant-admin/TENANT/PERSON
+                                          a person who administers one tenant's VMs (authz.same_tenant)
+
+A tenant-admin's name is TENANT/PERSON: both follow the owners' rules (gleaner_common.ids.person,
+which has no '/'), so the name splits one way only, and str(identity), which every audit event
+a call causes carries as "by", says both who and for which tenant.
 
 The identity is a URI subject alternative name (a SPIFFE ID, which gRPC reads itself). Servers
 also carry DNS names a client can insist on: an agent's certificate names NODE.agent.gleaner and
@@ -34,6 +40,7 @@ class Role(str, Enum):
     AGENT = "agent"
     ADMIN = "admin"
     VIEWER = "viewer"
+    TENANT_ADMIN = "tenant-admin"
 
 
 class NotAnIdentity(ValueError):
@@ -43,8 +50,18 @@ class NotAnIdentity(ValueError):
 @dataclass(frozen=True)
 class Identity:
     role: Role
-    name: str            # the node id for an agent, the person for admin and viewer
+    name: str            # the node id for an agent, the person for admin and viewer, TENANT/PERSON for a tenant-admin
     serial: int = 0      # the certificate's serial number, for revocation
+
+    @property
+    def tenant(self) -> str:
+        """The tenant a tenant-admin administers; "" for every other role."""
+        return split_tenant_name(self.name)[0] if self.role is Role.TENANT_ADMIN else ""
+
+    @property
+    def person(self) -> str:
+        """The person (the node id for an agent, the controller's name for a controller)."""
+        return split_tenant_name(self.name)[1] if self.role is Role.TENANT_ADMIN else self.name
 
     @property
     def uri(self) -> str:
@@ -57,7 +74,24 @@ class Identity:
 def check_name(role: Role, name: str) -> str:
     if role is Role.AGENT:
         return ids.node_id(name, "node")
+    if role is Role.TENANT_ADMIN:
+        split_tenant_name(name)
+        return name
     return ids.person(name, "name")
+
+
+def tenant_admin_name(tenant: str, person: str) -> str:
+    """A tenant-admin's identity name, TENANT/PERSON, each part checked (InvalidField names it)."""
+    return f"{ids.person(tenant, 'tenant')}/{ids.person(person, 'person')}"
+
+
+def split_tenant_name(name: str) -> tuple[str, str]:
+    """(tenant, person) of a tenant-admin's name TENANT/PERSON, each checked; InvalidField else."""
+    tenant, slash, person = name.partition("/") if isinstance(name, str) else ("", "", "")
+    if not slash:
+        raise ids.InvalidField("name", f"{str(name)[:80]!r} is not TENANT/PERSON: a tenant-admin's certificate "
+                                       "names both its tenant and its person")
+    return ids.person(tenant, "tenant"), ids.person(person, "person")
 
 
 def spiffe_uri(role: Role, name: str) -> str:

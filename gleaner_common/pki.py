@@ -5,7 +5,8 @@ stays on the admin's machine.
 
 Layout of a PKI directory (0700):
     ca.pem, ca.key                  the CA
-    ROLE-NAME.pem, ROLE-NAME.key    one identity (agent-node1, controller-main, admin-alice, ...)
+    ROLE-NAME.pem, ROLE-NAME.key    one identity (agent-node1, controller-main, admin-alice,
+                                    tenant-admin-acme+bob for bob, tenant-admin of acme, ...)
     revoked.txt                     the deny list: serial numbers (hex), one a line, '#' comments;
                                     servers read it at start and again on SIGHUP, clients whenever
                                     it changes (they check the servers they dial)
@@ -38,7 +39,7 @@ from .identity import (TRUST_DOMAIN, Identity, NotAnIdentity, Role, identity_of_
 
 CA_DAYS = 3650
 # Short by default: services renew every few months, people every month.
-DEFAULT_DAYS = {Role.CONTROLLER: 90, Role.AGENT: 90, Role.ADMIN: 30, Role.VIEWER: 30}
+DEFAULT_DAYS = {Role.CONTROLLER: 90, Role.AGENT: 90, Role.ADMIN: 30, Role.VIEWER: 30, Role.TENANT_ADMIN: 30}
 SERVING_ROLES = (Role.CONTROLLER, Role.AGENT)
 DENY_LIST = "revoked.txt"
 INDEX = "index.json"
@@ -96,7 +97,9 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 
 
 def stem(role: Role, name: str) -> str:
-    return f"{role.value}-{name}"
+    """ROLE-NAME; a tenant-admin's TENANT/PERSON is written TENANT+PERSON ('+' is in no name, so
+    two tenant-admins never share a file, and '/' would make a directory)."""
+    return f"{role.value}-{name.replace('/', '+')}"
 
 
 def files_for(directory: Path, role: Role, name: str) -> TlsFiles:
