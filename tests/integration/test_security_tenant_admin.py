@@ -311,6 +311,7 @@ def test_every_denial_reaches_the_audit_log_naming_person_and_tenant(pool):
 def test_a_tenant_admin_sets_its_own_batch_tenants_backfill_and_no_other(pool):
     controller, _agent, people = pool
     admin = controller.stub()
+    wait_for(lambda: controller.node_state("tadm-n1") == "up", 30, "the node up (admission books its capacity)")
     admin.CreateTenant(controller_pb2.CreateTenantRequest(name="grid", kind="batch", upper_vcpus=1,
                                                           upper_memory_mib=512), timeout=10)
     dan = stub(controller, pki.issue(controller.env.pki.directory, Role.TENANT_ADMIN, "grid/dan"))
