@@ -12,6 +12,7 @@
 #               (pip --no-index --require-hashes: the host needs no PyPI; the wheelhouse's
 #               requirements.txt holds each wheel's hash) or, without one, from this repository
 #               (requirements.lock, hash-checked, then the project);
+#               gleanctl on PATH (/usr/local/bin/gleanctl, a wrapper for /opt/gleaner's);
 #               the systemd unit deploy/systemd/gleaner-ROLE.service, enabled and (re)started
 #               when /etc/gleaner/ROLE.toml exists, and the documents it names in
 #               /usr/share/doc/gleaner
@@ -149,13 +150,18 @@ fi
 
 install -d -m 0755 "$ETC"
 if [ -n "$PAYLOAD" ] && [ -d "$PAYLOAD/node" ]; then
-    say "config: $ETC/$ROLE.toml and $ETC/pki from the payload"
-    install -m 0644 "$PAYLOAD/node/$ROLE.toml" "$ETC/$ROLE.toml"
-    install -d -m 0700 "$ETC/pki"
-    for f in "$PAYLOAD"/node/pki/*; do
-        case "$f" in *.key) mode=0600 ;; *) mode=0644 ;; esac
-        install -m "$mode" "$f" "$ETC/pki/$(basename "$f")"
-    done
+    # The lab's node added by README's steps has neither: its admin's steps make them
+    if [ -f "$PAYLOAD/node/$ROLE.toml" ]; then
+        say "config: $ETC/$ROLE.toml and $ETC/pki from the payload"
+        install -m 0644 "$PAYLOAD/node/$ROLE.toml" "$ETC/$ROLE.toml"
+    fi
+    if [ -d "$PAYLOAD/node/pki" ]; then
+        install -d -m 0700 "$ETC/pki"
+        for f in "$PAYLOAD"/node/pki/*; do
+            case "$f" in *.key) mode=0600 ;; *) mode=0644 ;; esac
+            install -m "$mode" "$f" "$ETC/pki/$(basename "$f")"
+        done
+    fi
     if [ -f "$PAYLOAD/node/hostname" ]; then
         name="$(cat "$PAYLOAD/node/hostname")"
         say "hostname: $name"
@@ -197,6 +203,10 @@ PY
         chmod 0600 "$key"
     done
 fi
+
+# gleanctl on PATH (/usr/local/bin), as scripts/setup.sh does: README's "Adding a node" runs
+# `gleanctl pki request` on the node right after this script
+install_gleanctl "$PREFIX"
 
 say "systemd: $SERVICE.service, its documents in /usr/share/doc/gleaner"
 install -m 0644 "$DEPLOY/systemd/$SERVICE.service" "/etc/systemd/system/$SERVICE.service"

@@ -1,7 +1,9 @@
 """The Vagrant lab from the host: build the box, bring the lab up, show it, tear it all down.
 
     .venv/bin/python vagrant/labctl.py build      the lab box (images/labbox.py; cached)
-    .venv/bin/python vagrant/labctl.py up         vagrant up (prepare.py runs first, by trigger)
+    .venv/bin/python vagrant/labctl.py up         vagrant up (prepare.py runs first, by trigger), then add-node
+    .venv/bin/python vagrant/labctl.py add-node   the last agent joins by README.md's "Adding a node" steps
+                                                  (settings' readme_node), run as written; waits until it is up
     .venv/bin/python vagrant/labctl.py status     vagrant status, then gleanctl nodes
     .venv/bin/python vagrant/labctl.py gleanctl ARGS...   gleanctl against the lab's controller
     .venv/bin/python vagrant/labctl.py destroy    vagrant destroy, then everything else the lab made
@@ -15,16 +17,21 @@ needs no build. Nothing outside the lab's names is touched.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = REPO / "vagrant"
+sys.path.insert(0, str(VAGRANT_DIR))
+import readme_steps  # noqa: E402
 
 
 def state_dir() -> Path:
@@ -164,6 +171,100 @@ def up() -> float:
     return time.monotonic() - started
 
 
+class VagrantNode:
+    """A lab VM as README's node: each step as root over `vagrant ssh` (sudo: root's PATH, with
+    /usr/local/bin). The lab's payload disk stands in for the checkout and the wheelhouse: the
+    README's `bash scripts/setup-role.sh agent` runs in its copy of the repository's scripts,
+    with `--payload` (the wheelhouse, the tiny guest, the VM's lab name and address; no
+    certificate or configuration for this node)."""
+    SETUP = "bash scripts/setup-role.sh agent"
+
+    def __init__(self, name: str, timeout: float = 1800) -> None:
+        self.name, self.timeout = name, timeout
+
+    def ssh(self, script: str) -> subprocess.CompletedProcess:
+        packed = base64.b64encode(script.encode()).decode()
+        return subprocess.run(["vagrant", "ssh", self.name, "-c", f'sudo bash -ec "$(echo {packed} | base64 -d)"'],
+                              cwd=VAGRANT_DIR, text=True, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=self.timeout)
+
+    def checked(self, script: str) -> str:
+        done = self.ssh(script)
+        if done.returncode != 0:
+            raise readme_steps.StepFailed(f"on {self.name}, exit {done.returncode}: "
+                                          f"{(done.stdout + done.stderr).strip()[-1500:]}")
+        return done.stdout
+
+    def run(self, command: str) -> str:
+        if command == self.SETUP or command.startswith(self.SETUP + " "):
+            command = ('payload=$(mktemp -d /run/gleaner-readme.XXXXXX); mount -o ro LABEL=gleaner-payload "$payload"\n'
+                       "trap 'cd /; umount \"$payload\"; rmdir \"$payload\"' EXIT\n"
+                       f'cd "$payload/common/repo"\n{command} --payload "$payload"')
+        return self.checked(command)
+
+    def read(self, path: str) -> bytes:
+        return base64.b64decode(self.checked(f"base64 -w0 {shlex.quote(path)}").strip())
+
+    def write(self, directory: str, name: str, data: bytes) -> None:
+        target = shlex.quote(f"{directory or '/root'}/{name}")
+        self.checked(f"echo {base64.b64encode(data).decode()} | base64 -d > {target}")
+
+
+def readme_node(lab: dict) -> dict | None:
+    return next((m for m in lab["machines"] if m.get("joins") == "readme"), None)
+
+
+def node_joined(node: str) -> bool:
+    """NODE is up in `gleanctl nodes` and the controller's node.joined event names it."""
+    listed = gleanctl("--json", "nodes", check=False)
+    events = gleanctl("--json", "events", "--kind", "node.joined", "--limit", "100", check=False)
+    try:
+        up = any(n["node_id"] == node and n["state"] == "up" for n in json.loads(listed.stdout))
+        return up and any(e.get("node_id") == node for e in json.loads(events.stdout))
+    except (ValueError, KeyError, TypeError):
+        return False   # the controller busy or restarting: not yet
+
+
+def add_node(lab: dict, timeout: float = 300) -> dict:
+    """The lab's readme node joins the pool by README.md's "Adding a node" steps, read from the
+    README now and run as written with the lab's names; then waits until `gleanctl nodes` shows it
+    up and the controller's node.joined event names it. Returns the node, the seconds it took
+    (added_node_s) and each step's. StepFailed or ReadmeError name the README line at fault."""
+    m = readme_node(lab)
+    if m is None:
+        raise SystemExit("[lab] no node joins by README's steps (settings' readme_node is false)")
+    steps = readme_steps.substitute(readme_steps.parse((REPO / "README.md").read_text()), {
+        "node1": m["name"], "node1.example.org": m["name"], "ctl.example.org:7450": lab["controller_address"],
+        "/root/gleaner-ca": str(state_dir() / "pki")})
+    started = time.monotonic()
+    gleanctl_here = [str(PYTHON), "-m", "controller.gleanctl"]
+    with tempfile.TemporaryDirectory(prefix="lab-readme-") as work:
+        env = {"PYTHONPATH": str(REPO)}
+        machines = {"node": VagrantNode(m["name"]),
+                    "ca": readme_steps.HostMachine(gleanctl_here, Path(work), env),
+                    "admin": readme_steps.HostMachine(gleanctl_here, Path(work),
+                                                      {**env, "GLEANER_CONFIG": str(state_dir() / "gleanctl.toml")})}
+        timings = readme_steps.follow(steps, machines, say)
+    deadline = time.monotonic() + timeout
+    while not node_joined(m["name"]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{m['name']} followed README's steps but did not join within {timeout:.0f}s "
+                               "(gleanctl nodes, events --kind node.joined)")
+        time.sleep(2)
+    seconds = round(time.monotonic() - started, 1)
+    say(f"{m['name']} joined by README's steps in {seconds}s")
+    return {"node": m["name"], "added_node_s": seconds, "steps": timings}
+
+
+def add_node_command(lab: dict) -> int:
+    try:
+        print(json.dumps(add_node(lab)))
+    except (readme_steps.ReadmeError, readme_steps.StepFailed, RuntimeError) as exc:
+        print(f"labctl: adding a node by README's steps failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -175,7 +276,14 @@ def main(argv: list[str]) -> int:
     if command == "build":
         build()
     elif command == "up":
-        say(f"vagrant up took {up():.0f}s; try: {sys.argv[0]} status")
+        say(f"vagrant up took {up():.0f}s")
+        lab = settings()
+        node = readme_node(lab)
+        if node and not node_joined(node["name"]):
+            return add_node_command(lab)
+        say(f"try: {sys.argv[0]} status")
+    elif command == "add-node":
+        return add_node_command(settings())
     elif command == "status":
         vagrant("status")
         done = gleanctl("nodes", check=False)

@@ -11,7 +11,8 @@ GLEANER_LAB_SETTINGS):
 * a wheelhouse of the project and its dependencies, built here with `pip wheel` (lab VMs cannot
   verify PyPI's certificate; they install with `pip install --no-index --find-links`);
 * the lab CA and, with `gleanctl pki issue`, a controller certificate, one agent certificate
-  per node (NODE.agent.gleaner, plus its lab address and name) and an admin certificate for
+  per node (NODE.agent.gleaner, plus its lab address and name) but the one README's "Adding a
+  node" steps add (settings' readme_node: its key is made on it, labctl.py add-node) and an admin certificate for
   gleanctl on this host; the CA key never leaves this host;
 * each node's configuration (/etc/gleaner/controller.toml or agent.toml in the VM), written with
   the project's own configuration classes, so a lab config is always one the daemons accept;
@@ -216,6 +217,8 @@ def ensure_pki(lab: dict) -> Path:
     (ca / "revoked.txt").touch()
     wanted = [("admin", "lab-admin", [])]
     for m in lab["machines"]:
+        if m.get("joins") == "readme":   # its key is made on it, its certificate signed by README's steps
+            continue
         role, name = ("controller", "main") if m["role"] == "controller" else ("agent", m["name"])
         wanted.append((role, name, [m["ip"], m["name"]]))
     for role, name, hosts in wanted:
@@ -227,8 +230,15 @@ def ensure_pki(lab: dict) -> Path:
 
 def node_payload(lab: dict, m: dict, ca: Path) -> None:
     out = PAYLOAD / "nodes" / m["name"]
+    shutil.rmtree(out, ignore_errors=True)   # what it held for other settings (readme_node) must go
+    out.mkdir(parents=True)
+    lab_network(lab, m, out)
+    if m.get("joins") == "readme":
+        # Only what a real host has before its admin starts (its name, address, the pool's names):
+        # no certificate, no configuration; README's "Adding a node" steps make those.
+        return
     pki = out / "pki"
-    pki.mkdir(parents=True, exist_ok=True)
+    pki.mkdir()
     stem = "controller-main" if m["role"] == "controller" else f"agent-{m['name']}"
     for f in ("ca.pem", "revoked.txt", f"{stem}.pem", f"{stem}.key"):
         shutil.copy2(ca / f, pki / f)
@@ -248,6 +258,10 @@ def node_payload(lab: dict, m: dict, ca: Path) -> None:
             advertise_address=f"{m['ip']}:{lab['agent_port']}", controller_address=lab["controller_address"],
             domain_type=lab["agent"]["domain_type"], tls=tls))
         (out / "agent.toml").write_text(text)
+
+
+def lab_network(lab: dict, m: dict, out: Path) -> None:
+    """The VM's name, lab address and /etc/hosts lines, which setup-role.sh installs from the payload."""
     (out / "hosts").write_text("".join(f"{x['ip']} {x['name']}\n" for x in lab["machines"]))
     # The VM's name and its lab address, set by provisioning (one step each) rather than by
     # Vagrant, whose hostname and network steps take a minute or more of SSH round trips under TCG.

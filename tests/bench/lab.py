@@ -4,7 +4,8 @@
 
 It builds the lab box if needed (images/labbox.py, cached), removes anything a previous lab left,
 brings the lab up (vagrant/, the settings in force: vagrant/settings.yml and
-GLEANER_LAB_SETTINGS), and drives the pool from this host with gleanctl (the config the lab
+GLEANER_LAB_SETTINGS), adds the last agent to the pool by README.md's "Adding a node" steps (read
+from the README and run as written: vagrant/labctl.py add-node), and drives the pool from this host with gleanctl (the config the lab
 writes, an admin certificate): it enables backfill, waits until the backfill VMs have booted,
 makes an on-demand request one vCPU larger than any node has free, so the most recent backfill VM
 on a node is preempted, then cuts one agent VM's power, watches its node go suspect and down,
@@ -17,6 +18,14 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
                      systemd units) and the services running
   vagrant_up_s       the `vagrant up` command alone
   nodes              agent nodes up after up_s
+  added_node         the agent added by README.md's "Adding a node" steps (settings' readme_node;
+                     null when false): booted but not provisioned by `vagrant up`
+  added_node_s       from the first of those steps (setup-role.sh agent on the node, its key and
+                     request, the certificate signed by the lab CA on this host, the files copied,
+                     agent.toml written, the unit enabled) until `gleanctl nodes` shows it up and
+                     the controller's node.joined event names it; part of up_s
+  added_node_joined  it did (the verdict requires it when there is such a node)
+  added_node_steps   per README step: its line, where it ran, the seconds it took
   backfill_vms       backfill VMs running (and their guests booted) before the request
   backfill_s         from enabling backfill until those guests printed GLEANER-READY
   on_demand_start_s  from `gleanctl request` until the on-demand lease is running (the agent
@@ -39,7 +48,8 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
                      ActiveState, NRestarts: a tripped watchdog restarts it), the user its main
                      process runs as, its Documentation= files present, the controller's key owner
   total_s            everything above, box build included
-  ok, failure_kind, problems   the verdict (verdict()): ok only when the most recent backfill VM
+  ok, failure_kind, problems   the verdict (verdict()): ok only when the node added by the
+                     README's steps joined, the most recent backfill VM
                      was preempted and shut down cleanly, the node rejoined, the units ran as
                      designed and nothing was left; failure_kind "infrastructure" (exit code 75)
                      when the lab itself failed to come up (vagrant, a boot timeout), the only
@@ -99,6 +109,8 @@ def verdict(result: dict, keep: bool = False) -> dict:
     if result.get("failure_kind") == "infrastructure":
         return {"ok": False, "failure_kind": "infrastructure", "problems": [result.get("error", "infrastructure")]}
     problems = [result["error"]] if result.get("error") else []
+    if result.get("added_node") and result.get("added_node_joined") is not True:
+        problems.append(f"{result['added_node']} did not join by README.md's 'Adding a node' steps")
     if result.get("preempted_most_recent") is not True:
         problems.append("the most recent backfill VM was not the one preempted")
     if result.get("preempted_outcome") != "clean_shutdown":
@@ -251,6 +263,13 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     if not reuse:
         say("vagrant up")
         result["vagrant_up_s"] = round(vagrant_checked("up"), 1)
+        added = labctl.readme_node(lab)
+        result["added_node"] = added["name"] if added else None
+        if added:
+            result["added_node_joined"] = False
+            say(f"{added['name']} joins by README.md's 'Adding a node' steps")
+            done = labctl.add_node(lab)
+            result.update(added_node_joined=True, added_node_s=done["added_node_s"], added_node_steps=done["steps"])
     up = wait_for(lambda: (lambda n: n if all(n.get(a, {}).get("state") == "up" for a in agents) else None)(nodes()),
                   300, "every agent node to report up")
     result["up_s"] = None if reuse else round(time.monotonic() - started, 1)

@@ -67,6 +67,8 @@ def test_the_vagrantfile_validates_with_the_default_settings(isolated):
         assert f"==> {machine}:" in done.stdout
     lab = json.loads(resolved().stdout)
     assert [m["name"] for m in lab["machines"]] == ["controller", "node1", "node2"]
+    # the last agent joins by README.md's "Adding a node" steps (labctl.py add-node), not by provisioning
+    assert [m["joins"] for m in lab["machines"]] == ["provisioning", "provisioning", "readme"]
     assert lab["management_network"]["address"] != "192.168.121.0/24"
     assert lab["storage_pool"]["name"] != "default"
     assert lab["driver"] in ("kvm", "qemu")
@@ -94,6 +96,7 @@ lab_network: {name: labx-net, subnet: 10.99.0.0/24}
         ("labx-node4", "10.99.0.14", 1, 1536)]
     assert lab["driver"] == "kvm" and lab["controller_address"] == "10.99.0.10:7450"
     assert lab["box"] == "gleaner-lab"  # what the change leaves alone keeps its default
+    assert [m["joins"] for m in lab["machines"]][-2:] == ["provisioning", "readme"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -109,6 +112,7 @@ lab_network: {name: labx-net, subnet: 10.99.0.0/24}
     ("lab_network: {name: n, subnet: banana}\n", "lab_network.subnet must be an IPv4 network"),
     ("storage_pool: {name: default, path: /var/lib/libvirt/images}\n", "must not be libvirt's 'default' pool"),
     ("name_prefix: Lab\n", "name_prefix must be lower-case"),
+    ("readme_node: maybe\n", 'readme_node must be true or false, not "maybe"'),
     ("agents: [\n", "not valid YAML"),
 ])
 def test_bad_settings_stop_with_a_message_naming_the_key(isolated, text, message):
@@ -280,3 +284,25 @@ def test_the_agent_config_the_lab_writes_is_one_the_agent_accepts(isolated, monk
     assert "Address=10.77.0.10/24" in (node / "controller" / "lab.network").read_text()
     vagrantfile = (VAGRANT_DIR / "Vagrantfile").read_text()
     assert "auto_config: false" in vagrantfile and "vm.hostname" not in vagrantfile
+
+
+def test_the_node_added_by_the_readme_gets_no_certificate_or_config_from_the_lab(isolated):
+    """Its key is made on it and its certificate signed by README's steps (labctl.py add-node):
+    the lab CA issues none for it, and its payload holds only its name, lab address and the
+    pool's names."""
+    spec = importlib.util.spec_from_file_location("prepare_under_test", VAGRANT_DIR / "prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    lab = prepare.settings()
+    node2 = lab["machines"][-1]
+    assert node2["joins"] == "readme"
+    out = prepare.PAYLOAD / "nodes" / "node2"
+    (out / "pki").mkdir(parents=True)    # from an earlier lab with readme_node false
+    (out / "agent.toml").write_text("x")
+    prepare.node_payload(lab, node2, isolated / "no-ca-needed")
+    assert sorted(p.name for p in out.iterdir()) == ["hostname", "hosts", "lab.network"]
+    vagrantfile = (VAGRANT_DIR / "Vagrantfile").read_text()
+    assert 'next if m["joins"] == "readme"' in vagrantfile   # booted, not provisioned
+    ca = prepare.ensure_pki(lab)
+    assert (ca / "agent-node1.pem").exists() and (ca / "controller-main.pem").exists()
+    assert not list(ca.glob("agent-node2.*"))

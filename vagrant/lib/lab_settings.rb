@@ -12,7 +12,7 @@ require "yaml"
 module LabSettings
   DEFAULTS_FILE = File.expand_path("../settings.yml", __dir__)
   KEYS = %w[box agents name_prefix controller agent libvirt_driver boot_timeout_s storage_pool
-            management_network lab_network controller_port agent_port].freeze
+            management_network lab_network controller_port agent_port readme_node].freeze
   ROLE_KEYS = { "controller" => %w[cpus memory_mib], "agent" => %w[cpus memory_mib domain_type] }.freeze
   MAX_AGENTS = 40 # node N gets .(10+N) on the lab network
   DRIVERS = %w[auto kvm qemu].freeze
@@ -83,6 +83,9 @@ module LabSettings
       errors << "libvirt_driver must be one of #{DRIVERS.join(', ')}, not #{s['libvirt_driver'].inspect}"
     end
     int_in(errors, "boot_timeout_s", s["boot_timeout_s"], 30, 7200) if s.key?("boot_timeout_s")
+    if s.key?("readme_node") && ![true, false].include?(s["readme_node"])
+      errors << "readme_node must be true or false, not #{s['readme_node'].inspect}"
+    end
     %w[controller_port agent_port].each { |k| int_in(errors, k, s[k], 1024, 65_535) if s.key?(k) }
     check_pool(errors, s["storage_pool"]) if s.key?("storage_pool")
     nets = {}
@@ -154,10 +157,13 @@ module LabSettings
     ip = ->(n) { IPAddr.new(lab.to_i + n, Socket::AF_INET).to_s }
     driver = s["libvirt_driver"] == "auto" ? (host_kvm_usable? ? "kvm" : "qemu") : s["libvirt_driver"]
     machines = [{ "name" => "controller", "role" => "controller", "ip" => ip.call(10),
-                  "cpus" => s["controller"]["cpus"], "memory_mib" => s["controller"]["memory_mib"] }]
+                  "cpus" => s["controller"]["cpus"], "memory_mib" => s["controller"]["memory_mib"],
+                  "joins" => "provisioning" }]
     (1..s["agents"]).each do |n|
+      # the last agent joins by README's "Adding a node" steps (labctl.py add-node), not by provisioning
+      joins = s["readme_node"] && n == s["agents"] ? "readme" : "provisioning"
       machines << { "name" => "node#{n}", "role" => "agent", "ip" => ip.call(10 + n),
-                    "cpus" => s["agent"]["cpus"], "memory_mib" => s["agent"]["memory_mib"] }
+                    "cpus" => s["agent"]["cpus"], "memory_mib" => s["agent"]["memory_mib"], "joins" => joins }
     end
     machines.each { |m| m["domain"] = "#{s['name_prefix']}#{m['name']}" }
     s.merge("driver" => driver, "machines" => machines, "host_ip" => ip.call(1),
