@@ -188,6 +188,17 @@ def test_the_books_keep_each_backfill_leases_latest_statement_under_its_tenant()
     assert ledger.progress.progress("backfill") == Progress(1, 5)     # the live VM's word now
 
 
+def test_a_report_calling_an_on_demand_vm_backfill_moves_no_progress():
+    """The lease's role is the books' word, not the report's: an on-demand VM reported as backfill
+    (a confused or lying agent) steers no batch tenant."""
+    ledger = books()
+    ledger.report(node_report(vm("od1", role="on_demand")), T0)
+    ledger.report(node_report(vm("od1", role="backfill", done=4, total=5)), T0 + 1)
+    assert lease_of(ledger, "od1").role == "on_demand"
+    assert ledger.progress.statement(lease_of(ledger, "od1").lease_id) is None
+    assert ledger.progress.progress("backfill") is None and ledger.progress.progress("default") is None
+
+
 def test_a_vm_the_books_do_not_explain_says_nothing():
     ledger = books()
     ledger.report(node_report(vm("bf1", done=1, total=5)), T0)
