@@ -222,7 +222,29 @@ def report(message, known: set | None = None) -> None:
                                + "".join(f", {s}" for s in ids.WORK_STATES if s))
         _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "vms.work_for_s")
         _finite(getattr(vm, "slept_s", 0.0), 0.0, float(MAX_DURATION_SECONDS), "vms.slept_s")
+        progress(vm, "vms")
     _hibernated(message, names, cpus, memory, latest)
+
+
+# A guest's `progress DONE TOTAL` (its tenant's job, untrusted): 1 <= TOTAL <= this, 0 <= DONE <=
+# TOTAL; 0/0 is "nothing said" (and what an older agent sends). The agent reads no more
+# (nodeagent.host.workchannel.MAX_PROGRESS_TOTAL) and the sizing takes no more (goals.MAX_PROGRESS).
+MAX_PROGRESS_TOTAL = 10**15
+
+
+def progress(vm, prefix: str) -> tuple[int, int] | None:
+    """A reported VM's progress fields within bounds: (done, total), or None when it said none.
+    A report past them is refused whole, naming the field, as any other out-of-bounds report."""
+    done, total = getattr(vm, "progress_done", 0), getattr(vm, "progress_total", 0)
+    _finite(getattr(vm, "progress_for_s", 0.0), 0.0, float(ids.MAX_WORK_AGE_SECONDS), f"{prefix}.progress_for_s")
+    bounded(total, 0, MAX_PROGRESS_TOTAL, f"{prefix}.progress_total")
+    if total == 0:
+        if done:
+            raise InvalidField(f"{prefix}.progress_done", f"{done} without a progress_total (0/0 is nothing said)")
+        return None
+    if done > total:
+        raise InvalidField(f"{prefix}.progress_done", f"{done} is outside 0..{total} (its progress_total)")
+    return done, total
 
 
 MAX_HIBERNATION_BYTES = 2**50   # a PiB: more disk than any node gives saved VMs
@@ -259,6 +281,7 @@ def _hibernated(message, names: set, cpus: int, memory: int, latest: float) -> N
             raise InvalidField("hibernated.work_state", f"{vm.work_state[:20]!r} is not one of ''"
                                + "".join(f", {s}" for s in ids.WORK_STATES if s))
         _finite(vm.work_for_s, 0.0, float(ids.MAX_WORK_AGE_SECONDS), "hibernated.work_for_s")
+        progress(vm, "hibernated")
 
 
 def agent_address(address: str) -> str:

@@ -260,9 +260,9 @@ def lease_words(lease) -> tuple[str, str]:
 
 def cmd_vms(stub, args):
     reply = stub.ListVms(controller_pb2.ListVmsRequest(include_ended=args.all), timeout=args.timeout)
-    rows = [[l.lease_id, *lease_words(l), l.node_id, l.vcpus, l.memory_mib, l.owner, age(l.age_seconds), l.vm_name]
-            for l in reply.leases]
-    text = table(rows, ["LEASE", "ROLE", "STATE", "NODE", "VCPUS", "MEMORY_MIB", "OWNER", "AGE", "VM"]) \
+    rows = [[l.lease_id, *lease_words(l), l.node_id, l.vcpus, l.memory_mib, l.owner, age(l.age_seconds), l.vm_name,
+             progress_text(l.progress_done, l.progress_total)] for l in reply.leases]
+    text = table(rows, ["LEASE", "ROLE", "STATE", "NODE", "VCPUS", "MEMORY_MIB", "OWNER", "AGE", "VM", "PROGRESS"]) \
         if rows else "no VMs"
     return as_dict(reply)["leases"], text, 0
 
@@ -680,14 +680,21 @@ def size_text(vcpus: int, memory_mib: int, unbounded_if_zero: bool = False) -> s
     return "unbounded" if unbounded_if_zero and not vcpus and not memory_mib else f"{vcpus},{memory_mib}"
 
 
+def progress_text(done: int, total: int, none: str = "") -> str:
+    """A guest's `progress DONE TOTAL` as people read it: DONE/TOTAL; `none` when none was said (0/0)."""
+    return f"{done}/{total}" if total else none
+
+
 def tenants_text(reply) -> str:
     """The tenants as a table, then the pool's figures admission books against."""
     rows = [[t.name, t.kind.replace("_", "-"), size_text(t.lower_vcpus, t.lower_memory_mib),
              size_text(t.upper_vcpus, t.upper_memory_mib, True), size_text(t.used_vcpus, t.used_memory_mib),
              len(t.lease_ids), "yes" if t.built_in else "",
-             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t.created_at))] for t in reply.tenants]
+             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t.created_at)),
+             progress_text(t.progress_done, t.progress_total, "-") if t.kind == "batch" else ""]
+            for t in reply.tenants]
     text = table(rows, ["NAME", "KIND", "LOWER(VCPUS,MIB)", "UPPER(VCPUS,MIB)", "USED(VCPUS,MIB)", "VMS",
-                        "BUILT_IN", "CREATED"])
+                        "BUILT_IN", "CREATED", "PROGRESS"])
     booked = [t for t in reply.tenants if t.upper_vcpus or t.upper_memory_mib]
     vcpus, mib = sum(t.upper_vcpus for t in booked), sum(t.upper_memory_mib for t in booked)
     return (f"{text}\npool: {reply.capacity_vcpus} vCPUs, {reply.capacity_memory_mib} MiB up; the bounded upper "

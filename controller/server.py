@@ -147,7 +147,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
         if request.include_ended:
             leases = self.pool.store.all_leases()
         leases = self.pool.visible_leases(leases)   # a tenant-admin's own tenant's only
-        return controller_pb2.ListVmsResponse(leases=[lease_to_proto(l) for l in leases])
+        reply = controller_pb2.ListVmsResponse(leases=[lease_to_proto(l) for l in leases])
+        with self.pool.lock:   # the books' progress statements (controller.core.progress), issue 26
+            book = self.pool.ledger.progress
+            said = [book.statement(l.lease_id) for l in reply.leases]
+        for proto, statement in zip(reply.leases, said):
+            if statement is not None:
+                proto.progress_done, proto.progress_total = statement.done, statement.total
+        return reply
 
     @rpc
     def GetBackfill(self, request, context):
@@ -261,9 +268,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
     def ListTenants(self, request, context):
         capacity = self.pool.tenant_capacity()
         config = self.pool.config
-        return controller_pb2.ListTenantsResponse(
+        reply = controller_pb2.ListTenantsResponse(
             tenants=[tenant_to_proto(*row) for row in self.pool.tenant_rows(request.name)], rbt=config.tenants_rbt,
             urr=config.tenants_urr, capacity_vcpus=capacity.vcpus, capacity_memory_mib=capacity.memory_mib)
+        with self.pool.lock:   # a batch tenant's job as its guests say it (controller.core.progress), issue 26
+            book = self.pool.ledger.progress
+            said = [book.progress(t.name) if t.kind == "batch" else None for t in reply.tenants]
+        for proto, progress in zip(reply.tenants, said):
+            if progress is not None:
+                proto.progress_done, proto.progress_total = int(progress.done), int(progress.total)
+        return reply
 
     @rpc
     def SetTenant(self, request, context):

@@ -99,10 +99,13 @@ def guest_work(console_dir: Path, name: str, meta: GleanerMetadata, asleep_from:
         return SILENT
     now = time.time()
     work = read_work_state(channel_path(console_dir, name), now)
-    if not work.state or not (meta.naps or asleep_from is not None):
+    if not (work.state or work.progress) or not (meta.naps or asleep_from is not None):
         return work
-    slept = slept_since(meta.naps, now - work.for_s, now, asleep_from)
-    return dataclasses.replace(work, for_s=max(0.0, work.for_s - slept))
+    # both ages are the file's last write (workchannel): the same naps come off each
+    age = work.for_s if work.state else work.progress_for_s
+    awake = max(0.0, age - slept_since(meta.naps, now - age, now, asleep_from))
+    return dataclasses.replace(work, for_s=awake if work.state else 0.0,
+                               progress_for_s=awake if work.progress else 0.0)
 
 
 def choose_domain_type(configured: str, kvm_usable: bool) -> str:
@@ -208,7 +211,7 @@ class Inventory:
             log_event(log, "guest.work_channel_noisy", logging.WARNING, domain=name,
                       file=str(channel_path(self.config.console_dir, name)),
                       hint="the guest writes its work channel far more than a line per job; virtlogd caps "
-                           "the file at 4 x 2 MiB, and only its last busy/idle line is read")
+                           "the file at 4 x 2 MiB, and only its last busy/idle and progress lines are read")
         return work
 
     # -- running managed domains, kept by libvirt's events -----------------------------------------

@@ -27,6 +27,7 @@ from .config import AgentConfig
 from .host.images import list_images
 from .hibernation import Hibernation
 from .host.domainxml import read_shape
+from .host.workchannel import progress_fields
 from .inventory import Inventory
 from .metrics import Sampler
 from .validation import MIN_MEMORY_MIB
@@ -102,7 +103,8 @@ class Reporter:
             report.vms.add(name=name, lease_id=meta.lease_id, role=role.value, vm_role=VM_ROLES[role], state="running",
                            vcpus=shape.vcpus, memory_mib=shape.memory_mib, launched_at=meta.launched_at.timestamp(),
                            cpu_cores=cpu.get(name, 0.0), cpu_sampled=name in cpu, image=meta.image,
-                           work_state=work.state, work_for_s=work.for_s, slept_s=meta.slept_s)
+                           work_state=work.state, work_for_s=work.for_s, slept_s=meta.slept_s,
+                           **progress_fields(work))
         return report
 
     def _add_hibernated(self, report: controller_pb2.NodeReport, hibernation: Hibernation) -> set[str]:
@@ -119,7 +121,7 @@ class Reporter:
                                   vcpus=shape.vcpus, memory_mib=shape.memory_mib,
                                   launched_at=meta.launched_at.timestamp(), image=meta.image, state_bytes=saved.size,
                                   hibernated_at=saved.mtime, slept_s=meta.slept_s, work_state=work.state,
-                                  work_for_s=work.for_s)
+                                  work_for_s=work.for_s, **progress_fields(work))
         return {vm.name for vm in report.hibernated}
 
     def _stream(self, stop: threading.Event) -> Iterator[controller_pb2.NodeReport]:

@@ -21,6 +21,7 @@ from .domains import DomainConflict, TerminationOutcome
 from .events import Event
 from .host.errors import HostExhausted, HostRefused, HostUnavailable
 from .host.hypervisor import NoSuchDomain
+from .host.workchannel import progress_fields
 from .inventory import DomainNotFound, ManagedDomain, NotManaged
 from .metrics import Sampler, Snapshot
 from .validation import validate_launch, validate_name
@@ -102,7 +103,8 @@ def domain_to_proto(domain: ManagedDomain) -> agent_pb2.Domain:
         cpu_time_ns=domain.cpu_time_ns, image=domain.image, kernel_cmdline=domain.kernel_cmdline,
         console_log=domain.console_log, cpuset=domain.cpuset, priority_class=CLASS_TO_PROTO[domain.priority_class],
         boosted=domain.boosted, work_state=domain.work.state, work_for_s=domain.work.for_s,
-        hibernated_bytes=domain.hibernated_bytes, slept_s=domain.slept_s, retire_after_seconds=domain.retire_after_s)
+        hibernated_bytes=domain.hibernated_bytes, slept_s=domain.slept_s, retire_after_seconds=domain.retire_after_s,
+        **progress_fields(domain.work))
     if domain.hibernated_at is not None:
         proto.hibernated_at.FromNanoseconds(int(domain.hibernated_at * 1e9))
     return proto

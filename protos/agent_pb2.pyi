@@ -103,7 +103,7 @@ class HostDescription(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., libvirt_version: _Optional[str] = ..., qemu_version: _Optional[str] = ..., cgroup_version: _Optional[int] = ..., cpu_idle_supported: _Optional[bool] = ..., domain_type: _Optional[str] = ..., libvirt_uri: _Optional[str] = ..., agent_version: _Optional[str] = ..., managed_domains: _Optional[int] = ..., disk_scheduler: _Optional[str] = ..., volunteer_disk_mechanism: _Optional[str] = ..., hibernation_budget_bytes: _Optional[int] = ..., hibernation_used_bytes: _Optional[int] = ..., hibernation_room_bytes: _Optional[int] = ...) -> None: ...
 
 class Domain(_message.Message):
-    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s", "hibernated_bytes", "hibernated_at", "slept_s", "retire_after_seconds")
+    __slots__ = ("name", "uuid", "role", "state", "vcpus", "memory_mib", "launched_at", "lease_id", "cpu_time_ns", "image", "kernel_cmdline", "console_log", "cpuset", "priority_class", "boosted", "work_state", "work_for_s", "hibernated_bytes", "hibernated_at", "slept_s", "retire_after_seconds", "progress_done", "progress_total", "progress_for_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,9 @@ class Domain(_message.Message):
     HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
     SLEPT_S_FIELD_NUMBER: _ClassVar[int]
     RETIRE_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FOR_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     uuid: str
     role: Role
@@ -146,7 +149,10 @@ class Domain(_message.Message):
     hibernated_at: _timestamp_pb2.Timestamp
     slept_s: float
     retire_after_seconds: int
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., hibernated_bytes: _Optional[int] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slept_s: _Optional[float] = ..., retire_after_seconds: _Optional[int] = ...) -> None: ...
+    progress_done: int
+    progress_total: int
+    progress_for_s: float
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., state: _Optional[_Union[DomainState, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., cpu_time_ns: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., console_log: _Optional[str] = ..., cpuset: _Optional[str] = ..., priority_class: _Optional[_Union[PriorityClass, str]] = ..., boosted: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., hibernated_bytes: _Optional[int] = ..., hibernated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slept_s: _Optional[float] = ..., retire_after_seconds: _Optional[int] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ..., progress_for_s: _Optional[float] = ...) -> None: ...
 
 class ListDomainsRequest(_message.Message):
     __slots__ = ()

@@ -57,7 +57,7 @@ REQUEST_OUTCOME_FAILED: RequestOutcome
 REQUEST_OUTCOME_CANCELLED: RequestOutcome
 
 class ReportedVm(_message.Message):
-    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s", "vm_role", "slept_s")
+    __slots__ = ("name", "lease_id", "role", "state", "vcpus", "memory_mib", "launched_at", "cpu_cores", "image", "cpu_sampled", "work_state", "work_for_s", "vm_role", "slept_s", "progress_done", "progress_total", "progress_for_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,9 @@ class ReportedVm(_message.Message):
     WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
     VM_ROLE_FIELD_NUMBER: _ClassVar[int]
     SLEPT_S_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FOR_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     lease_id: str
     role: str
@@ -86,10 +89,13 @@ class ReportedVm(_message.Message):
     work_for_s: float
     vm_role: VmRole
     slept_s: float
-    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., slept_s: _Optional[float] = ...) -> None: ...
+    progress_done: int
+    progress_total: int
+    progress_for_s: float
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., cpu_cores: _Optional[float] = ..., image: _Optional[str] = ..., cpu_sampled: _Optional[bool] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., slept_s: _Optional[float] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ..., progress_for_s: _Optional[float] = ...) -> None: ...
 
 class HibernatedVm(_message.Message):
-    __slots__ = ("name", "lease_id", "vm_role", "vcpus", "memory_mib", "launched_at", "image", "state_bytes", "hibernated_at", "slept_s", "work_state", "work_for_s")
+    __slots__ = ("name", "lease_id", "vm_role", "vcpus", "memory_mib", "launched_at", "image", "state_bytes", "hibernated_at", "slept_s", "work_state", "work_for_s", "progress_done", "progress_total", "progress_for_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     VM_ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +108,9 @@ class HibernatedVm(_message.Message):
     SLEPT_S_FIELD_NUMBER: _ClassVar[int]
     WORK_STATE_FIELD_NUMBER: _ClassVar[int]
     WORK_FOR_S_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FOR_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     lease_id: str
     vm_role: VmRole
@@ -114,7 +123,10 @@ class HibernatedVm(_message.Message):
     slept_s: float
     work_state: str
     work_for_s: float
-    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., image: _Optional[str] = ..., state_bytes: _Optional[int] = ..., hibernated_at: _Optional[float] = ..., slept_s: _Optional[float] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ...) -> None: ...
+    progress_done: int
+    progress_total: int
+    progress_for_s: float
+    def __init__(self, name: _Optional[str] = ..., lease_id: _Optional[str] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., launched_at: _Optional[float] = ..., image: _Optional[str] = ..., state_bytes: _Optional[int] = ..., hibernated_at: _Optional[float] = ..., slept_s: _Optional[float] = ..., work_state: _Optional[str] = ..., work_for_s: _Optional[float] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ..., progress_for_s: _Optional[float] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "cpu_busy_cores", "foreground_cpu_cores", "residual_cpu_cores", "residual_memory_mib", "vms", "seq", "sent_at", "agent_version", "images", "min_memory_mib", "hibernated", "hibernation_budget_bytes", "hibernation_used_bytes", "hibernation_room_bytes")
@@ -237,7 +249,7 @@ class ReleaseResult(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., outcome: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("lease_id", "role", "node_id", "vm_name", "vcpus", "memory_mib", "image", "owner", "state", "created_at", "launched_at", "ended_at", "end_reason", "age_seconds", "vm_role", "lease_state")
+    __slots__ = ("lease_id", "role", "node_id", "vm_name", "vcpus", "memory_mib", "image", "owner", "state", "created_at", "launched_at", "ended_at", "end_reason", "age_seconds", "vm_role", "lease_state", "progress_done", "progress_total")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +266,8 @@ class Lease(_message.Message):
     AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     VM_ROLE_FIELD_NUMBER: _ClassVar[int]
     LEASE_STATE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     role: str
     node_id: str
@@ -270,7 +284,9 @@ class Lease(_message.Message):
     age_seconds: float
     vm_role: VmRole
     lease_state: LeaseState
-    def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., lease_state: _Optional[_Union[LeaseState, str]] = ...) -> None: ...
+    progress_done: int
+    progress_total: int
+    def __init__(self, lease_id: _Optional[str] = ..., role: _Optional[str] = ..., node_id: _Optional[str] = ..., vm_name: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., owner: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., launched_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., end_reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., vm_role: _Optional[_Union[VmRole, str]] = ..., lease_state: _Optional[_Union[LeaseState, str]] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("node_id", "state", "agent_address", "cpus", "memory_mib", "allocated_vcpus", "allocated_memory_mib", "on_demand_vms", "backfill_vms", "foreground_cpu_cores", "predicted_foreground_cpu_cores", "potential_productivity", "last_report_age_seconds", "selected", "on_demand_cpu_cores", "host_other_cpu_cores", "fill_code", "fill_reasons", "fill_vms")
@@ -591,7 +607,7 @@ class PoolStatus(_message.Message):
     def __init__(self, nodes_up: _Optional[int] = ..., nodes_suspect: _Optional[int] = ..., nodes_down: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., on_demand_vcpus: _Optional[int] = ..., backfill_vcpus: _Optional[int] = ..., on_demand_memory_mib: _Optional[int] = ..., backfill_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., backfill_cpu_cores: _Optional[float] = ..., backfill_enabled: _Optional[bool] = ..., preemptions: _Optional[int] = ..., rejections: _Optional[int] = ..., tenants_on_demand: _Optional[int] = ..., tenants_batch: _Optional[int] = ..., tenants_upper_vcpus: _Optional[int] = ..., tenants_upper_memory_mib: _Optional[int] = ..., tenants_rbt: _Optional[float] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib", "created_at", "backfill_json", "goal_json", "used_vcpus", "used_memory_mib", "lease_ids", "built_in")
+    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib", "created_at", "backfill_json", "goal_json", "used_vcpus", "used_memory_mib", "lease_ids", "built_in", "progress_done", "progress_total")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOWER_VCPUS_FIELD_NUMBER: _ClassVar[int]
@@ -605,6 +621,8 @@ class Tenant(_message.Message):
     USED_MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
     LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
     BUILT_IN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     lower_vcpus: int
@@ -618,7 +636,9 @@ class Tenant(_message.Message):
     used_memory_mib: int
     lease_ids: _containers.RepeatedScalarFieldContainer[str]
     built_in: bool
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ..., created_at: _Optional[float] = ..., backfill_json: _Optional[str] = ..., goal_json: _Optional[str] = ..., used_vcpus: _Optional[int] = ..., used_memory_mib: _Optional[int] = ..., lease_ids: _Optional[_Iterable[str]] = ..., built_in: _Optional[bool] = ...) -> None: ...
+    progress_done: int
+    progress_total: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ..., created_at: _Optional[float] = ..., backfill_json: _Optional[str] = ..., goal_json: _Optional[str] = ..., used_vcpus: _Optional[int] = ..., used_memory_mib: _Optional[int] = ..., lease_ids: _Optional[_Iterable[str]] = ..., built_in: _Optional[bool] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
     __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .books import NodeState
 from .bucket import Bucket
+from .progress import ProgressBook
 from .records import (DISCARDING, HIBERNATED, NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
                       ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace)
 
@@ -48,6 +49,11 @@ class ReportMatching:
         self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
         self._adoptions: dict[str, Bucket] = {}   # node -> the adoptions it may still make
         self._cleanups_pruned_at = 0.0
+        self.progress = ProgressBook()   # what backfill guests say of their tenant's job (progress.py)
+
+    def _lease_ended(self, lease_id: str) -> None:
+        self.progress.forget(lease_id)
+        super()._lease_ended(lease_id)
 
     def report(self, report: ReportLike, now: float) -> list[Effect]:
         """One agent report: node liveness and load, and its VMs against the books."""
@@ -89,12 +95,19 @@ class ReportMatching:
         vms = reported_vms(report)   # this runs for every report of every node
         signature = tuple([vm.name for vm in vms])
         backfill_cpu = on_demand_cpu = 0.0
+        said = None   # the backfill VMs whose guest said `progress DONE TOTAL` (older agents: none)
         for vm in vms:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
+                if getattr(vm, "progress_total", 0):
+                    if said is None:
+                        said = []
+                    said.append(vm)
             else:
                 on_demand_cpu += vm.cpu_cores
         node.backfill_cpu, node.on_demand_cpu = backfill_cpu, on_demand_cpu
+        if said is not None:
+            self._note_progress(node.node_id, said, now)
         if self._tracks_cpu:
             effects += self._recycle_idle(self._note_cpu(report, now), now)
         elif self._backfill.enabled:
@@ -110,6 +123,24 @@ class ReportMatching:
             node.redrive = False
             effects += self._redrive(node.node_id, now)
         return [e for e in effects if not isinstance(e, Write) or e] if effects else effects
+
+    def _note_progress(self, node_id: str, said: Sequence, now: float) -> None:
+        """The guests' progress statements (bounded by controller.checks), each filed under the
+        tenant the books give its VM's lease (a VM no backfill lease explains says nothing), then
+        each such tenant's progress and history read with the vCPUs it holds now."""
+        named = self._named_on.get(node_id, {})
+        tenants = set()
+        for vm in said:
+            lease = named.get(vm.name)
+            if lease is None or lease.role != "backfill":
+                continue
+            tenant = self.tenant_of_lease(lease)
+            self.progress.note(lease.lease_id, tenant, vm.progress_done, vm.progress_total,
+                               getattr(vm, "progress_for_s", 0.0), now)
+            tenants.add(tenant)
+        for tenant in tenants:
+            held = sum(l.held.vcpus for l in self.leases.values() if self.tenant_of_lease(l) == tenant)
+            self.progress.sample(tenant, held, now)
 
     def _node_event(self, kind: str, node: NodeState, **detail) -> Write:
         self._node_came_or_went()
