@@ -870,6 +870,7 @@ class PoolService:
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
+            self.ledger.progress.forget_tenant(name)   # a tenant made again under the name starts afresh
         log_event(log, "tenant.deleted", **detail)
         return record, leases
 
