@@ -13,6 +13,7 @@ said no or not yet; 2 bad usage, value or configuration; 3 permission denied; 4 
 from __future__ import annotations
 
 import argparse
+import datetime
 import difflib
 import json
 import os
@@ -530,7 +531,7 @@ EVENT_KINDS = (
     "selection.swap", "backfill.configured",
     "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
     "report.refused", "rpc.denied", "tenant.created", "tenant.changed", "tenant.deleted",
-    "tenants.lower_bounds_scaled", "tenants.lower_bounds_restored")
+    "tenants.lower_bounds_scaled", "tenants.lower_bounds_restored", "tenant.goal_on_track", "tenant.goal_at_risk")
 
 
 def event_kind(kind: str) -> str:
@@ -639,6 +640,7 @@ TENANT_USAGE = ("usage: gleanctl tenant show [NAME]\n"
                 "       gleanctl tenant create NAME --kind on-demand|batch [--lower CPUS,MIB] --upper CPUS,MIB\n"
                 "       gleanctl tenant set NAME [--lower CPUS,MIB] [--upper CPUS,MIB]\n"
                 "       gleanctl tenant delete NAME [--drain]\n"
+                "       gleanctl tenant goal NAME --work VCPU_HOURS (--deadline TIME | --least-cost PRICE) | --clear\n"
                 "       gleanctl tenant backfill NAME [--reset] [KEY=VALUE ...]   (KEY: enabled, image, vcpus, "
                 "memory_mb, max_instances)")
 
@@ -654,6 +656,8 @@ def tenant_arguments(args) -> None:
         if getattr(args, "upper", None) is not None else None
     if args.action == "create":
         tenancy.checked(args.name, args.kind, args.lower_size or tenancy.ZERO, args.upper_size)
+    elif args.action == "goal":
+        args.goal_request = goal_request(args)   # before any call: a usage error names the flag
     elif args.action == "backfill":
         args.backfill_changes = tenant_backfill_changes(args.name, args.settings)
         if not args.backfill_changes and not args.reset:
@@ -691,10 +695,11 @@ def tenants_text(reply) -> str:
              size_text(t.upper_vcpus, t.upper_memory_mib, True), size_text(t.used_vcpus, t.used_memory_mib),
              len(t.lease_ids), "yes" if t.built_in else "",
              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t.created_at)),
-             progress_text(t.progress_done, t.progress_total, "-") if t.kind == "batch" else ""]
+             progress_text(t.progress_done, t.progress_total, "-") if t.kind == "batch" else "",
+             goal_state_text(t)]
             for t in reply.tenants]
     text = table(rows, ["NAME", "KIND", "LOWER(VCPUS,MIB)", "UPPER(VCPUS,MIB)", "USED(VCPUS,MIB)", "VMS",
-                        "BUILT_IN", "CREATED", "PROGRESS"])
+                        "BUILT_IN", "CREATED", "PROGRESS", "GOAL"])
     booked = [t for t in reply.tenants if t.upper_vcpus or t.upper_memory_mib]
     vcpus, mib = sum(t.upper_vcpus for t in booked), sum(t.upper_memory_mib for t in booked)
     return (f"{text}\npool: {reply.capacity_vcpus} vCPUs, {reply.capacity_memory_mib} MiB up; the bounded upper "
@@ -707,7 +712,54 @@ def tenant_detail(tenant) -> str:
     if tenant.kind == "batch":
         lines.append(f"  backfill settings: {tenant.backfill_json or 'the pool-wide ones (gleanctl backfill show)'}")
         lines.append(f"  goal: {tenant.goal_json or 'none'}")
+        if tenant.goal_state:
+            lines.append(f"  {goal_state_text(tenant)}: {tenant.goal_explain}; dedicated {tenant.goal_dedicated_vcpus} "
+                         f"vCPUs, volunteers {tenant.goal_volunteer_vcpus} vCPUs now")
     return "".join(f"\n{line}" for line in lines)
+
+
+def goal_state_text(tenant) -> str:
+    """A goal's state as the table shows it: on track or at risk, and the projected finish."""
+    if not tenant.goal_state:
+        return "-" if tenant.goal_json else ""
+    finish = "never" if not tenant.goal_projected_finish else \
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tenant.goal_projected_finish))
+    return f"{tenant.goal_state.replace('_', ' ')}, finish {finish}"
+
+
+def goal_request(args) -> controller_pb2.SetTenantGoalRequest:
+    """`tenant goal`'s flags as the request (their bounds are the controller's to check)."""
+    if args.clear:
+        return controller_pb2.SetTenantGoalRequest(name=args.name, clear=True)
+    if (args.deadline is None) == (args.least_cost is None) or args.work is None:
+        raise UsageError(f"tenant goal {args.name} needs --work VCPU_HOURS and one of --deadline TIME or "
+                         f"--least-cost PRICE (or --clear)\n{TENANT_USAGE}")
+    if args.deadline is not None:
+        return controller_pb2.SetTenantGoalRequest(name=args.name, kind="deadline", work_vcpu_hours=args.work,
+                                                   deadline=parse_deadline(args.deadline, time.time()))
+    return controller_pb2.SetTenantGoalRequest(
+        name=args.name, kind="least_cost", work_vcpu_hours=args.work, price_per_dedicated_vcpu_hour=args.least_cost,
+        price_per_volunteer_vcpu_hour=args.volunteer_price, fixed_cost_per_hour=args.fixed_cost)
+
+
+def parse_deadline(text: str, now: float) -> float:
+    """A deadline as typed: +Nh / +Nm / +Ns from now, or an ISO 8601 time (UTC unless it says)."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    if text.startswith("+") and text[-1:] in units:
+        try:
+            return now + float(text[1:-1]) * units[text[-1]]
+        except ValueError:
+            pass
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.timezone.utc)
+            return moment.timestamp()
+        except ValueError:
+            pass
+    raise UsageError(f"--deadline {text!r}: give +Nh, +Nm or +Ns from now, or an ISO 8601 time such as "
+                     "2026-12-01T18:00:00Z")
 
 
 def cmd_tenant(stub, args):
@@ -731,6 +783,10 @@ def cmd_tenant(stub, args):
                 changes.update({f"{which}_vcpus": size.vcpus, f"{which}_memory_mib": size.memory_mib})
         reply = stub.SetTenant(controller_pb2.SetTenantRequest(name=args.name, **changes), timeout=args.timeout)
         verb = "set"
+    elif args.action == "goal":
+        reply = stub.SetTenantGoal(args.goal_request, timeout=args.timeout)
+        return as_dict(reply), f"tenant {reply.name}'s goal: {reply.goal_json or 'none'}" + \
+            (f"\n{goal_state_text(reply)}: {reply.goal_explain}" if reply.goal_state else ""), 0
     elif args.action == "backfill":
         reply = stub.SetTenantBackfill(controller_pb2.SetTenantBackfillRequest(
             name=args.name, reset=args.reset, **args.backfill_changes), timeout=args.timeout)
@@ -902,6 +958,18 @@ def add_tenant_parser(tenant: argparse.ArgumentParser, parents: list) -> None:
     delete = actions.add_parser("delete", parents=parents, help="delete a tenant without live VMs")
     delete.add_argument("name")
     delete.add_argument("--drain", action="store_true", help="release its live VMs first, then delete it")
+    goal = actions.add_parser("goal", parents=parents, help="a batch tenant's goal (RHIC): work by a deadline, or "
+                              "least cost", description="The controller sizes the tenant each minute: volunteers "
+                              "capped at what the goal needs, dedicated VMs within its lower bound.")
+    goal.add_argument("name")
+    goal.add_argument("--work", type=float, metavar="VCPU_HOURS", help="the job's work W, in vCPU-hours")
+    goal.add_argument("--deadline", metavar="TIME", help="+Nh, +Nm, +Ns from now, or an ISO 8601 time")
+    goal.add_argument("--least-cost", type=float, metavar="PRICE", help="the price of a dedicated vCPU-hour")
+    goal.add_argument("--volunteer-price", type=float, default=0.0, metavar="PRICE",
+                      help="the price of a volunteer vCPU-hour (least cost; default 0)")
+    goal.add_argument("--fixed-cost", type=float, default=0.0, metavar="PRICE",
+                      help="a cost per hour the job runs, whatever its size (least cost; default 0)")
+    goal.add_argument("--clear", action="store_true", help="drop the goal")
     backfill = actions.add_parser("backfill", parents=parents, help="a batch tenant's own backfill settings (the "
                                   "rest are the pool's)", description=f"KEY: {', '.join(TENANT_BACKFILL_KEYS)}, "
                                   "with the pool-wide settings' bounds (gleanctl backfill set --help)")

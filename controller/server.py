@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 
 import grpc
@@ -272,17 +273,35 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             tenants=[tenant_to_proto(*row) for row in self.pool.tenant_rows(request.name)], rbt=config.tenants_rbt,
             urr=config.tenants_urr, capacity_vcpus=capacity.vcpus, capacity_memory_mib=capacity.memory_mib)
         with self.pool.lock:   # a batch tenant's job as its guests say it (controller.core.progress), issue 26
-            book = self.pool.ledger.progress
+            book, sizings = self.pool.ledger.progress, self.pool.ledger.sizings
             said = [book.progress(t.name) if t.kind == "batch" else None for t in reply.tenants]
-        for proto, progress in zip(reply.tenants, said):
+            sized = [sizings.get(t.name) for t in reply.tenants]
+        for proto, progress, sizing in zip(reply.tenants, said, sized):
             if progress is not None:
                 proto.progress_done, proto.progress_total = int(progress.done), int(progress.total)
+            if sizing is not None and proto.goal_json:
+                proto.goal_state = "on_track" if sizing.on_track else "at_risk"
+                proto.goal_projected_finish = 0.0 if math.isinf(sizing.projected_finish_s) else \
+                    sizing.projected_finish_s
+                proto.goal_dedicated_vcpus, proto.goal_volunteer_vcpus = sizing.dedicated_vcpus, sizing.volunteer_vcpus
+                proto.goal_explain = sizing.explain
         return reply
 
     @rpc
     def SetTenant(self, request, context):
         changes = {f: getattr(request, f) for f in tenancy.BOUND_FIELDS if request.HasField(f)}
         self.pool.set_tenant(request.name, changes)
+        return tenant_to_proto(*self.pool.tenant_rows(request.name)[0])
+
+    @rpc
+    def SetTenantGoal(self, request, context):
+        goal = None if request.clear else {
+            "kind": request.kind, "work_vcpu_hours": request.work_vcpu_hours,
+            **({"deadline_s": request.deadline} if request.kind == "deadline" else
+               {"price_per_dedicated_vcpu_hour": request.price_per_dedicated_vcpu_hour,
+                "price_per_volunteer_vcpu_hour": request.price_per_volunteer_vcpu_hour,
+                "fixed_cost_per_hour": request.fixed_cost_per_hour})}
+        self.pool.set_tenant_goal(request.name, goal)
         return tenant_to_proto(*self.pool.tenant_rows(request.name)[0])
 
     @rpc

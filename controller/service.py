@@ -41,6 +41,7 @@ from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.explain import FillAnswer
 from .core.bounds import UNBOUNDED
+from .core.goal_sizing import goal_from_dict
 from .core.tenancy import TenancySettings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
@@ -792,6 +793,7 @@ class PoolService:
                                   at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.created", **_tenant_detail(record))
+        self.request_fill()   # the launcher grants by the tenants now
         return record
 
     def set_tenant(self, name: str, changes: Mapping[str, int]) -> TenantRecord:
@@ -814,7 +816,35 @@ class PoolService:
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.changed", **detail)
+        self.request_fill()   # the launcher grants by the tenants now
         return new
+
+    def set_tenant_goal(self, name: str, goal: Mapping[str, Any] | None) -> TenantRecord:
+        """A batch tenant's goal (goal_sizing.goal_from_dict checks it: InvalidField names the
+        figure), or none; stored with a tenant.changed event, then sized at once."""
+        self._check_tenant("change the goal of", tenant=name)
+        if goal is not None:
+            goal_from_dict(goal)
+        with self.lock:
+            old = self._batch_tenant(name)
+            new = replace(old, goal=json.dumps(dict(goal), sort_keys=True) if goal is not None else None)
+            detail = dict(_tenant_detail(new), goal=new.goal or "none", before_goal=old.goal or "none")
+            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
+            self.ledger.set_tenants(self.store.tenants())
+            self._apply(self.ledger.size_goals(self.clock(), force=True))
+        log_event(log, "tenant.changed", **detail)
+        self.request_fill()   # the launcher grants by the tenants now
+        return new
+
+    def _batch_tenant(self, name: str) -> TenantRecord:
+        """The stored batch tenant `name` (TenantNotFound, or TenantRefused for an on-demand one)."""
+        existing = self.store.tenants()
+        found = next((t for t in existing if t.name == name), None)
+        if found is None:
+            raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in existing)})")
+        if found.kind != "batch":
+            raise tenancy.TenantRefused(f"tenant {name!r} is on-demand: only batch tenants run backfill and goals")
+        return found
 
     def set_tenant_backfill(self, name: str, changes: Mapping[str, Any], reset: bool) -> TenantRecord:
         """A batch tenant's own backfill settings (batch_fill.TENANT_BACKFILL_KEYS): `changes` over
@@ -822,12 +852,7 @@ class PoolService:
         stored with a tenant.changed event, then the launcher grants by them."""
         self._check_tenant("change the backfill settings of", tenant=name)
         with self.lock:
-            existing = self.store.tenants()
-            old = next((t for t in existing if t.name == name), None)
-            if old is None:
-                raise tenancy.TenantNotFound(f"no tenant {name!r} (known: {', '.join(t.name for t in existing)})")
-            if old.kind != "batch":
-                raise tenancy.TenantRefused(f"tenant {name!r} is on-demand: only batch tenants run backfill")
+            old = self._batch_tenant(name)
             own = {} if reset else json.loads(old.backfill or "{}")
             own.update(changes)
             checks.backfill(self.ledger.backfill, own)   # InvalidField names a key out of bounds
@@ -837,6 +862,7 @@ class PoolService:
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
         log_event(log, "tenant.changed", **detail)
+        self.request_fill()   # the launcher grants by the tenants now
         return new
 
     def delete_tenant(self, name: str, drain: bool, wait_seconds: float | None = None
@@ -872,6 +898,7 @@ class PoolService:
             self.ledger.set_tenants(self.store.tenants())
             self.ledger.progress.forget_tenant(name)   # a tenant made again under the name starts afresh
         log_event(log, "tenant.deleted", **detail)
+        self.request_fill()   # the launcher grants by the tenants now
         return record, leases
 
     def tenant_summary(self) -> tuple[dict[str, int], Size, float]:

@@ -106,6 +106,7 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}CreateTenant": Rule(ADMINS),
     f"{CONTROLLER_API}SetTenant": Rule(ADMINS),
     f"{CONTROLLER_API}SetTenantBackfill": Rule(ADMINS_AND_TENANT, tenant=OBJECT),
+    f"{CONTROLLER_API}SetTenantGoal": Rule(ADMINS_AND_TENANT, tenant=OBJECT),
     f"{CONTROLLER_API}DeleteTenant": Rule(ADMINS),
     f"{CONTROLLER_API}ListTenants": Rule(PEOPLE_AND_TENANT, tenant=FILTER),
     f"{CONTROLLER_API}ListNodes": Rule(PEOPLE),
@@ -116,8 +117,6 @@ TABLE: dict[str, Rule] = {
     f"{CONTROLLER_API}ListEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}FollowEvents": Rule(PEOPLE),
     f"{CONTROLLER_API}Status": Rule(PEOPLE),
-    # (to come, issue 26: a tenant's goal, Rule(ADMINS_AND_TENANT, tenant=OBJECT), as SetTenantBackfill:
-    # the servicer calling check_tenant(identity, the tenant named) before it changes anything)
     # on both: health for every identity (liveness checks), reflection for people and the controller
     f"{HEALTH}Check": Rule(EVERYONE),
     f"{HEALTH}Watch": Rule(EVERYONE),

@@ -607,7 +607,7 @@ class PoolStatus(_message.Message):
     def __init__(self, nodes_up: _Optional[int] = ..., nodes_suspect: _Optional[int] = ..., nodes_down: _Optional[int] = ..., cpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., on_demand_vcpus: _Optional[int] = ..., backfill_vcpus: _Optional[int] = ..., on_demand_memory_mib: _Optional[int] = ..., backfill_memory_mib: _Optional[int] = ..., on_demand_vms: _Optional[int] = ..., backfill_vms: _Optional[int] = ..., foreground_cpu_cores: _Optional[float] = ..., backfill_cpu_cores: _Optional[float] = ..., backfill_enabled: _Optional[bool] = ..., preemptions: _Optional[int] = ..., rejections: _Optional[int] = ..., tenants_on_demand: _Optional[int] = ..., tenants_batch: _Optional[int] = ..., tenants_upper_vcpus: _Optional[int] = ..., tenants_upper_memory_mib: _Optional[int] = ..., tenants_rbt: _Optional[float] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib", "created_at", "backfill_json", "goal_json", "used_vcpus", "used_memory_mib", "lease_ids", "built_in", "progress_done", "progress_total")
+    __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib", "created_at", "backfill_json", "goal_json", "used_vcpus", "used_memory_mib", "lease_ids", "built_in", "progress_done", "progress_total", "goal_state", "goal_projected_finish", "goal_dedicated_vcpus", "goal_volunteer_vcpus", "goal_explain")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOWER_VCPUS_FIELD_NUMBER: _ClassVar[int]
@@ -623,6 +623,11 @@ class Tenant(_message.Message):
     BUILT_IN_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_DONE_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GOAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    GOAL_PROJECTED_FINISH_FIELD_NUMBER: _ClassVar[int]
+    GOAL_DEDICATED_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    GOAL_VOLUNTEER_VCPUS_FIELD_NUMBER: _ClassVar[int]
+    GOAL_EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     lower_vcpus: int
@@ -638,7 +643,12 @@ class Tenant(_message.Message):
     built_in: bool
     progress_done: int
     progress_total: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ..., created_at: _Optional[float] = ..., backfill_json: _Optional[str] = ..., goal_json: _Optional[str] = ..., used_vcpus: _Optional[int] = ..., used_memory_mib: _Optional[int] = ..., lease_ids: _Optional[_Iterable[str]] = ..., built_in: _Optional[bool] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ...) -> None: ...
+    goal_state: str
+    goal_projected_finish: float
+    goal_dedicated_vcpus: int
+    goal_volunteer_vcpus: int
+    goal_explain: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., lower_vcpus: _Optional[int] = ..., lower_memory_mib: _Optional[int] = ..., upper_vcpus: _Optional[int] = ..., upper_memory_mib: _Optional[int] = ..., created_at: _Optional[float] = ..., backfill_json: _Optional[str] = ..., goal_json: _Optional[str] = ..., used_vcpus: _Optional[int] = ..., used_memory_mib: _Optional[int] = ..., lease_ids: _Optional[_Iterable[str]] = ..., built_in: _Optional[bool] = ..., progress_done: _Optional[int] = ..., progress_total: _Optional[int] = ..., goal_state: _Optional[str] = ..., goal_projected_finish: _Optional[float] = ..., goal_dedicated_vcpus: _Optional[int] = ..., goal_volunteer_vcpus: _Optional[int] = ..., goal_explain: _Optional[str] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
     __slots__ = ("name", "kind", "lower_vcpus", "lower_memory_mib", "upper_vcpus", "upper_memory_mib")
@@ -707,6 +717,26 @@ class SetTenantBackfillRequest(_message.Message):
     max_instances: int
     reset: bool
     def __init__(self, name: _Optional[str] = ..., enabled: _Optional[bool] = ..., image: _Optional[str] = ..., vcpus: _Optional[int] = ..., memory_mb: _Optional[int] = ..., max_instances: _Optional[int] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class SetTenantGoalRequest(_message.Message):
+    __slots__ = ("name", "kind", "work_vcpu_hours", "deadline", "price_per_dedicated_vcpu_hour", "price_per_volunteer_vcpu_hour", "fixed_cost_per_hour", "clear")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WORK_VCPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_DEDICATED_VCPU_HOUR_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_VOLUNTEER_VCPU_HOUR_FIELD_NUMBER: _ClassVar[int]
+    FIXED_COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    work_vcpu_hours: float
+    deadline: float
+    price_per_dedicated_vcpu_hour: float
+    price_per_volunteer_vcpu_hour: float
+    fixed_cost_per_hour: float
+    clear: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., work_vcpu_hours: _Optional[float] = ..., deadline: _Optional[float] = ..., price_per_dedicated_vcpu_hour: _Optional[float] = ..., price_per_volunteer_vcpu_hour: _Optional[float] = ..., fixed_cost_per_hour: _Optional[float] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class DeleteTenantRequest(_message.Message):
     __slots__ = ("name", "drain")

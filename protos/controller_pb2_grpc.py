@@ -144,6 +144,11 @@ class ControllerStub:
                 request_serializer=protos_dot_controller__pb2.SetTenantBackfillRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.Tenant.FromString,
                 _registered_method=True)
+        self.SetTenantGoal = channel.unary_unary(
+                '/gleaner.controller.v1.Controller/SetTenantGoal',
+                request_serializer=protos_dot_controller__pb2.SetTenantGoalRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.Tenant.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -308,6 +313,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTenantGoal(self, request, context):
+        """A batch tenant's goal (RHIC): W vCPU-hours by a deadline, or least cost at a price for
+        dedicated capacity; `clear` drops it. INVALID_ARGUMENT names a figure out of bounds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -419,6 +432,11 @@ def add_ControllerServicer_to_server(servicer, server):
             'SetTenantBackfill': grpc.unary_unary_rpc_method_handler(
                     servicer.SetTenantBackfill,
                     request_deserializer=protos_dot_controller__pb2.SetTenantBackfillRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.Tenant.SerializeToString,
+            ),
+            'SetTenantGoal': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantGoal,
+                    request_deserializer=protos_dot_controller__pb2.SetTenantGoalRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.Tenant.SerializeToString,
             ),
     }
@@ -1015,6 +1033,33 @@ class Controller:
             target,
             '/gleaner.controller.v1.Controller/SetTenantBackfill',
             protos_dot_controller__pb2.SetTenantBackfillRequest.SerializeToString,
+            protos_dot_controller__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantGoal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gleaner.controller.v1.Controller/SetTenantGoal',
+            protos_dot_controller__pb2.SetTenantGoalRequest.SerializeToString,
             protos_dot_controller__pb2.Tenant.FromString,
             options,
             channel_credentials,

@@ -75,10 +75,12 @@ class TenantBounds:
         own = dict(backfill or {})
         own.update({r.name: json.loads(r.backfill) for r in records if isinstance(r, TenantRecord) and r.backfill})
         self.tenant_backfill = {t.name: dict(own.get(t.name, {})) for t in self.tenants if t.kind is TenantKind.BATCH}
-        # Only the built-in batch tenant, unbounded, with no settings of its own: the pool-wide
-        # launcher, as before tenants.
+        self._goals_from(records)
+        # Only the built-in batch tenant, unbounded, with no settings nor goal of its own: the
+        # pool-wide launcher, as before tenants.
         self._batch_fill = any(t.kind is TenantKind.BATCH and (t.name != BACKFILL_TENANT or _binds(t)
-                                                               or self.tenant_backfill.get(t.name))
+                                                               or self.tenant_backfill.get(t.name)
+                                                               or t.name in self.tenant_goals)
                                for t in self.tenants)
         self._held_by.clear()
         self.tenant_usage.clear()

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from .books import AUDIT_NODES, ROLES, Books, NodeState, shared_size
 from .batch_fill import BatchFilling
 from .bounds import TenantBounds
+from .goal_sizing import GoalSizing
 from .filling import Filling
 from .idleness import GUEST_CLOCK_TOLERANCE_S, IDLE_CPU_CORES, Idleness, shows_idle
 from .lifecycle import MAX_LAUNCH_BACKOFF_SECONDS, Lifecycle
@@ -45,7 +46,7 @@ __all__ = ["AUDIT_NODES", "GUEST_CLOCK_TOLERANCE_S", "IDLE_CPU_CORES", "MAX_LAUN
            "Ledger", "NodeState", "shared_size", "shows_idle"]
 
 
-class Ledger(ReportMatching, Idleness, Requests, BatchFilling, Filling, VolunteerSelection, Lifecycle, TenantBounds, Views, Books):
+class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filling, VolunteerSelection, Lifecycle, TenantBounds, Views, Books):
     """The books with their stages: the kernel (books.py) alone books a lease; each stage, a module
     of its own, owns the state its _init_ method sets and changes the books through the kernel."""
 
@@ -72,6 +73,7 @@ class Ledger(ReportMatching, Idleness, Requests, BatchFilling, Filling, Voluntee
         self._init_lifecycle()
         self._init_views(backfill)
         self._init_bounds()
+        self._init_goals()
         self._init_volunteers()
         self._init_matching()
         self._load(list(leases), list(requests), list(ended))

@@ -27,7 +27,8 @@ from tests.agentproc import REPO
 C = "/gleaner.controller.v1.Controller/"
 # What a tenant-admin may call, and how the service keeps each call to its tenant: nothing else.
 TENANT_ADMIN_MAY = {f"{C}RequestVm": OWNER, f"{C}CancelRequest": OBJECT, f"{C}Release": OBJECT,
-                    f"{C}ListVms": FILTER, f"{C}ListTenants": FILTER}
+                    f"{C}ListVms": FILTER, f"{C}ListTenants": FILTER, f"{C}SetTenantBackfill": OBJECT,
+                    f"{C}SetTenantGoal": OBJECT}
 HEALTH = {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}   # liveness, for every identity
 
 ACME_BOB = Identity(Role.TENANT_ADMIN, "acme/bob", 7)

@@ -94,7 +94,7 @@ def test_a_created_tenant_is_stored_audited_with_who_and_shown(controller):
     assert shown.returncode == 0, shown.stderr
     header, *rows = shown.stdout.splitlines()
     assert header.split() == ["NAME", "KIND", "LOWER(VCPUS,MIB)", "UPPER(VCPUS,MIB)", "USED(VCPUS,MIB)", "VMS",
-                              "BUILT_IN", "CREATED", "PROGRESS"]
+                              "BUILT_IN", "CREATED", "PROGRESS", "GOAL"]
     cells = {row.split()[0]: row.split() for row in rows if not row.startswith("pool:")}
     assert cells["alpha"][1:5] == ["on-demand", "2,2048", "4,4096", "0,0"]
     assert cells["default"][1:4] == ["on-demand", "0,0", "unbounded"] and cells["default"][6] == "yes"

@@ -1,0 +1,157 @@
+"""Stage: goal-driven sizing of batch tenants (RHIC, the arithmetic in controller.core.goals).
+
+A batch tenant may state a goal: W vCPU-hours of work by a deadline, or least cost at a price
+for dedicated capacity. Every GOAL_INTERVAL_S the books size each such tenant from:
+
+- its progress, as its guests say it (`progress DONE TOTAL`, controller.core.progress; none
+  said yet: all of W is left), and its measured rate (goals.progress_rate over the samples);
+- the residual capacity it can be given now: what its backfill holds plus what the launcher
+  would grant it (batch_fill), as a flat forecast;
+- its own bounds: dedicated capacity stays within its lower bound, volunteers within its upper.
+
+The answer steers the tenant, and only it: its volunteers are capped at what the goal needs
+(a deadline met by fewer leaves the rest of the residual to others, as RHIC hugs its
+deadlines), and its dedicated capacity is on-demand VMs of its own (non-preemptible; the
+request path checks them against its lower bound like any tenant's) requested or released to
+match. The sizing is kept for `gleanctl tenant show` (on track or at risk, the projected
+finish); a change between the two is an audit event.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from gleaner_common.ids import InvalidField
+
+from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, size_for_goal
+from .records import STOPS, ZERO, Ask, Audit, Effect, Write
+from .tenancy import TenantKind
+
+GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
+GOAL_KINDS = ("deadline", "least_cost")
+
+
+def goal_from_dict(values: Mapping[str, Any]) -> Goal:
+    """A goal as stored (JSON): {"kind": "deadline", "work_vcpu_hours", "deadline_s"} or
+    {"kind": "least_cost", "work_vcpu_hours", "price_per_dedicated_vcpu_hour",
+    "price_per_volunteer_vcpu_hour"?, "fixed_cost_per_hour"?}. InvalidField names what is wrong."""
+    if not isinstance(values, Mapping):
+        raise InvalidField("goal", f"{values!r} is not a table of the goal's figures")
+    kind = values.get("kind")
+    figures = {k: v for k, v in values.items() if k != "kind"}
+    try:
+        if kind == "deadline":
+            return Deadline(**figures)
+        if kind == "least_cost":
+            return LeastCost(**figures)
+    except TypeError as exc:   # a figure missing or unknown
+        raise InvalidField("goal", f"{kind}: {exc}") from None
+    raise InvalidField("goal.kind", f"{kind!r} is not one of {', '.join(GOAL_KINDS)}")
+
+
+def goal_to_dict(goal: Goal) -> dict[str, Any]:
+    kind = "deadline" if isinstance(goal, Deadline) else "least_cost"
+    return {"kind": kind, **goal.__dict__}
+
+
+class GoalSizing:
+    """Stage: each goal-driven batch tenant's sizing, and the dedicated VMs it asks for."""
+
+    def _init_goals(self) -> None:
+        self.tenant_goals: dict[str, Goal] = {}
+        self.sizings: dict[str, Sizing] = {}
+        self._sized_at: dict[str, float] = {}
+        self.volunteer_caps: dict[str, int] = {}   # tenant -> vCPUs of volunteers its goal needs now
+        self._dedicated_seq = 0
+
+    def _goals_from(self, records) -> None:
+        """The goals of the tenants given to set_tenants (their records' JSON)."""
+        goals: dict[str, Goal] = {}
+        for record in records:
+            text = getattr(record, "goal", None)
+            if text:
+                goals[record.name] = goal_from_dict(json.loads(text))
+        for name in set(self.tenant_goals) - set(goals):
+            self.sizings.pop(name, None)
+            self._sized_at.pop(name, None)
+            self.volunteer_caps.pop(name, None)
+        self.tenant_goals = goals
+
+    def size_goals(self, now: float, force: bool = False) -> list[Effect]:
+        """Size every goal-driven tenant due (every GOAL_INTERVAL_S), and carry the answer out."""
+        effects: list[Effect] = []
+        if not self.backfill.enabled:   # backfill switched off pool-wide: goals steer nothing then
+            return effects
+        configs = self.tenant_configs()
+        for tenant in self.tenants:
+            goal = self.tenant_goals.get(tenant.name)
+            if goal is None or tenant.kind is not TenantKind.BATCH or not configs[tenant.name].enabled:
+                continue   # no goal, or its backfill is off: nothing to size
+            if not force and now - self._sized_at.get(tenant.name, -math.inf) < GOAL_INTERVAL_S:
+                continue
+            self._sized_at[tenant.name] = now
+            effects += self._size(tenant, goal, now)
+        return effects
+
+    def _size(self, tenant, goal: Goal, now: float) -> list[Effect]:
+        said = self.progress.progress(tenant.name)
+        progress = said if said is not None else Progress(0.0, goal.work_vcpu_hours)
+        rate = progress_rate(self.progress.history(tenant.name)) if said is not None else None
+        if rate is not None and rate <= 0:
+            rate = None   # no progress measured yet: the goal's own work figure stands in
+        residual = self._residual_for(tenant.name, now)
+        upper = None if tenant.upper.vcpus >= 1_000_000 else tenant.upper.vcpus
+        sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
+                               upper_bound_vcpus=upper)
+        before = self.sizings.get(tenant.name)
+        self.sizings[tenant.name] = sizing
+        self.volunteer_caps[tenant.name] = sizing.volunteer_vcpus
+        effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
+        if before is None or before.on_track != sizing.on_track:
+            effects.append(Write(events=(Audit("tenant.goal_on_track" if sizing.on_track else "tenant.goal_at_risk",
+                                               detail=dict(tenant=tenant.name, explain=sizing.explain,
+                                                           projected_finish=_finite(sizing.projected_finish_s),
+                                                           dedicated_vcpus=sizing.dedicated_vcpus,
+                                                           volunteer_vcpus=sizing.volunteer_vcpus,
+                                                           progress=f"{progress.done:g}/{progress.total:g}")),)))
+        return effects
+
+    def _residual_for(self, tenant: str, now: float) -> float:
+        """vCPUs of residual capacity the tenant can have now: its backfill and its grant."""
+        held = self.backfill_usage.get(tenant, ZERO).vcpus
+        configs = self.tenant_configs()
+        granted = sum(g.vms * configs[g.tenant].vcpus for g in self.current_grants(now, capped=False)
+                      if g.tenant == tenant)
+        return float(held + granted)
+
+    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> list[Effect]:
+        """Request or release the tenant's dedicated VMs (on-demand VMs it owns, of its backfill
+        size) until they hold `vcpus` (whole VMs: the last may pass it by less than one VM)."""
+        config = self.tenant_configs()[tenant]
+        mine = sorted((l for l in self.leases.values() if l.role == "on_demand" and l.owner == tenant
+                       and l.request_id.startswith("goal-") and l.state not in STOPS),
+                      key=lambda l: (l.created_at, l.lease_id))
+        held = sum(l.vcpus for l in mine)
+        effects: list[Effect] = []
+        while held < vcpus:
+            self._dedicated_seq += 1
+            request_id = f"goal-{tenant}-{int(now)}-{self._dedicated_seq}"
+            effects += self.request(Ask(config.vcpus, config.memory_mb, config.image, tenant, request_id), now)
+            record = self.requests.get(request_id)
+            if record is None or record.lease_id is None:
+                break   # no room (or past its lower bound): asked again at the next sizing
+            held += config.vcpus
+        for lease in reversed(mine):   # the youngest first
+            if held - lease.vcpus < vcpus:
+                break
+            if lease.state in ("running", "waiting"):   # one starting is released at the next sizing
+                _lease, released = self.release(lease.lease_id, False, now)
+                effects += released
+                held -= lease.vcpus
+        return effects
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else round(value, 1)

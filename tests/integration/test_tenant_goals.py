@@ -1,0 +1,66 @@
+"""Goal-driven sizing on a real controller process (issue 26, RHIC): two agents on libvirt's
+test:/// driver (32 vCPUs). A batch tenant's deadline that 4 volunteers meet caps its backfill at
+4 VMs and `gleanctl tenant show` says on track with the projected finish; a deadline it cannot meet
+gets dedicated (on-demand) VMs of its own within its lower bound, and says at risk."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.agentproc import REPO, AgentProcess, wait_for
+from tests.controllerproc import ControllerProcess, agent_settings
+
+pytestmark = pytest.mark.libvirt
+
+
+def gleanctl(controller: ControllerProcess, *args: str, code: int = 0) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == code, done.stderr
+    return done
+
+
+def science(controller: ControllerProcess, role: str) -> list:
+    return [l for l in controller.leases(role) if l.owner == "science" and l.state in ("starting", "running")]
+
+
+def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_where_it_stands(test_env):
+    controller = ControllerProcess(test_env, name="ctl-goal", settings=dict(use_prediction=False)).start()
+    nodes = [AgentProcess(test_env, name=f"goal{i}", settings=agent_settings(
+        controller, libvirt_uri="test:///default", metrics_listen="")).start() for i in (1, 2)]
+    try:
+        for node in nodes:
+            wait_for(lambda: controller.node_state(node.name) == "up", 20, f"{node.name} to report")
+        gleanctl(controller, "tenant", "create", "science", "--kind", "batch", "--lower", "4,1024",
+                 "--upper", "16,4096")
+        gleanctl(controller, "tenant", "backfill", "backfill", "enabled=false")
+        gleanctl(controller, "tenant", "goal", "science", "--work", "8", "--deadline", "soon", code=2)
+        gleanctl(controller, "tenant", "goal", "science", "--work", "-8", "--deadline", "+2h", code=2)
+        gleanctl(controller, "tenant", "backfill", "science", "enabled=false")   # no VM before its goal
+        gleanctl(controller, "backfill", "set", "enabled=true", "vcpus=1", "memory_mb=128")
+        gleanctl(controller, "tenant", "goal", "science", "--work", "7", "--deadline", "+2h")   # 3.5 vCPUs: 4 volunteers
+        gleanctl(controller, "tenant", "backfill", "science", "enabled=true")
+        wait_for(lambda: len(science(controller, "backfill")) == 4, 60, "science's four volunteers")
+        time.sleep(2)   # more fills: the cap holds
+        assert len(science(controller, "backfill")) == 4 and not science(controller, "on_demand")
+        shown = gleanctl(controller, "tenant", "show", "science").stdout
+        assert "on track, finish 20" in shown and "met by volunteers alone" in shown, shown
+
+        gleanctl(controller, "tenant", "goal", "science", "--work", "1000", "--deadline", "+1h")
+        wait_for(lambda: len(science(controller, "on_demand")) == 4, 60, "four dedicated VMs")
+        assert all(l.vcpus == 1 for l in science(controller, "on_demand"))
+        shown = gleanctl(controller, "tenant", "show", "science").stdout
+        assert "at risk, finish 20" in shown and "dedicated 4 vCPUs" in shown, shown
+        risk = [json.loads(e.detail_json) for e in controller.events("tenant.goal_at_risk")]
+        assert risk and risk[-1]["tenant"] == "science" and risk[-1]["dedicated_vcpus"] == 4
+
+        gleanctl(controller, "tenant", "goal", "science", "--clear")
+        assert "GOAL" in gleanctl(controller, "tenant", "show").stdout
+    finally:
+        for node in nodes:
+            node.stop()
+        controller.stop()

@@ -1,0 +1,111 @@
+"""Goal-driven sizing in the books (controller.core.goal_sizing, RHIC): a batch tenant's deadline
+met by volunteers alone caps its backfill at what the deadline needs; one that needs more gets
+dedicated VMs of its own, within its lower bound; one that cannot be met is at risk, and says
+so once; a job done releases its dedicated VMs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.core.goal_sizing import GOAL_INTERVAL_S, goal_from_dict
+from controller.core.goals import Deadline, LeastCost
+from controller.core.ledger import Ledger
+from controller.core.records import Ask, Launch, TenantRecord, Write
+from controller.core.tenancy import TenancySettings
+from gleaner_common.ids import InvalidField
+
+from .test_bounds_ledger import confirm
+from .test_ledger import BACKFILL, SETTINGS, Report, counter
+
+NODES = {f"n{i}": (4, 4096) for i in range(1, 5)}   # 16 vCPUs
+T0 = 100_000.0
+HOUR = 3600.0
+
+
+def science(goal: dict | None, lower=(4, 2048), upper=(16, 16384)) -> TenantRecord:
+    return TenantRecord("science", "batch", lower[0], lower[1], upper[0], upper[1],
+                        goal=json.dumps(goal) if goal else None)
+
+
+def pool(*tenants: TenantRecord) -> Ledger:
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter(), tenants=tenants, tenancy=TenancySettings())
+    for node_id, (cpus, memory) in NODES.items():
+        ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), T0)
+    ledger.select(T0, evaluation=True)
+    return ledger
+
+
+def deadline(work: float, hours: float) -> dict:
+    return {"kind": "deadline", "work_vcpu_hours": work, "deadline_s": T0 + hours * HOUR}
+
+
+def launched(effects, owner: str, role: str = "backfill") -> list:
+    return [e.lease for e in effects if isinstance(e, Launch) and e.lease.owner == owner and e.lease.role == role]
+
+
+def events(effects, kind: str) -> list:
+    return [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == kind]
+
+
+def test_a_deadline_volunteers_meet_caps_the_tenants_backfill_at_what_it_needs():
+    """8 vCPU-hours in 2 hours: 4 volunteers do it; the rest of the pool stays for others."""
+    ledger = pool(science(deadline(8, 2)), TenantRecord("backfill", "batch"))
+    effects = ledger.fill(T0)
+    assert len(launched(effects, "science")) == 4
+    sizing = ledger.sizings["science"]
+    assert sizing.on_track and sizing.dedicated_vcpus == 0 and ledger.volunteer_caps["science"] == 4
+    assert events(effects, "tenant.goal_on_track")
+    assert not launched(effects, "science", "on_demand")
+    assert len(launched(effects, "backfill")) == 12   # the built-in tenant takes what science leaves
+
+
+def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bound_and_is_at_risk():
+    ledger = pool(science(deadline(40, 2)))
+    for i in range(6):   # others' on-demand VMs hold 12 of 16 vCPUs
+        confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
+    effects = ledger.fill(T0 + 1)
+    dedicated = launched(effects, "science", "on_demand")
+    assert len(dedicated) == 4 and all(l.request_id.startswith("goal-science-") for l in dedicated)
+    sizing = ledger.sizings["science"]
+    assert not sizing.on_track and sizing.dedicated_vcpus == 4
+    [risk] = events(effects, "tenant.goal_at_risk")
+    assert risk.detail["tenant"] == "science" and "at risk" in risk.detail["explain"]
+    confirm(ledger, effects, T0 + 2)
+    again = ledger.fill(T0 + 2 + GOAL_INTERVAL_S)
+    assert not launched(again, "science", "on_demand")          # it holds its 4 already
+    assert not events(again, "tenant.goal_at_risk")              # said once
+
+
+def test_a_job_done_releases_its_dedicated_vms():
+    ledger = pool(science(deadline(40, 2)))
+    for i in range(6):
+        confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
+    effects = ledger.fill(T0 + 1)
+    confirm(ledger, effects, T0 + 2)
+    assert len([l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"]) == 4
+    ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 30)   # its guests say the job is done
+    effects = ledger.fill(T0 + 2 + GOAL_INTERVAL_S)
+    stopping = [l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"
+                and l.state == "stopping"]
+    assert len(stopping) == 4 and ledger.sizings["science"].on_track
+    assert events(effects, "tenant.goal_on_track")
+
+
+def test_a_tenant_without_a_goal_is_not_sized_and_a_removed_goal_lifts_the_cap():
+    ledger = pool(science(deadline(8, 2)))
+    ledger.fill(T0)
+    assert ledger.volunteer_caps == {"science": 4}
+    ledger.set_tenants([science(None)])
+    assert ledger.volunteer_caps == {} and ledger.sizings == {}
+
+
+def test_goals_as_stored_parse_or_name_the_problem():
+    assert goal_from_dict(deadline(8, 2)) == Deadline(8, T0 + 2 * HOUR)
+    assert goal_from_dict({"kind": "least_cost", "work_vcpu_hours": 5, "price_per_dedicated_vcpu_hour": 1.0}) == \
+        LeastCost(1.0, 5)
+    for bad, field in (({"kind": "soon"}, "goal.kind"), ({"kind": "deadline", "work_vcpu_hours": 1}, "goal"),
+                       ({"kind": "deadline", "work_vcpu_hours": -1, "deadline_s": 1}, "goal.work_vcpu_hours")):
+        with pytest.raises(InvalidField) as err:
+            goal_from_dict(bad)
+        assert err.value.field == field
