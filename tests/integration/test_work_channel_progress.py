@@ -74,7 +74,7 @@ def test_a_backfill_guests_progress_rises_in_the_controllers_leases_and_its_tena
                                 "show", "backfill"], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         header, row = shown.stdout.splitlines()[:2]
-        assert header.split()[-1] == "PROGRESS" and row.split()[0] == "backfill" and row.split()[-1] == "5/5", \
+        assert header.split()[-2:] == ["PROGRESS", "GOAL"] and row.split()[0] == "backfill" and row.split()[-1] == "5/5", \
             shown.stdout
         agent.stub().TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
     finally:
