@@ -98,6 +98,34 @@ def agent_settings(controller: ControllerProcess, **more) -> dict:
     return dict(controller_address=controller.address, controller_report_seconds=0.5, **more)
 
 
+def run_gleanctl(controller: ControllerProcess, *args: str, code: int = 0) -> subprocess.CompletedProcess:
+    """gleanctl against `controller` as the lab admin; its exit code must be `code`."""
+    import sys
+    from tests.agentproc import REPO
+    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    return done
+
+
+@contextmanager
+def fake_driver_pool(env: LabEnv, name: str, nodes: int = 2, **settings) -> Iterator[tuple[ControllerProcess, list]]:
+    """A controller (`settings`: ControllerConfig fields) and `nodes` agents on libvirt's test:///
+    driver (16 CPUs each, fake domains: for the controller's side), every node up; stopped on the way out."""
+    controller = ControllerProcess(env, name=name, settings=settings).start()
+    agents: list[AgentProcess] = []
+    try:
+        agents += [AgentProcess(env, name=f"{name}-n{i}", settings=agent_settings(
+            controller, libvirt_uri="test:///default", metrics_listen="")).start() for i in range(1, nodes + 1)]
+        for agent in agents:
+            wait_for(lambda: controller.node_state(agent.name) == "up", 20, f"{agent.name} to report")
+        yield controller, agents
+    finally:
+        for agent in agents:
+            agent.stop()
+        controller.stop()
+
+
 def rpc_code(call) -> grpc.StatusCode | None:
     try:
         call()

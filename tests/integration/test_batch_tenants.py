@@ -7,24 +7,15 @@
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
 from protos import controller_pb2
-from tests.agentproc import REPO, AgentProcess, remove_test_domains, wait_for, wait_for_console
-from tests.controllerproc import ControllerProcess, agent_settings
+from tests.agentproc import AgentProcess, remove_test_domains, wait_for, wait_for_console
+from tests.controllerproc import ControllerProcess, agent_settings, fake_driver_pool, run_gleanctl as gleanctl
 
 pytestmark = pytest.mark.libvirt
-
-
-def gleanctl(controller: ControllerProcess, *args: str, code: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert done.returncode == code, done.stderr
-    return done
 
 
 def backfill_by_owner(controller: ControllerProcess) -> Counter:
@@ -32,13 +23,7 @@ def backfill_by_owner(controller: ControllerProcess) -> Counter:
 
 
 def test_two_batch_tenants_share_a_busy_pool_by_psf(test_env):
-    controller = ControllerProcess(test_env, name="ctl-psf", settings=dict(use_prediction=False, tenants_urr=0.25))
-    controller.start()
-    nodes = [AgentProcess(test_env, name=f"psf{i}", settings=agent_settings(
-        controller, libvirt_uri="test:///default", metrics_listen="")).start() for i in (1, 2)]
-    try:
-        for node in nodes:
-            wait_for(lambda: controller.node_state(node.name) == "up", 20, f"{node.name} to report")
+    with fake_driver_pool(test_env, "ctl-psf", use_prediction=False, tenants_urr=0.25) as (controller, _nodes):
         cpus = sum(n.cpus for n in controller.stub().ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes)
         assert cpus == 32
         gleanctl(controller, "tenant", "create", "small", "--kind", "batch", "--lower", "2,256", "--upper", "16,4096")
@@ -55,10 +40,6 @@ def test_two_batch_tenants_share_a_busy_pool_by_psf(test_env):
         shown = gleanctl(controller, "tenant", "show").stdout
         rows = {line.split()[0]: line.split() for line in shown.splitlines()[1:] if line and not line.startswith("pool:")}
         assert rows["small"][4] == "4,512" and rows["large"][4] == "12,1536"
-    finally:
-        for node in nodes:
-            node.stop()
-        controller.stop()
 
 
 def test_each_batch_tenants_real_vms_boot_with_its_own_settings(test_env):

@@ -7,23 +7,14 @@ its upper bound; then gold's request gets its guaranteed vCPU by preempting the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from protos import controller_pb2
-from tests.agentproc import REPO, remove_test_domains, wait_for
-from tests.controllerproc import backfilled_pool, full_of_backfill
+from tests.agentproc import remove_test_domains, wait_for
+from tests.controllerproc import backfilled_pool, full_of_backfill, run_gleanctl as gleanctl
 
 pytestmark = pytest.mark.libvirt
-
-
-def gleanctl(controller, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def request(controller, owner: str, request_id: str) -> controller_pb2.VmResult:

@@ -5,23 +5,14 @@ gets dedicated (on-demand) VMs of its own within its lower bound, and says at ri
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.agentproc import REPO, AgentProcess, wait_for
-from tests.controllerproc import ControllerProcess, agent_settings
+from tests.agentproc import wait_for
+from tests.controllerproc import fake_driver_pool, run_gleanctl as gleanctl
 
 pytestmark = pytest.mark.libvirt
-
-
-def gleanctl(controller: ControllerProcess, *args: str, code: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert done.returncode == code, done.stderr
-    return done
 
 
 def science(controller: ControllerProcess, role: str) -> list:
@@ -29,12 +20,7 @@ def science(controller: ControllerProcess, role: str) -> list:
 
 
 def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_where_it_stands(test_env):
-    controller = ControllerProcess(test_env, name="ctl-goal", settings=dict(use_prediction=False)).start()
-    nodes = [AgentProcess(test_env, name=f"goal{i}", settings=agent_settings(
-        controller, libvirt_uri="test:///default", metrics_listen="")).start() for i in (1, 2)]
-    try:
-        for node in nodes:
-            wait_for(lambda: controller.node_state(node.name) == "up", 20, f"{node.name} to report")
+    with fake_driver_pool(test_env, "ctl-goal", use_prediction=False) as (controller, _nodes):
         gleanctl(controller, "tenant", "create", "science", "--kind", "batch", "--lower", "4,1024",
                  "--upper", "16,4096")
         gleanctl(controller, "tenant", "backfill", "backfill", "enabled=false")
@@ -60,7 +46,3 @@ def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_whe
 
         gleanctl(controller, "tenant", "goal", "science", "--clear")
         assert "GOAL" in gleanctl(controller, "tenant", "show").stdout
-    finally:
-        for node in nodes:
-            node.stop()
-        controller.stop()

@@ -13,7 +13,8 @@ from controller.core.records import Ask, BackfillConfig, Launch, Size, TenantRec
 from controller.core.tenancy import Tenant, TenancySettings
 
 from .test_ledger import BACKFILL, SETTINGS, Report, counter
-from .test_bounds_ledger import confirm, tenant
+from .test_bounds_ledger import tenant
+from .test_ledger_reserves import confirm
 
 NODES = {f"n{i}": (4, 4096) for i in range(1, 5)}   # 16 vCPUs, 16 GiB
 T0 = 1000.0

@@ -11,6 +11,7 @@ from controller.core.ledger import Ledger
 from controller.core.records import Ask, Launch, Size, Stop, TenantRecord, Write
 
 from .test_ledger import BACKFILL, SETTINGS, Report, counter
+from .test_ledger_reserves import confirm
 
 NODES = {"n1": (4, 4096), "n2": (4, 4096)}   # 8 vCPUs, 8 GiB
 T0 = 1000.0
@@ -29,15 +30,6 @@ def pool(*tenants: TenantRecord, backfill=BACKFILL, nodes=NODES) -> Ledger:
 
 def events(effects, kind: str) -> list:
     return [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == kind]
-
-
-def confirm(ledger: Ledger, effects, now: float) -> None:
-    """The agents do what they are asked: launches succeed, stops end clean."""
-    for effect in effects:
-        if isinstance(effect, Launch):
-            ledger.launch_done(effect.lease.lease_id, True, "", now)
-        elif isinstance(effect, Stop):
-            ledger.stop_done(effect.lease.lease_id, "clean_shutdown", True, 1.0, "", now)
 
 
 def ask(ledger: Ledger, owner: str, vcpus: int, memory: int = 512, now: float = T0 + 1, rid: str | None = None):

@@ -15,7 +15,7 @@ from controller.core.records import Ask, Launch, TenantRecord, Write
 from controller.core.tenancy import TenancySettings
 from gleaner_common.ids import InvalidField
 
-from .test_bounds_ledger import confirm
+from .test_ledger_reserves import confirm
 from .test_ledger import BACKFILL, SETTINGS, Report, counter
 
 NODES = {f"n{i}": (4, 4096) for i in range(1, 5)}   # 16 vCPUs
