@@ -110,7 +110,8 @@ class Filling:
         effects += self._keep_reserve(now)
         if self._batch_fill:   # batch tenants share backfill: each granted its part (batch_fill.py)
             return effects + self._fill_batch_tenants(now, lanes)
-        pool = self.snapshot(now)   # afresh: the reserve may have changed the nodes and their VMs
+        # afresh: the reserve may have changed the nodes and their VMs (read by the plan alone)
+        pool = self._passing_pool(now)
         # The plan reads only the selected nodes with room for one VM (the others would get none)
         # that can boot one; the VMs of every node still count and are recycled.
         unable, roomy = self._unable(config.memory_mb, config.image), self._nodes_with_backfill_room(config.size)
@@ -137,6 +138,7 @@ class Filling:
                        and now >= self.launch_backoff.get(n, (0.0, 0))[0]]
         cpu_room = self.productivity if self.settings.use_prediction else None
         plan = plan_backfill(pool, config, targets, cpu_room)
+        del pool   # the live rows: nothing reads them past the plan
         launching = lanes.cap(plan.launches)
         if self.explains_unfilled:
             self._note_unfilled(roomy, launching, busy, now)

@@ -318,6 +318,13 @@ class Views:
         self._lent.append(weakref.ref(columns))
         return Pool(tuple(self._view_rows), _VmsByNode(self._vm_views), now, columns)
 
+    def _passing_pool(self, now: float) -> Pool:
+        """The pool for a pure function that reads it at once and keeps nothing of it (the backfill
+        plan), before anything is booked: the live rows and columns, neither copied nor lent (a
+        snapshot's tuple of every node's view and twin columns, at every fill, cost more than the plan)."""
+        self._refresh_views()
+        return Pool(self._view_rows, _VmsByNode(self._vm_views), now, self._columns)   # type: ignore[arg-type]
+
     def view(self, node_id: str) -> NodeView:
         self._refresh_views()
         return self._node_views[node_id]

@@ -319,17 +319,24 @@ class NodeLanes:
     def call(self, node_id: str, now: float, seconds: float, backfill: bool, stop: bool) -> float:
         """A call made at `now` that takes the agent `seconds`: how long until its answer."""
         calls = [c for c in self.calls.get(node_id, ()) if c.end > now]
+        if not calls:   # an idle node (most calls): the agent begins it at once
+            self.calls[node_id] = [Call(now, now, now + seconds, backfill, stop)]
+            return seconds
         # the calls this one waits behind: all of them for a backfill launch; for an urgent call,
         # not the backfill launches still waiting for a slot (it goes first)
         ahead = calls if backfill else [c for c in calls if not (c.backfill and c.entry > now)]
         lane = [c for c in ahead if c.backfill == backfill]
-        entry = self._free(ahead, max([now] + [c.entry for c in lane]), lambda c: (c.entry, c.end),
-                           self.per_node, (self.per_node - 1) if backfill else 0)
+        earliest = max([now] + [c.entry for c in lane])
+        # fewer calls ahead than either limit: _free's first moment, `earliest`, has room
+        few = len(ahead) < self.per_node and (not backfill or len(ahead) < self.per_node - 1)
+        entry = earliest if few else self._free(ahead, earliest, lambda c: (c.entry, c.end), self.per_node,
+                                                (self.per_node - 1) if backfill else 0)
         start = entry
         if stop:   # in turn with the stops ahead of it at the agent
             stops = [c for c in ahead if c.stop]
-            start = self._free(stops, max([entry] + [c.start for c in stops if c.entry <= entry]),
-                               lambda c: (c.start, c.end), self.parallel_stops, 0)
+            earliest = max([entry] + [c.start for c in stops if c.entry <= entry])
+            start = earliest if len(stops) < self.parallel_stops else \
+                self._free(stops, earliest, lambda c: (c.start, c.end), self.parallel_stops, 0)
         calls.append(Call(entry, start, start + seconds, backfill, stop))
         self.calls[node_id] = calls
         return (start - now) + seconds   # exactly `seconds` when it did not wait

@@ -460,10 +460,13 @@ def last_tenth_at(launched: float, duration_seconds: int) -> float:
 class HeldRoom:
     """What the leases hold per node, kept from the Writes as the ledger counts it (Lease.held):
     per node, what leases other than backfill hold and how many backfill leases hold room. Read
-    when a request is rejected (the summary's rejected_due_to_backfill)."""
+    when a request is rejected (the summary's rejected_due_to_backfill). A lease written is only
+    noted (hold); the sums take in each noted lease's last version when they are read (a lease is
+    written several times between two rejections, and the sums depend on its last version only)."""
 
     def __init__(self, nodes: Sequence[SimNode]) -> None:
         self.holding: dict[str, tuple[int, str, int, int]] = {}   # lease -> (node's row, role, vCPUs, MiB)
+        self.noted: dict[str, Lease] = {}   # lease -> its last version written, not yet in the sums
         self.node_ids = [n.node_id for n in nodes]
         self.row_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
         # per row: what leases other than backfill hold, and the backfill leases holding room; in
@@ -476,6 +479,16 @@ class HeldRoom:
         self.node_memory = np.array([n.memory_mib for n in nodes], dtype=np.int64)
 
     def hold(self, lease: Lease) -> None:
+        """Note a lease written: the sums take it in when they are next read (_settle)."""
+        self.noted[lease.lease_id] = lease
+
+    def _settle(self) -> None:
+        """The noted leases into the sums."""
+        for lease in self.noted.values():
+            self._held(lease)
+        self.noted.clear()
+
+    def _held(self, lease: Lease) -> None:
         """Keep per-node sums of what the leases hold, as the ledger counts it (Lease.held)."""
         state = lease.state   # what it holds (Lease.held), without a Size per lease
         vcpus, memory = (lease.vcpus, lease.memory_mib) if state in HOLDS_ALL else \
@@ -507,6 +520,8 @@ class HeldRoom:
         # Every node at once in numpy, then the exact test on the few that pass: a node's capacity
         # in the books is the one its reports give (this engine's), and room outside any lease
         # (unexplained) only takes room away, so no node this leaves out could pass.
+        if self.noted:
+            self._settle()
         held, vcpus, memory = (np.frombuffer(a, dtype=np.int64)
                                for a in (self.backfill_held, self.fixed_vcpus, self.fixed_memory))
         rows = np.flatnonzero((held > 0) & (self.node_cpus - vcpus >= want.vcpus)
