@@ -47,7 +47,7 @@ from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
                            RequestRecord, Resume, Reserve, Stop, VmRole, Write, work)
-from .core.records import BUILT_IN_TENANTS, TENANT_KINDS, ZERO, Size, TenantRecord
+from .core.records import BACKFILL_TENANT, BUILT_IN_TENANTS, TENANT_KINDS, ZERO, Size, TenantRecord
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
@@ -147,6 +147,9 @@ class PoolService:
                         reserved_nodes=store.reserved_nodes(), tenants=store.tenants(),
                         tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr))
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
+        for tenant, what, text in ledger.unreadable_settings:
+            log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,
+                      note="ignored: the tenant runs without it until it is set again")
         return ledger
 
     # -- carrying out the ledger's effects (controller.effects) -------------------------------------
@@ -825,6 +828,9 @@ class PoolService:
         self._check_tenant("change the goal of", tenant=name)
         if goal is not None:
             goal_from_dict(goal)
+            if name == BACKFILL_TENANT:   # its dedicated VMs would be on-demand VMs of owner "backfill": default's
+                raise tenancy.TenantRefused(f"tenant {name!r} is the built-in batch tenant and takes no goal: create "
+                                            "a batch tenant for goal-driven work (gleanctl tenant create NAME --kind batch)")
         with self.lock:
             old = self._batch_tenant(name)
             new = replace(old, goal=json.dumps(dict(goal), sort_keys=True) if goal is not None else None)
@@ -879,20 +885,24 @@ class PoolService:
             if leases and not drain:
                 raise tenancy.TenantRefused(f"tenant {name!r} has {len(leases)} live VM(s): {', '.join(leases)}; "
                                             f"release them, or delete it with --drain to release them first")
-            for lease_id in leases:
-                try:
-                    _lease, effects = self.ledger.release(lease_id, False, self.clock())
-                except LeaseError:   # ended meanwhile, or already stopping: waited for below
-                    continue
-                self._apply(effects)
-            wait = self.release_wait() if wait_seconds is None else wait_seconds
-            while self.tenant_rows(name)[0][2] and time.monotonic() - started < wait:
-                self.changed.wait(timeout=max(0.01, min(1.0, wait - (time.monotonic() - started))))
-            left = self.tenant_rows(name)[0][2]
-            if left:
-                raise tenancy.TenantRefused(f"tenant {name!r} still has live VM(s) after {wait:.0f}s: "
-                                            f"{', '.join(left)}; it is kept: run the delete again once they "
-                                            "have stopped")
+            self.ledger.draining.add(name)   # while it drains, the launcher grants it nothing more
+            try:
+                for lease_id in leases:
+                    try:
+                        _lease, effects = self.ledger.release(lease_id, False, self.clock())
+                    except LeaseError:   # ended meanwhile, or already stopping: waited for below
+                        continue
+                    self._apply(effects)
+                wait = self.release_wait() if wait_seconds is None else wait_seconds
+                while self.tenant_rows(name)[0][2] and time.monotonic() - started < wait:
+                    self.changed.wait(timeout=max(0.01, min(1.0, wait - (time.monotonic() - started))))
+                left = self.tenant_rows(name)[0][2]
+                if left:
+                    raise tenancy.TenantRefused(f"tenant {name!r} still has live VM(s) after {wait:.0f}s: "
+                                                f"{', '.join(left)}; it is kept: run the delete again once they "
+                                                "have stopped")
+            finally:
+                self.ledger.draining.discard(name)
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
             self.ledger.set_tenants(self.store.tenants())

@@ -119,8 +119,11 @@ class BatchFilling:
         """Each batch tenant's backfill settings: the pool's with its own keys (the built-in tenant
         has none unless one was set for it, so its settings are the pool's)."""
         pool = self.backfill
-        return {t.name: tenant_config(pool, self.tenant_backfill.get(t.name, {}))
-                for t in self.tenants if t.kind is TenantKind.BATCH}
+        configs = {t.name: tenant_config(pool, self.tenant_backfill.get(t.name, {}))
+                   for t in self.tenants if t.kind is TenantKind.BATCH}
+        for name in self.draining.intersection(configs):   # being deleted: granted nothing more
+            configs[name] = dataclasses.replace(configs[name], enabled=False)
+        return configs
 
     def current_grants(self, now: float, capped: bool = True) -> list[Grant]:
         """The grants a fill would make now; without the goals' caps when not `capped` (what the

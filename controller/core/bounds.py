@@ -32,6 +32,16 @@ def tenant_of_record(record: TenantRecord) -> Tenant:
     return Tenant(record.name, TenantKind(record.kind), record.lower, UNBOUNDED if record.unbounded else record.upper)
 
 
+def _stored_table(text: str) -> dict | None:
+    """A tenant's stored JSON table, or None if it is not one (never an error: one bad row must
+    not stop the controller from starting)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _binds(tenant: Tenant) -> bool:
     """Whether a tenant's bounds can ever refuse a request: a lower bound (guaranteed, so kept from
     others) or a finite upper bound."""
@@ -59,6 +69,8 @@ class TenantBounds:
         self.backfill_usage: dict[str, Size] = {}       # batch tenant -> what its backfill VMs hold now
         self.tenant_backfill: dict[str, dict] = {}      # batch tenant -> its own backfill settings
         self._batch_fill = False                        # the launcher grants by tenant (batch_fill.py)
+        self.draining: set[str] = set()                 # batch tenants being deleted: granted nothing
+        self.unreadable_settings: list[tuple[str, str, str]] = []
         self._scaled: bool | None = None               # the lower bounds were last seen scaled down
 
     def set_tenants(self, tenants: Iterable[Tenant | TenantRecord], backfill: Mapping[str, Mapping] | None = None
@@ -73,7 +85,14 @@ class TenantBounds:
         self._tenant_names = frozenset(t.name for t in self.tenants)
         self._bounded = any(_binds(t) for t in self.tenants)
         own = dict(backfill or {})
-        own.update({r.name: json.loads(r.backfill) for r in records if isinstance(r, TenantRecord) and r.backfill})
+        self.unreadable_settings = []   # (tenant, what, why): the service logs them
+        for record in records:
+            if isinstance(record, TenantRecord) and record.backfill:
+                parsed = _stored_table(record.backfill)
+                if parsed is None:   # written by another version, or by hand: the pool-wide settings
+                    self.unreadable_settings.append((record.name, "backfill", record.backfill[:200]))
+                else:
+                    own[record.name] = parsed
         self.tenant_backfill = {t.name: dict(own.get(t.name, {})) for t in self.tenants if t.kind is TenantKind.BATCH}
         self._goals_from(records)
         # Only the built-in batch tenant, unbounded, with no settings nor goal of its own: the

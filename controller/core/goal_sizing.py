@@ -26,7 +26,8 @@ from typing import Any
 from gleaner_common.ids import InvalidField
 
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, size_for_goal
-from .records import STOPS, ZERO, Ask, Audit, Effect, Write
+from .policy import Reject
+from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Write
 from .tenancy import TenantKind
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
@@ -71,8 +72,15 @@ class GoalSizing:
         goals: dict[str, Goal] = {}
         for record in records:
             text = getattr(record, "goal", None)
-            if text:
+            if not text:
+                continue
+            if record.name == BACKFILL_TENANT:   # the built-in tenant takes none (service.set_tenant_goal)
+                self.unreadable_settings.append((record.name, "goal", "the built-in batch tenant takes no goal"))
+                continue
+            try:
                 goals[record.name] = goal_from_dict(json.loads(text))
+            except (ValueError, InvalidField) as exc:   # never stops the controller: no goal, and said
+                self.unreadable_settings.append((record.name, "goal", f"{text[:200]} ({exc})"))
         for name in set(self.tenant_goals) - set(goals):
             self.sizings.pop(name, None)
             self._sized_at.pop(name, None)
@@ -81,7 +89,7 @@ class GoalSizing:
 
     def size_goals(self, now: float, force: bool = False) -> list[Effect]:
         """Size every goal-driven tenant due (every GOAL_INTERVAL_S), and carry the answer out."""
-        effects: list[Effect] = []
+        effects = self._release_unsteered(now)
         if not self.backfill.enabled:   # backfill switched off pool-wide: goals steer nothing then
             return effects
         configs = self.tenant_configs()
@@ -102,7 +110,11 @@ class GoalSizing:
         if rate is not None and rate <= 0:
             rate = None   # no progress measured yet: the goal's own work figure stands in
         residual = self._residual_for(tenant.name, now)
-        upper = None if tenant.upper.vcpus >= 1_000_000 else tenant.upper.vcpus
+        # All it can hold: the residual, its dedicated VMs, and what they could take from other
+        # tenants' backfill (dedicated VMs placed on free room or on its own backfill add nothing:
+        # without this cap it would buy dedicated capacity the residual already counts)
+        reachable = residual + self._dedicated_held(tenant.name) + self._others_backfill(tenant.name)
+        upper = int(min(tenant.upper.vcpus, reachable))
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
                                upper_bound_vcpus=upper)
         before = self.sizings.get(tenant.name)
@@ -118,6 +130,16 @@ class GoalSizing:
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
         return effects
 
+    def _release_unsteered(self, now: float) -> list[Effect]:
+        """Dedicated VMs of a tenant whose goal is gone (cleared, or the tenant deleted or being
+        drained) are released: nothing would ever size them again."""
+        effects: list[Effect] = []
+        for lease in list(self.leases.values()):
+            if lease.role == "on_demand" and lease.request_id.startswith("goal-") and lease.state in ("running", "waiting") \
+                    and (lease.owner not in self.tenant_goals or lease.owner in self.draining):
+                effects += self.release(lease.lease_id, False, now)[1]
+        return effects
+
     def _residual_for(self, tenant: str, now: float) -> float:
         """vCPUs of residual capacity the tenant can have now: its backfill and its grant."""
         held = self.backfill_usage.get(tenant, ZERO).vcpus
@@ -126,22 +148,35 @@ class GoalSizing:
                       if g.tenant == tenant)
         return float(held + granted)
 
-    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> list[Effect]:
-        """Request or release the tenant's dedicated VMs (on-demand VMs it owns, of its backfill
-        size) until they hold `vcpus` (whole VMs: the last may pass it by less than one VM)."""
-        config = self.tenant_configs()[tenant]
-        mine = sorted((l for l in self.leases.values() if l.role == "on_demand" and l.owner == tenant
+    def _dedicated(self, tenant: str) -> list:
+        """The tenant's dedicated VMs (goal- requests' leases not being stopped), oldest first."""
+        return sorted((l for l in self.leases.values() if l.role == "on_demand" and l.owner == tenant
                        and l.request_id.startswith("goal-") and l.state not in STOPS),
                       key=lambda l: (l.created_at, l.lease_id))
+
+    def _dedicated_held(self, tenant: str) -> int:
+        return sum(l.vcpus for l in self._dedicated(tenant))
+
+    def _others_backfill(self, tenant: str) -> int:
+        return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)
+
+    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> list[Effect]:
+        """Request or release the tenant's dedicated VMs (on-demand VMs it owns, of its backfill
+        size) until they hold `vcpus`, in whole VMs within its lower bound. A request is made only
+        when placement would take it now (none is queued or refused each interval), and never
+        while one of its goal requests still waits for room."""
+        config = self.tenant_configs()[tenant]
+        mine = self._dedicated(tenant)
         held = sum(l.vcpus for l in mine)
         effects: list[Effect] = []
+        if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
+            return effects
         while held < vcpus:
             self._dedicated_seq += 1
-            request_id = f"goal-{tenant}-{int(now)}-{self._dedicated_seq}"
-            effects += self.request(Ask(config.vcpus, config.memory_mb, config.image, tenant, request_id), now)
-            record = self.requests.get(request_id)
-            if record is None or record.lease_id is None:
-                break   # no room (or past its lower bound): asked again at the next sizing
+            ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"goal-{tenant}-{int(now)}-{self._dedicated_seq}")
+            if isinstance(self._place(ask, self.snapshot(now)), Reject):
+                break   # no room, or past its lower bound: asked again at the next sizing
+            effects += self.request(ask, now)
             held += config.vcpus
         for lease in reversed(mine):   # the youngest first
             if held - lease.vcpus < vcpus:

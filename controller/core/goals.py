@@ -283,14 +283,16 @@ def _for_deadline(job: _Job, deadline: float, lower: int) -> Sizing:
                       f"finishing {deadline - finish:.0f} s before the deadline")
     dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
     at_risk = dedicated is None
-    dedicated = lower if at_risk else dedicated
+    if at_risk:   # the earliest finish within the bound, with the least dedicated capacity that gives it
+        earliest = job.run(lower)[0]
+        dedicated = _least(0, lower, lambda d: job.run(d)[0] <= earliest)
     finish, _ = job.run(dedicated)
     volunteers = _whole(max(0.0, min(job.residual_now(), job.upper - dedicated)))
     if at_risk:
         when = "never finishes" if math.isinf(finish) else f"finishes {finish - deadline:.0f} s after the deadline"
         return Sizing(volunteers, dedicated, finish, False,
-                      f"at risk: with all {dedicated} dedicated vCPUs of its lower bound and all the residual, "
-                      f"it {when}")
+                      f"at risk: with {dedicated} dedicated vCPUs (more of its lower bound {lower} would not finish "
+                      f"sooner) and all the residual, it {when}")
     return Sizing(volunteers, dedicated, finish, True,
                   f"needs {dedicated} dedicated vCPUs beside all the residual ({volunteers} vCPUs now), "
                   f"finishing {deadline - finish:.0f} s before the deadline")

@@ -1,7 +1,8 @@
 """Goal-driven sizing on a real controller process (issue 26, RHIC): two agents on libvirt's
 test:/// driver (32 vCPUs). A batch tenant's deadline that 4 volunteers meet caps its backfill at
-4 VMs and `gleanctl tenant show` says on track with the projected finish; a deadline it cannot meet
-gets dedicated (on-demand) VMs of its own within its lower bound, and says at risk."""
+4 VMs and `gleanctl tenant show` says on track with the projected finish; once other backfill fills
+the pool, a deadline it cannot meet gets dedicated (on-demand) VMs of its own within its lower
+bound, in the place of that backfill, and says at risk."""
 from __future__ import annotations
 
 import json
@@ -36,6 +37,10 @@ def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_whe
         shown = gleanctl(controller, "tenant", "show", "science").stdout
         assert "on track, finish 20" in shown and "met by volunteers alone" in shown, shown
 
+        # the built-in tenant's backfill takes the rest of the pool, science's guarantee among it; a
+        # deadline out of reach: dedicated VMs take its guarantee back from that backfill
+        gleanctl(controller, "tenant", "backfill", "backfill", "enabled=true")
+        wait_for(lambda: sum(l.vcpus for l in controller.leases("backfill", "running")) == 32, 60, "a full pool")
         gleanctl(controller, "tenant", "goal", "science", "--work", "1000", "--deadline", "+1h")
         wait_for(lambda: len(science(controller, "on_demand")) == 4, 60, "four dedicated VMs")
         assert all(l.vcpus == 1 for l in science(controller, "on_demand"))

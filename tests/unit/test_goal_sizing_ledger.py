@@ -23,9 +23,20 @@ T0 = 100_000.0
 HOUR = 3600.0
 
 
-def science(goal: dict | None, lower=(4, 2048), upper=(16, 16384)) -> TenantRecord:
+def science(goal: dict | None, lower=(4, 2048), upper=(16, 16384), enabled: bool = True) -> TenantRecord:
     return TenantRecord("science", "batch", lower[0], lower[1], upper[0], upper[1],
-                        goal=json.dumps(goal) if goal else None)
+                        goal=json.dumps(goal) if goal else None, backfill=None if enabled else '{"enabled": false}')
+
+
+def crowded_then_goal(goal: dict) -> Ledger:
+    """Others' on-demand VMs hold 12 of 16 vCPUs and the built-in tenant's backfill the other 4
+    (science's guarantee among them) before science's backfill and goal are on."""
+    ledger = pool(science(goal, enabled=False))
+    for i in range(6):
+        confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
+    confirm(ledger, ledger.fill(T0), T0)
+    ledger.set_tenants([science(goal)])
+    return ledger
 
 
 def pool(*tenants: TenantRecord) -> Ledger:
@@ -61,31 +72,27 @@ def test_a_deadline_volunteers_meet_caps_the_tenants_backfill_at_what_it_needs()
 
 
 def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bound_and_is_at_risk():
-    ledger = pool(science(deadline(40, 2)))
-    for i in range(6):   # others' on-demand VMs hold 12 of 16 vCPUs
-        confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
-    effects = ledger.fill(T0 + 1)
+    ledger = crowded_then_goal(deadline(40, 2))
+    first: list = []
+    effects = ledger.fill(T0 + 1)   # science's guarantee: dedicated VMs in the place of others' backfill
     dedicated = launched(effects, "science", "on_demand")
     assert len(dedicated) == 4 and all(l.request_id.startswith("goal-science-") for l in dedicated)
     sizing = ledger.sizings["science"]
     assert not sizing.on_track and sizing.dedicated_vcpus == 4
-    [risk] = events(effects, "tenant.goal_at_risk")
+    [risk] = events(first + effects, "tenant.goal_at_risk")
     assert risk.detail["tenant"] == "science" and "at risk" in risk.detail["explain"]
-    confirm(ledger, effects, T0 + 2)
-    again = ledger.fill(T0 + 2 + GOAL_INTERVAL_S)
+    confirm(ledger, effects, T0 + 2 + GOAL_INTERVAL_S)
+    again = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)
     assert not launched(again, "science", "on_demand")          # it holds its 4 already
     assert not events(again, "tenant.goal_at_risk")              # said once
 
 
 def test_a_job_done_releases_its_dedicated_vms():
-    ledger = pool(science(deadline(40, 2)))
-    for i in range(6):
-        confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
-    effects = ledger.fill(T0 + 1)
-    confirm(ledger, effects, T0 + 2)
+    ledger = crowded_then_goal(deadline(40, 2))
+    confirm(ledger, ledger.fill(T0 + 1), T0 + 1)
     assert len([l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"]) == 4
-    ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 30)   # its guests say the job is done
-    effects = ledger.fill(T0 + 2 + GOAL_INTERVAL_S)
+    ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 90)   # its guests say the job is done
+    effects = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)
     stopping = [l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"
                 and l.state == "stopping"]
     assert len(stopping) == 4 and ledger.sizings["science"].on_track
