@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from .backfill_plan import fitting_count, plan_backfill
 from .records import (HIBERNATED, ZERO, BackfillConfig, Effect, Launch, Lease, Size, VmRole, Write)
-from .tenancy import (TENANT_BACKFILL_KEYS, Share, Tenant, TenancySettings, TenantKind, batch_grant, batch_shares, psf, total, usage_rate)
+from .tenancy import (TENANT_BACKFILL_KEYS, Share, Tenant, TenancySettings, TenantKind, batch_grant, batch_shares, psf, total, usage_rate,
+                      victim_tenant_order)
 
 
 
@@ -162,6 +163,20 @@ class BatchFilling:
             self._book(lease, now)
             effects += [Write(created=(lease,)), Launch(lease)]
         return effects
+
+    def victim_ranks(self, node_id: str) -> dict[str, int] | None:
+        """Each preemptible backfill VM on the node: its tenant's place in tenancy.victim_tenant_order
+        (the batch tenant furthest over its PSF share of what the batch tenants hold first); None
+        when one tenant or none holds backfill there (the policy alone decides)."""
+        on_node = [l for l in self.by_node.get(node_id, {}).values() if l.role == "backfill" and l.state == "running"]
+        owners = {self.tenant_of_lease(l) for l in on_node}
+        if len(owners) < 2:
+            return None
+        batch = [t for t in self.tenants if t.kind is TenantKind.BATCH]
+        shares = {t.name: psf(t, batch) for t in batch}
+        order = victim_tenant_order(dict(self.backfill_usage), shares)
+        rank = {name: i for i, name in enumerate(order)}
+        return {l.lease_id: rank.get(self.tenant_of_lease(l), len(rank)) for l in on_node}
 
     def _tenant_asleep(self, node_id: str, tenant: str, room: Size) -> Lease | None:
         if not self._asleep_on.get(node_id):

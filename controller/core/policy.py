@@ -105,6 +105,23 @@ def _victims_in_order(backfill: list[VmView], need: Size, order: list[VmView]) -
     return _prune(chosen, need)
 
 
+def victims_by_tenant(pool: Pool, decision: Preempt, want: Size, tenant_rank: dict[str, int], policy: Policy,
+                      rng: random.Random) -> Preempt:
+    """The victims on a preemption's node chosen again tenant by tenant (issue 26): first from
+    the batch tenant ranked first (furthest over its PSF share: tenancy.victim_tenant_order), then
+    the next, each in the termination policy's order; a minimal set. `tenant_rank` maps each
+    preemptible VM to its tenant's rank. The node stays the policy's choice. Unchanged when the
+    tenants' order cannot cover the need (VMs in transit: placement's own answer stands)."""
+    node = pool.nodes[pool.columns.position[decision.node_id]]
+    backfill = [vm for vm in pool.on_node(decision.node_id) if is_victim(vm)]
+    by_policy = {id(vm): i for i, vm in enumerate(termination_order(backfill, policy, pool.now, rng))}
+    order = sorted(backfill, key=lambda vm: (tenant_rank.get(vm.vm_id, len(tenant_rank)), by_policy[id(vm)]))
+    victims = _victims_in_order(backfill, want - node.room, order)
+    if victims is None:
+        return decision
+    return Preempt(decision.node_id, tuple(vm.vm_id for vm in victims), sum(vm.work(pool.now) for vm in victims))
+
+
 EXACT_SEARCH_LIMIT = 12  # backfill VMs on one node beyond which least_loss searches greedily
 
 

@@ -3,13 +3,14 @@ victims in one Write, and the wait for room (Balancer's wait window).
 """
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .policy import Decision, Preempt, Reject, place_on_demand
+from .policy import Decision, Preempt, Reject, place_on_demand, victims_by_tenant
 from .hibernation import interruptions
 from .records import (HIBERNATED, RESUMING, Ask, Audit, Effect, Launch, Lease, RequestRecord,
                       Size, VmRole, Write, replace, stable_seed, work)
@@ -56,8 +57,14 @@ class Requests:
         bounded = self.bounds_verdict(ask.owner, want)
         if bounded is not None:
             return bounded
-        return place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, self.backfill.termination_policy,
-                               seed=stable_seed(ask.request_id))
+        decision = place_on_demand(self.able(pool, ask.memory_mib, ask.image), want, self.backfill.termination_policy,
+                                   seed=stable_seed(ask.request_id))
+        if isinstance(decision, Preempt) and self._batch_fill:
+            ranks = self.victim_ranks(decision.node_id)
+            if ranks is not None:   # batch tenants share the node: victims first from the one most over its share
+                decision = victims_by_tenant(pool, decision, want, ranks, self.backfill.termination_policy,
+                                             random.Random(stable_seed(ask.request_id)))
+        return decision
 
     @staticmethod
     def _may_fit(pool: Pool, ask: Ask) -> bool:
