@@ -103,8 +103,10 @@ def stem(role: Role, name: str) -> str:
 
 
 def files_for(directory: Path, role: Role, name: str) -> TlsFiles:
-    base = directory / stem(role, name)
-    return TlsFiles(directory / "ca.pem", base.with_suffix(".pem"), base.with_suffix(".key"))
+    """An identity's files in `directory`. The suffix is appended, never substituted: a name may
+    hold dots (alice.smith), which Path.with_suffix would cut, and two such names would share a file."""
+    base = stem(role, name)
+    return TlsFiles(directory / "ca.pem", directory / f"{base}.pem", directory / f"{base}.key")
 
 
 def init_ca(directory: Path, days: int = CA_DAYS) -> Path:
