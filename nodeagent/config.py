@@ -75,6 +75,9 @@ class AgentConfig:
     # its domain's memory; 0 turns hibernation off), and the free disk always left for overlays.
     hibernation_directory: str = ""
     hibernation_budget_mib: int = 32768
+    # vCPUs offered per host CPU (OpenStack's cpu_allocation_ratio): the controller books this many
+    # vCPUs on the node; 1 books one vCPU per CPU, as before
+    cpu_allocation_ratio: float = 1.0
     hibernation_disk_reserve_mib: int = 10240
     tls: TlsConfig = field(default_factory=TlsConfig)
 
@@ -125,6 +128,7 @@ TICK = (0.01, 60.0)
 MAX_DISK_BYTES_PER_SECOND = 2**40    # 1 TiB/s: past any disk; 0 is no cap
 MAX_DISK_IOPS = 10**9
 MAX_NET_BYTES_PER_SECOND = 125 * 10**9   # 1 Tbit/s: past any link; 0 is no cap
+MAX_CPU_ALLOCATION_RATIO = 16.0      # OpenStack's historical default; past it foreground VMs starve
 
 # TOML section -> {key: (AgentConfig attribute, type[, (low, high)])}: every number has its
 # inclusive range, checked (finite) by check_config; a number without one fails at import.
@@ -163,6 +167,7 @@ _SCHEMA: dict[str, dict[str, tuple]] = {
     "controller": {"address": ("controller_address", str),
                    "report_seconds": ("controller_report_seconds", float, INTERVAL),
                    "advertise": ("advertise_address", str)},
+    "capacity": {"cpu_allocation_ratio": ("cpu_allocation_ratio", float, (1.0, MAX_CPU_ALLOCATION_RATIO))},
     "hibernation": {"directory": ("hibernation_directory", str),
                     "budget_mib": ("hibernation_budget_mib", int, HIBERNATION_MIB),
                     "disk_reserve_mib": ("hibernation_disk_reserve_mib", int, HIBERNATION_MIB)},

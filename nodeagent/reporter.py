@@ -81,7 +81,8 @@ class Reporter:
         if self._seq % IMAGES_EVERY == 1:
             self._images = list_images(self.config.image_dir)
         report = controller_pb2.NodeReport(
-            node_id=self.config.agent_id, agent_address=self.config.reachable_address, cpus=facts.cpus,
+            node_id=self.config.agent_id, agent_address=self.config.reachable_address,
+            cpus=offered_vcpus(facts.cpus, self.config.cpu_allocation_ratio),
             memory_mib=facts.memory_mib, seq=self._seq, sent_at=time.time(), agent_version=__version__,
             images=self._images, min_memory_mib=MIN_MEMORY_MIB)
         if snap is not None:
@@ -156,3 +157,9 @@ class Reporter:
                 pause = 1.0  # it had been working: start over with short pauses
             wait_for_listener(self.config.controller_address, pause, stop)
             pause = min(pause * 2, MAX_RETRY_SECONDS)
+
+
+def offered_vcpus(cpus: int, ratio: float) -> int:
+    """The vCPUs the node offers the controller: its CPUs times [capacity] cpu_allocation_ratio,
+    rounded down (never fewer than its CPUs)."""
+    return max(cpus, int(cpus * ratio + 1e-9))

@@ -3,15 +3,17 @@
 - Two agents on libvirt's test:/// driver (16 CPUs each) as a pool of 32 vCPUs, URR 0.25: with an
   on-demand VM holding half the pool, the pool is busy, and two batch tenants with lower bounds
   of 2 and 6 vCPUs get their PSF shares, 1/4 and 3/4, of the 16 idle vCPUs.
+- One agent on the local libvirtd offering 4 vCPUs per CPU: the same shares with real VMs.
 - One agent on the local libvirtd: each batch tenant's real VMs boot with its own settings.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
 
-from protos import controller_pb2
+from protos import agent_pb2, controller_pb2
 from tests.agentproc import AgentProcess, remove_test_domains, wait_for, wait_for_console
 from tests.controllerproc import ControllerProcess, agent_settings, fake_driver_pool, run_gleanctl as gleanctl
 
@@ -61,6 +63,38 @@ def test_each_batch_tenants_real_vms_boot_with_its_own_settings(test_env):
         shown = gleanctl(controller, "tenant", "show", "science").stdout
         assert '"memory_mb": 192' in shown and by_owner["science"].lease_id in shown
         assert len(controller.leases("backfill")) == 2   # science's upper bound and max_instances hold
+    finally:
+        agent.stop()
+        controller.stop()
+        remove_test_domains()
+
+
+def test_two_batch_tenants_real_vms_share_a_busy_node_by_psf(test_env):
+    """One agent on the local libvirtd offering 4 vCPUs per CPU ([capacity] cpu_allocation_ratio 4:
+    8 vCPUs on this 2-CPU host), URR 0.25. A 4-vCPU on-demand VM makes the node busy (usage 0.5);
+    tenants with lower bounds 1 and 3 vCPUs then get 1 and 3 of the 4 idle vCPUs as real VMs."""
+    controller = ControllerProcess(test_env, name="ctl-psf-real",
+                                   settings=dict(use_prediction=False, tenants_urr=0.25)).start()
+    agent = AgentProcess(test_env, name="psf-real", settings=agent_settings(controller, cpu_allocation_ratio=4.0)).start()
+    try:
+        wait_for(lambda: controller.node_state("psf-real") == "up", 30, "the node to report")
+        (node,) = controller.stub().ListNodes(controller_pb2.ListNodesRequest(), timeout=10).nodes
+        assert node.cpus == 8   # 2 CPUs x 4
+        gleanctl(controller, "tenant", "create", "small", "--kind", "batch", "--lower", "1,128", "--upper", "4,2048")
+        gleanctl(controller, "tenant", "create", "large", "--kind", "batch", "--lower", "3,384", "--upper", "4,2048")
+        gleanctl(controller, "tenant", "backfill", "backfill", "enabled=false")
+        placed = controller.stub().RequestVm(controller_pb2.VmRequest(vcpus=4, memory_mib=128, image="tiny",
+                                                                      owner="web", request_id="psf-real-od"),
+                                             timeout=120)
+        assert placed.outcome == "placed", placed.reason
+        gleanctl(controller, "backfill", "set", "enabled=true", "vcpus=1", "memory_mb=128", "interruption=terminate")
+        wait_for(lambda: sum(backfill_by_owner(controller).values()) >= 4, 120, "the idle vCPUs filled")
+        time.sleep(2)   # more fills: nothing more is granted
+        running = wait_for(lambda: controller.leases("backfill", "running")
+                           if len(controller.leases("backfill", "running")) == 4 else None, 120, "four running VMs")
+        assert Counter(l.owner for l in running) == Counter(small=1, large=3)
+        names = {d.name for d in agent.stub().ListDomains(agent_pb2.ListDomainsRequest(), timeout=10).domains}
+        assert {l.vm_name for l in running} <= names   # real domains on the local libvirtd
     finally:
         agent.stop()
         controller.stop()
