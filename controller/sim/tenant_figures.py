@@ -144,10 +144,29 @@ class TenantBook:
             tenant.integrate(now)
             tenant.since = now
             tenant.od, tenant.bf = od, bf
-            over = not tenant.held().fits_in(tenant.upper)
-            if over and not tenant.over:
-                tenant.upper_violations += 1
-            tenant.over = over
+            self._check_over(tenant)
+
+    @staticmethod
+    def _check_over(tenant: _Tenant) -> None:
+        over = not tenant.held().fits_in(tenant.upper)
+        if over and not tenant.over:
+            tenant.upper_violations += 1
+        tenant.over = over
+
+    def bounds_changed(self, now: float) -> None:
+        """The books' tenants were set anew (a tenant's start, an admin's change): each tenant's
+        time so far is counted under its old bounds, its held checked against the new ones."""
+        for tenant in self.ledger.tenants:
+            mine = self.tenants.get(tenant.name)
+            if mine is None:
+                mine = self.tenants[tenant.name] = _Tenant(tenant.name, tenant.kind, tenant.lower, tenant.upper)
+                mine.since = now
+                self.rejections[tenant.name], self.violating[tenant.name] = Counter(), set()
+            mine.integrate(now)
+            mine.since = now
+            mine.lower, mine.upper = tenant.lower, tenant.upper
+            mine.bounded = tenant.upper.vcpus < 1_000_000
+            self._check_over(mine)
 
     def refused(self, now: float, kind: str, detail: Mapping[str, Any], store: Any) -> None:
         """A request rejected or queued: counted by tenant and code; a violation if its tenant's

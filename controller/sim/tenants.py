@@ -546,11 +546,16 @@ class TenantSimulation(Simulation):
     def _tenant_start(self, name: str) -> None:
         """A batch tenant starts: its backfill on first (so the books' residual for it is known),
         then its goal, with a deadline made absolute from what the books predict now."""
-        self.ledger.set_tenants(records(self.tenancy, self.now, self.started))
+        self.set_tenant_records(records(self.tenancy, self.now, self.started))
         self.started[name] = predicted_residual(self.ledger, name, self.now)
-        self.ledger.set_tenants(records(self.tenancy, self.now, self.started))
+        self.set_tenant_records(records(self.tenancy, self.now, self.started))
         self.tenant_book.started(name, self.now, self.started[name], self.ledger.tenant_goals.get(name))
         self.apply(self.ledger.fill(self.now))
+
+    def set_tenant_records(self, tenant_records: Sequence[TenantRecord]) -> None:
+        """The books' tenants set anew now (as `gleanctl tenant set` would), the figures told."""
+        self.ledger.set_tenants(tenant_records)
+        self.tenant_book.bounds_changed(self.now)
 
     def _tenant_tick(self, _arg: Any = None) -> None:
         self._report_progress()

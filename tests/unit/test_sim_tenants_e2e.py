@@ -63,6 +63,10 @@ def test_two_tenants_stay_within_their_bounds_and_the_goal_is_met():
     progress = sim.ledger.progress.progress("science")
     assert progress is not None and progress.total == 32 * 3600
     assert tenants["science"]["jobs_completed"] == tenants["science"]["jobs"]
+    science, bulk = tenants["science"], tenants["bulk"]   # PSF: lower bounds 16 and 8 vCPUs
+    assert (science["psf_vcpus"], bulk["psf_vcpus"]) == (round(16 / 24, 4), round(8 / 24, 4))
+    assert abs(science["backfill_share"] + bulk["backfill_share"] - 1) < 1e-3
+    assert bulk["time_above_upper_share"] == science["time_above_upper_share"] == 0.0
 
 
 def test_each_batch_tenant_runs_only_its_own_jobs():
