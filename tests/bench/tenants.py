@@ -14,7 +14,7 @@ modelled agents, each run with its own seed):
     SDSC-SP2's jobs that fit a 4-vCPU VM, stretched to JOBS_LOAD; ``science``: a goal run of the
     kind below, starting at 6 h);
   - ``swf``: SDSC-SP2's jobs as on-demand VMs (procs vCPUs, 4 GiB each), stretched to LOAD, by
-    SWF user: the two busiest users are tenants of their own, a third tenant takes 0.4 of the
+    SWF user: the two users with the most requests in the run are tenants of their own, a third tenant takes 0.4 of the
     other users' jobs by hash, the rest default; batch tenant ``bulk`` with CTC-SP2's jobs.
 - goal runs (``goal_runs``): the azure setting, a batch tenant ``science`` with lower bound
   LOWER_VCPUS and W = WORK_VCPU_HOURS vCPU-hours of 1-vCPU jobs of 600 s, started at each of
@@ -125,7 +125,7 @@ def per_tenant_runs(azure: list, sdsc_requests: list, sdsc_jobs: list, ctc_jobs:
     summary = run(azure_tenants(science(STARTS[0], dict(deadline_after_s=3 * WORK_VCPU_HOURS / LOWER_VCPUS * HOUR))),
                   azure, sdsc_jobs, DAYS, seed=100)
     out.append(dict(trace="azure", tenants=summary["tenants"], **_violations(summary)))
-    users = _top_users(SDSC)
+    users = _top_users(SDSC, sdsc_requests)
     summary = run(swf_tenants(users), sdsc_requests, ctc_jobs, DAYS, seed=101, fmt="swf", swf_path=SDSC)
     out.append(dict(trace="swf", top_users=users, tenants=summary["tenants"], **_violations(summary)))
     return out
@@ -136,10 +136,13 @@ def _violations(summary: dict[str, Any]) -> dict[str, int]:
                 upper_bound_violations=summary["figures"]["upper_bound_violations"])
 
 
-def _top_users(path: Path) -> list[str]:
+def _top_users(path: Path, requests: list) -> list[str]:
+    """The two users with the most requests in the run (the shaped trace, tiled copies too)."""
+    user = {job.job_id: job.user for job in traces.swf_jobs(path)}
     counts: dict[int, int] = {}
-    for job in traces.swf_jobs(path):
-        counts[job.user] = counts.get(job.user, 0) + 1
+    for request in requests:
+        who = user[request.request_id.partition("#")[0]]
+        counts[who] = counts.get(who, 0) + 1
     return [str(u) for u, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:2]]
 
 
