@@ -226,6 +226,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-wall-seconds", type=float, default=0.0,
                    help="stop a run after this much wall time; its figures cover the days simulated")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--tenants", type=Path, metavar="FILE",
+                   help="tenants (TOML, or JSON for a .json name): their kind, bounds, backfill settings, goals and "
+                        "how the trace's owners map to them (controller/sim/tenants.py, docs/simulator.md "
+                        "'Tenants'); the summary then has per-tenant figures")
     return p.parse_args(argv)
 
 
@@ -405,8 +409,29 @@ def build(args: argparse.Namespace) -> tuple[list[traces.OnDemandRequest], dict[
     return requests, inputs, settings, backfill, config, demand, jobs
 
 
+def with_tenants(args: argparse.Namespace, requests: list[traces.OnDemandRequest], inputs: dict[str, Any],
+                 backfill: BackfillConfig) -> tuple[list[traces.OnDemandRequest], Any]:
+    """--tenants: the file read and the requests given their tenants (none: as they were)."""
+    if args.tenants is None:
+        return requests, None
+    from .tenants import assign_requests, load_tenants   # tenants load only when asked for
+    tenants = load_tenants(args.tenants)
+    if any(t.batch for t in tenants.tenants) and not backfill.enabled:
+        raise SimUsage(f"--tenants {args.tenants}: batch tenants need backfill enabled (--backfill enabled=true)")
+    inputs.update(tenants=str(args.tenants), tenants_sha256=traces.digest(args.tenants))
+    return assign_requests(requests, tenants, args.format, args.requests), tenants
+
+
 def run_one(requests, inputs, settings, backfill, config, demand, reserves: ReserveSettings | None = None,
-            hints: list[Hint] | None = None, jobs: list[traces.Job] | None = None) -> Simulation:
+            hints: list[Hint] | None = None, jobs: list[traces.Job] | None = None, tenants: Any = None) -> Simulation:
+    if tenants is not None:
+        from .tenants import TenantSimulation
+        sim = TenantSimulation(tenants, requests, settings, backfill, ledger_settings(config), demand=demand,
+                               inputs=inputs, trace_jobs=jobs or (),
+                               progress=ProgressBar() if settings.progress_seconds else None,
+                               reserve_settings=config.reserves if reserves is None else reserves, hints=hints or ())
+        sim.run()
+        return sim
     # A fresh queue per run: --compare runs several on the same jobs.
     work = JobLevelWork(jobs, backfill.vcpus) if jobs else None
     sim = Simulation(requests, settings, backfill, ledger_settings(config), demand=demand, inputs=inputs, work=work,
@@ -463,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         requests, inputs, settings, backfill, config, demand, jobs = build(args)
+        requests, tenants = with_tenants(args, requests, inputs, backfill)
         hints: list[Hint] = []
         for text in args.hint:
             hints.append(parse_hint(text, settings.nodes, hints, config.reserves.lead_seconds))
@@ -481,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results, run_dirs = [], []
     for name, run_backfill, reserves, run_hints, run_settings in runs:
-        sim = run_one(requests, inputs, run_settings, run_backfill, config, demand, reserves, run_hints, jobs)
+        sim = run_one(requests, inputs, run_settings, run_backfill, config, demand, reserves, run_hints, jobs, tenants)
         summary = sim.summary()
         summary["header"]["setting"] = name   # what the plots' titles name
         results.append((name, summary))
@@ -506,4 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         print(compare_table(results))
     else:
         print(json.dumps(results[0][1]["figures"], indent=2))
+        if tenants is not None:
+            print(json.dumps(results[0][1]["tenants"], indent=2))
     return 0

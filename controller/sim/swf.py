@@ -91,7 +91,8 @@ def _swf_job(text: str) -> Job:
         procs = _int(fields[7], "requested procs (field 8)")
     return Job(submit=_float(fields[1], "submit time (field 2)"),
                runtime=_float(fields[3], "run time (field 4)"),
-               procs=procs, job_id=fields[0], queue=_int(fields[14], "queue (field 15)"))
+               procs=procs, job_id=fields[0], queue=_int(fields[14], "queue (field 15)"),
+               user=_int(fields[11], "user (field 12)"), group=_int(fields[12], "group (field 13)"))
 
 
 def _swf_verdict(job: Job, queues: frozenset[int] | None) -> str:

@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,10 @@ class Job:
     procs: int
     job_id: str
     queue: int
+    # SWF fields 12 and 13 (-1: unknown), what the simulator's tenants map jobs by
+    # (controller/sim/tenants.py); not compared, so jobs equal as before tenants
+    user: int = field(default=-1, compare=False)
+    group: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, eq=False)
