@@ -18,6 +18,7 @@ finish); a change between the two is an audit event.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from typing import Any
 
 from gleaner_common.ids import InvalidField
 
+from .backfill_plan import plan_backfill
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, size_for_goal
 from .policy import Reject
 from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Write
@@ -32,6 +34,9 @@ from .tenancy import TenantKind
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
 GOAL_KINDS = ("deadline", "least_cost")
+# RHIC pads its estimate by the average task length against stragglers; Gleaner does not know a
+# tenant's task length, and pads by what its own reaction costs: a sizing a minute, and a launch.
+GOAL_PADDING_S = 2 * GOAL_INTERVAL_S
 
 
 def goal_from_dict(values: Mapping[str, Any]) -> Goal:
@@ -66,6 +71,7 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self.volunteer_caps: dict[str, int] = {}   # tenant -> vCPUs of volunteers its goal needs now
         self._dedicated_seq = 0
+        self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""
@@ -116,7 +122,7 @@ class GoalSizing:
         reachable = residual + self._dedicated_held(tenant.name) + self._others_backfill(tenant.name)
         upper = int(min(tenant.upper.vcpus, reachable))
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
-                               upper_bound_vcpus=upper)
+                               upper_bound_vcpus=upper, padding_s=GOAL_PADDING_S)
         before = self.sizings.get(tenant.name)
         self.sizings[tenant.name] = sizing
         self.volunteer_caps[tenant.name] = sizing.volunteer_vcpus
@@ -143,10 +149,22 @@ class GoalSizing:
     def _residual_for(self, tenant: str, now: float) -> float:
         """vCPUs of residual capacity the tenant can have now: its backfill and its grant."""
         held = self.backfill_usage.get(tenant, ZERO).vcpus
-        configs = self.tenant_configs()
-        granted = sum(g.vms * configs[g.tenant].vcpus for g in self.current_grants(now, capped=False)
-                      if g.tenant == tenant)
-        return float(held + granted)
+        config = self.tenant_configs()[tenant]
+        granted = sum(g.vms for g in self.current_grants(now, capped=False) if g.tenant == tenant)
+        # what the plan could place of that grant now (free capacity spread over nodes in pieces
+        # smaller than a VM is no residual), not the grant's capacity
+        placeable = self._placeable(config, granted, now) if granted else 0
+        return float(held + placeable * config.vcpus)
+
+    def _placeable(self, config, vms: int, now: float) -> int:
+        """How many of `vms` of the tenant's VMs the backfill plan would place now (booking nothing)."""
+        pool = self.snapshot(now)
+        unable = self._unable(config.memory_mb, config.image)
+        targets = [n for n in self.selected if n not in unable]
+        running = sum(n.backfill_vms for n in pool.nodes)
+        limited = dataclasses.replace(config, max_instances=running + vms)
+        cpu_room = self.productivity if self.settings.use_prediction else None
+        return len(plan_backfill(pool, limited, targets, cpu_room).launches)
 
     def _dedicated(self, tenant: str) -> list:
         """The tenant's dedicated VMs (goal- requests' leases not being stopped), oldest first."""
@@ -178,6 +196,10 @@ class GoalSizing:
                 break   # no room, or past its lower bound: asked again at the next sizing
             effects += self.request(ask, now)
             held += config.vcpus
+        wanted_fewer = self._wanted_fewer.get(tenant, False)
+        self._wanted_fewer[tenant] = held > vcpus
+        if not wanted_fewer:   # released only when two sizings in a row want fewer: a dip of the
+            return effects     # residual for one interval would otherwise stop dedicated VMs' jobs
         for lease in reversed(mine):   # the youngest first
             if held - lease.vcpus < vcpus:
                 break
