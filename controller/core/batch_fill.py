@@ -72,6 +72,10 @@ def batch_grants(tenants: Sequence[Tenant], configs: Mapping[str, BackfillConfig
     for tenant in grant_order(batch, held, shares):
         config = configs[tenant.name]
         asked = _asked(config, counts.get(tenant.name, 0), capacity, (caps or {}).get(tenant.name))
+        if not config.max_instances:   # it takes what there is: its ask is what is unallocated, so it
+            asked = Size(min(asked.vcpus, unallocated.vcpus), min(asked.memory_mib, unallocated.memory_mib))
+            # fits below URR (the paper's "else unallocated x PSF" would starve a tenant whose
+            # lower bound is 0 whenever anything at all is allocated)
         upper_left = _clip(tenant.upper - held.get(tenant.name, ZERO))
         granted = batch_grant(asked, unallocated, rate, settings, shares[tenant.name], upper_left)
         granted = Size(min(granted.vcpus, left.vcpus), min(granted.memory_mib, left.memory_mib))
@@ -87,7 +91,8 @@ def _clip(size: Size) -> Size:
 
 def _asked(config: BackfillConfig, count: int, capacity: Size, cap_vcpus: int | None = None) -> Size:
     """As many of the tenant's VMs as its settings allow, less those it runs: with no
-    max_instances, as many as the pool could hold; never past its goal's cap."""
+    max_instances, as many as the pool could hold (batch_grants then cuts that to what is
+    unallocated); never past its goal's cap."""
     if config.max_instances:
         more = max(config.max_instances - count, 0)
     else:

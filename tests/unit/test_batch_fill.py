@@ -126,3 +126,16 @@ def test_no_grant_passes_an_upper_bound_nor_the_unallocated_capacity(specs, allo
         assert held[grant.tenant].vcpus + grant.vms * size.vcpus <= by_name[grant.tenant].upper.vcpus
         launched_vcpus += grant.vms * size.vcpus
     assert launched_vcpus <= max(capacity.vcpus - allocated.vcpus, 0)
+
+
+def test_a_tenant_with_no_lower_bound_is_still_served_below_urr_when_the_pool_is_partly_used():
+    """Without max_instances a tenant asks for what is unallocated: below URR it gets it, where the
+    paper's "else unallocated x PSF" would give a PSF of 0 nothing once anything is allocated."""
+    ledger = pool(batch("science", lower=(4, 1024), upper=(16, 16384), max_instances=4),
+                  batch("backfill", upper=(16, 16384), enabled=False))
+    confirm(ledger, ledger.fill(T0), T0)
+    assert vcpus_by_tenant(ledger) == {"science": 4}
+    ledger.set_tenants([batch("science", lower=(4, 1024), upper=(16, 16384), max_instances=4),
+                        batch("backfill", upper=(16, 16384))])
+    confirm(ledger, ledger.fill(T0 + 5), T0 + 5)
+    assert vcpus_by_tenant(ledger) == {"science": 4, "backfill": 12}
