@@ -41,7 +41,7 @@ class Sampler:
 
 
 def test_a_vm_without_a_cpu_sample_is_reported_as_such_not_as_idle(tmp_path: Path):
-    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path)
+    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path, cpu_allocation_ratio=1.0)
     report = Reporter(config, Inventory(), Sampler()).build()
     vms = {vm.name: vm for vm in report.vms}
     assert (vms["sampled"].cpu_cores, vms["sampled"].cpu_sampled) == (0.01, True)
@@ -49,7 +49,7 @@ def test_a_vm_without_a_cpu_sample_is_reported_as_such_not_as_idle(tmp_path: Pat
 
 
 def test_a_backfill_guests_word_on_its_work_channel_is_reported_and_an_on_demand_vms_is_not(tmp_path: Path):
-    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path)
+    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path, cpu_allocation_ratio=1.0)
     for name in ("sampled", "new"):
         channel_path(tmp_path, name).write_bytes(b"busy 1\nidle 1\nbusy 2\n")
     report = Reporter(config, Inventory(tmp_path, (PriorityClass.VOLUNTEER, PriorityClass.FOREGROUND)), Sampler()).build()
