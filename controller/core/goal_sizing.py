@@ -69,9 +69,13 @@ class GoalSizing:
         self.tenant_goals: dict[str, Goal] = {}
         self.sizings: dict[str, Sizing] = {}
         self._sized_at: dict[str, float] = {}
-        self.volunteer_caps: dict[str, int] = {}   # tenant -> vCPUs of volunteers its goal needs now
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
+
+    @property
+    def volunteer_caps(self) -> dict[str, int]:
+        """Tenant -> the vCPUs of volunteers its goal needs now (its last sizing's)."""
+        return {name: sizing.volunteer_vcpus for name, sizing in self.sizings.items()}
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""
@@ -90,7 +94,6 @@ class GoalSizing:
         for name in set(self.tenant_goals) - set(goals):
             self.sizings.pop(name, None)
             self._sized_at.pop(name, None)
-            self.volunteer_caps.pop(name, None)
         self.tenant_goals = goals
 
     def size_goals(self, now: float, force: bool = False) -> list[Effect]:
@@ -125,7 +128,6 @@ class GoalSizing:
                                upper_bound_vcpus=upper, padding_s=GOAL_PADDING_S)
         before = self.sizings.get(tenant.name)
         self.sizings[tenant.name] = sizing
-        self.volunteer_caps[tenant.name] = sizing.volunteer_vcpus
         effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if before is None or before.on_track != sizing.on_track:
             effects.append(Write(events=(Audit("tenant.goal_on_track" if sizing.on_track else "tenant.goal_at_risk",

@@ -4,15 +4,13 @@ what the books hold, and a node that stops reporting shows as down."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from protos import controller_pb2
-from tests.agentproc import REPO, AgentProcess, wait_for
-from tests.controllerproc import ControllerProcess, agent_settings
+from tests.agentproc import AgentProcess, wait_for
+from tests.controllerproc import ControllerProcess, agent_settings, run_gleanctl as gleanctl
 
 pytestmark = pytest.mark.libvirt
 
@@ -32,13 +30,6 @@ def value(found: dict, name: str, **labels: str) -> float:
 
 def total(found: dict, name: str) -> float:
     return sum(v for (n, _labels), v in found.items() if n == name)
-
-
-def gleanctl(controller: ControllerProcess, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def test_the_controllers_metrics_say_what_its_audit_log_and_books_say(test_env):
