@@ -284,6 +284,7 @@ def test_bad_input_is_a_usage_error_naming_the_field_and_changes_nothing(control
 ])
 def test_the_controller_checks_what_gleanctl_would_have(controller, request_, field):
     """The same rules hold for any client: INVALID_ARGUMENT naming the field, nothing stored."""
+    ensure_alpha(controller)   # the set cases name it: without it they would be NOT_FOUND
     before = books(controller)
     stub = controller.stub()
     call = stub.CreateTenant if isinstance(request_, controller_pb2.CreateTenantRequest) else stub.SetTenant
