@@ -959,8 +959,8 @@ def add_tenant_parser(tenant: argparse.ArgumentParser, parents: list) -> None:
     delete.add_argument("name")
     delete.add_argument("--drain", action="store_true", help="release its live VMs first, then delete it")
     goal = actions.add_parser("goal", parents=parents, help="a batch tenant's goal (RHIC): work by a deadline, or "
-                              "least cost", description="The controller sizes the tenant each minute: volunteers "
-                              "capped at what the goal needs, dedicated VMs within its lower bound.")
+                              "least cost", description="The controller sizes the tenant each minute: every volunteer "
+                              "it is granted, and dedicated VMs within its lower bound when they are needed.")
     goal.add_argument("name")
     goal.add_argument("--work", type=float, metavar="VCPU_HOURS", help="the job's work W, in vCPU-hours")
     goal.add_argument("--deadline", metavar="TIME", help="+Nh, +Nm, +Ns from now, or an ISO 8601 time")

@@ -53,12 +53,10 @@ def grant_order(batch: Sequence[Tenant], held: Mapping[str, Size], shares: Mappi
 
 
 def batch_grants(tenants: Sequence[Tenant], configs: Mapping[str, BackfillConfig], held: Mapping[str, Size],
-                 counts: Mapping[str, int], allocated: Size, capacity: Size, settings: TenancySettings,
-                 caps: Mapping[str, int] | None = None) -> list[Grant]:
+                 counts: Mapping[str, int], allocated: Size, capacity: Size, settings: TenancySettings) -> list[Grant]:
     """Each enabled batch tenant's grant in this fill, in grant order. `held`: what each tenant's
     VMs hold (backfill and dedicated), `counts`: its backfill VMs, `allocated`: what every VM in
-    the pool holds, `caps`: the vCPUs of volunteers a tenant's goal needs (goal_sizing), which
-    its ask does not pass. Every tenant is judged against the pool as the fill found it (its usage rate
+    the pool holds. Every tenant is judged against the pool as the fill found it (its usage rate
     and unallocated capacity), so above URR the grants split the unallocated capacity by PSF,
     whose shares add up to 1; then, in grant order, no grant passes what the ones before it left
     (below URR the first tenants' asks are served whole, as the paper serves requests in turn). Pure."""
@@ -71,7 +69,7 @@ def batch_grants(tenants: Sequence[Tenant], configs: Mapping[str, BackfillConfig
     grants: list[Grant] = []
     for tenant in grant_order(batch, held, shares):
         config = configs[tenant.name]
-        asked = _asked(config, counts.get(tenant.name, 0), capacity, (caps or {}).get(tenant.name))
+        asked = _asked(config, counts.get(tenant.name, 0), capacity)
         if not config.max_instances:   # it takes what there is: its ask is what is unallocated, so it
             asked = Size(min(asked.vcpus, unallocated.vcpus), min(asked.memory_mib, unallocated.memory_mib))
             # fits below URR (the paper's "else unallocated x PSF" would starve a tenant whose
@@ -89,16 +87,14 @@ def _clip(size: Size) -> Size:
     return Size(max(size.vcpus, 0), max(size.memory_mib, 0))
 
 
-def _asked(config: BackfillConfig, count: int, capacity: Size, cap_vcpus: int | None = None) -> Size:
+def _asked(config: BackfillConfig, count: int, capacity: Size) -> Size:
     """As many of the tenant's VMs as its settings allow, less those it runs: with no
     max_instances, as many as the pool could hold (batch_grants then cuts that to what is
-    unallocated); never past its goal's cap."""
+    unallocated)."""
     if config.max_instances:
         more = max(config.max_instances - count, 0)
     else:
         more = fitting_count(capacity, config.size)
-    if cap_vcpus is not None:
-        more = min(more, max(cap_vcpus // max(config.vcpus, 1) - count, 0))
     return Size(config.vcpus * more, config.memory_mb * more)
 
 
@@ -113,7 +109,7 @@ class BatchFilling:
         for vm_id in plan_backfill(pool, pool_config, []).recycles:
             effects += self._stop(self.leases[vm_id], pool_config.grace_seconds, now,
                                   f"recycled after {pool_config.duration_seconds} s")
-        effects += self.size_goals(now)   # goal-driven tenants: their caps and dedicated VMs first
+        effects += self.size_goals(now)   # goal-driven tenants: their dedicated VMs first
         configs = self.tenant_configs()
         for grant in self.current_grants(now):
             if grant.vms <= 0:
@@ -131,9 +127,8 @@ class BatchFilling:
             configs[name] = dataclasses.replace(configs[name], enabled=False)
         return configs
 
-    def current_grants(self, now: float, capped: bool = True) -> list[Grant]:
-        """The grants a fill would make now; without the goals' caps when not `capped` (what the
-        tenants could have: goal_sizing's residual)."""
+    def current_grants(self, now: float) -> list[Grant]:
+        """The grants a fill would make now (goal_sizing's residual reads them too)."""
         self._refresh_views()
         held = {name: self.backfill_usage.get(name, ZERO) + self.tenant_usage.get(name, ZERO)
                 for name in self._tenant_names}
@@ -145,7 +140,7 @@ class BatchFilling:
         up = [v for v in self._node_views.values() if v.up]
         allocated = total(v.allocated for v in up)
         return batch_grants(self.tenants, self.tenant_configs(), held, counts, allocated, self.tenant_capacity(),
-                            self.tenancy_settings, self.volunteer_caps if capped else None)
+                            self.tenancy_settings)
 
     def _launch_for(self, grant: Grant, config: BackfillConfig, lanes, now: float) -> list[Effect]:
         """Up to grant.vms of the tenant's VMs on the selected nodes with room, best first."""

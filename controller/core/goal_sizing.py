@@ -9,11 +9,10 @@ for dedicated capacity. Every GOAL_INTERVAL_S the books size each such tenant fr
   would grant it (batch_fill), as a flat forecast;
 - its own bounds: dedicated capacity stays within its lower bound, volunteers within its upper.
 
-The answer steers the tenant, and only it: its volunteers are capped at what the goal needs
-(a deadline met by fewer leaves the rest of the residual to others, as RHIC hugs its
-deadlines), and its dedicated capacity is on-demand VMs of its own (non-preemptible; the
-request path checks them against its lower bound like any tenant's) requested or released to
-match. The sizing is kept for `gleanctl tenant show` (on track or at risk, the projected
+The answer steers the tenant, and only it: it takes every volunteer it is granted (PSF shares
+the residual among batch tenants; goals.size_for_goal says why no fewer), and its dedicated
+capacity is on-demand VMs of its own (non-preemptible; the request path checks them against its
+lower bound like any tenant's) requested or released to match. The sizing is kept for `gleanctl tenant show` (on track or at risk, the projected
 finish); a change between the two is an audit event.
 """
 from __future__ import annotations
@@ -27,16 +26,21 @@ from typing import Any
 from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
-from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, size_for_goal
+from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, report_lag, size_for_goal
 from .policy import Reject
 from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Write
 from .tenancy import TenantKind
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
 GOAL_KINDS = ("deadline", "least_cost")
-# RHIC pads its estimate by the average task length against stragglers; Gleaner does not know a
-# tenant's task length, and pads by what its own reaction costs: a sizing a minute, and a launch.
+# RHIC pads its estimate by the average task length against stragglers; Gleaner pads by the
+# first task its guests said (goals.report_lag), and at least by what its own reaction costs: a
+# sizing a minute, and a launch.
 GOAL_PADDING_S = 2 * GOAL_INTERVAL_S
+# Dedicated capacity waits while the whole lower bound bought this much later would still meet
+# the deadline (three sizings): volunteers granted meanwhile need less of it. Measured against
+# 0, 300 and 600 s in docs/simulator.md ("Tenants").
+GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
 
 
 def goal_from_dict(values: Mapping[str, Any]) -> Goal:
@@ -71,11 +75,6 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
-
-    @property
-    def volunteer_caps(self) -> dict[str, int]:
-        """Tenant -> the vCPUs of volunteers its goal needs now (its last sizing's)."""
-        return {name: sizing.volunteer_vcpus for name, sizing in self.sizings.items()}
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""
@@ -124,8 +123,10 @@ class GoalSizing:
         # without this cap it would buy dedicated capacity the residual already counts)
         reachable = residual + self._dedicated_held(tenant.name) + self._others_backfill(tenant.name)
         upper = int(min(tenant.upper.vcpus, reachable))
+        # RHIC pads by the average task length: the first task said stands in for it
+        padding = max(GOAL_PADDING_S, report_lag(sorted(self.progress.history(tenant.name))))
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
-                               upper_bound_vcpus=upper, padding_s=GOAL_PADDING_S)
+                               upper_bound_vcpus=upper, padding_s=padding, defer_s=GOAL_DEFER_S)
         before = self.sizings.get(tenant.name)
         self.sizings[tenant.name] = sizing
         effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
@@ -152,7 +153,7 @@ class GoalSizing:
         """vCPUs of residual capacity the tenant can have now: its backfill and its grant."""
         held = self.backfill_usage.get(tenant, ZERO).vcpus
         config = self.tenant_configs()[tenant]
-        granted = sum(g.vms for g in self.current_grants(now, capped=False) if g.tenant == tenant)
+        granted = sum(g.vms for g in self.current_grants(now) if g.tenant == tenant)
         # what the plan could place of that grant now (free capacity spread over nodes in pieces
         # smaller than a VM is no residual), not the grant's capacity
         placeable = self._placeable(config, granted, now) if granted else 0

@@ -23,8 +23,13 @@ RHIC's model (section 4.4), as used here:
 Gleaner's differences: the dedicated capacity is the search variable (RHIC fixes its dedicated
 nodes and searches the volunteer count, evaluating every count, section 4.1 and 5.2); dedicated
 capacity never passes the tenant's own lower bound, and a deadline it cannot meet within it is
-reported "at risk" with the projected finish. RHIC's I/O saturation model (section 4.3) has no
-counterpart: Gleaner's volunteers carry their own disks.
+reported "at risk" with the projected finish. A deadline takes every volunteer the tenant is
+granted (RHIC hugs its deadlines with the fewest, as its volunteers are paid; Gleaner's are idle
+capacity, shared among batch tenants by PSF), and dedicated capacity waits while the tenant's
+whole lower bound bought a little later would still meet it. The job's tasks may say progress
+only when they finish, so the rate counts vCPU-time up to the report lag (report_lag) and the
+padding is at least one task. RHIC's I/O saturation model (section 4.3) has no counterpart:
+Gleaner's volunteers carry their own disks.
 
 Pure: times are seconds on the caller's clock (now_s, deadline_s and the forecast share it); no
 clock, no I/O, no numpy.
@@ -109,9 +114,9 @@ class Progress:
 @dataclass(frozen=True)
 class Sizing:
     """size_for_goal's answer: what to give the tenant this interval, and what it leads to.
-    `volunteer_vcpus` is for now (the forecast's value now, or less under a deadline that needs
-    less); `projected_finish_s` is math.inf when the job would never finish at this size; `cost`
-    is the projected cost under LeastCost, else None."""
+    `volunteer_vcpus` is what it takes now (the forecast's value now, within its upper bound
+    beside its dedicated vCPUs); `projected_finish_s` is math.inf when the job would never
+    finish at this size; `cost` is the projected cost under LeastCost, else None."""
     volunteer_vcpus: int
     dedicated_vcpus: int
     projected_finish_s: float
@@ -134,10 +139,24 @@ def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None
     samples = sorted(_sample(point, i) for i, point in enumerate(history))
     if len(samples) < 2:
         return None
-    vcpu_hours = sum(samples[i][2] * (samples[i + 1][0] - samples[i][0]) / HOUR for i in range(len(samples) - 1))
+    end = samples[-1][0] - report_lag(samples)   # progress said now is for vCPU-time up to `end`
+    vcpu_hours = sum(samples[i][2] * (min(samples[i + 1][0], end) - samples[i][0]) / HOUR
+                     for i in range(len(samples) - 1) if samples[i][0] < end)
     if vcpu_hours <= 0:
         return None
     return max(0.0, samples[-1][1] - samples[0][1]) / vcpu_hours
+
+
+def report_lag(samples: Sequence[tuple[float, float, float]]) -> float:
+    """Seconds from the first vCPUs held to the first progress said. Guests say what they have
+    finished, so the vCPU-time of work in flight shows up only later: counted up to now, a job
+    just started (every job, at the start) would read as a slow job, and the sizing would buy
+    dedicated capacity it does not need. It is also how long a task of the job takes (the first
+    one said), which pads the sizing as RHIC pads by the average task length. 0 before any
+    progress (then the rate is 0, unmeasured). `samples` sorted by time, as progress_rate's."""
+    held = next((t for t, _done, vcpus in samples if vcpus > 0), None)
+    said = next((t for t, done, _vcpus in samples if done > samples[0][1]), None)
+    return 0.0 if held is None or said is None else max(0.0, said - held)
 
 
 def _sample(point: tuple[float, float, float], index: int) -> tuple[float, float, float]:
@@ -159,19 +178,21 @@ class _Job:
     work_left: float                         # vCPU-hours (Eq. 6's J_remaining / R_proc)
     upper: float
 
-    def run(self, dedicated: float, cap: float = math.inf) -> tuple[float, float]:
-        """(finish_s, volunteer vCPU-hours used) with `dedicated` vCPUs throughout and volunteers
-        up to `cap` of the residual at each step (Eq. 6 over a step function)."""
+    def run(self, dedicated: float, cap: float = math.inf, dedicated_from: float | None = None) -> tuple[float, float]:
+        """(finish_s, volunteer vCPU-hours used) with `dedicated` vCPUs throughout (or from
+        `dedicated_from` on) and volunteers up to `cap` of the residual at each step (Eq. 6 over
+        a step function)."""
         left, used = self.work_left, 0.0
         if left <= 0:
             return self.now_s, 0.0
         if math.isinf(left):   # no progress measured at any rate: it never finishes
             return math.inf, math.inf
-        dedicated = min(dedicated, self.upper)
-        for i, (start, residual) in enumerate(self.steps):
-            end = self.steps[i + 1][0] if i + 1 < len(self.steps) else math.inf
-            volunteers = max(0.0, min(cap, residual, self.upper - dedicated))
-            rate = dedicated + volunteers
+        steps = self.steps if dedicated_from is None else _split(self.steps, dedicated_from)
+        for i, (start, residual) in enumerate(steps):
+            end = steps[i + 1][0] if i + 1 < len(steps) else math.inf
+            held = min(dedicated, self.upper) if dedicated_from is None or start >= dedicated_from else 0.0
+            volunteers = max(0.0, min(cap, residual, self.upper - held))
+            rate = held + volunteers
             if rate <= 0:
                 continue
             hours = (end - start) / HOUR
@@ -186,6 +207,14 @@ class _Job:
 
     def most_residual(self) -> float:
         return max(residual for _, residual in self.steps)
+
+
+def _split(steps: tuple[tuple[float, float], ...], at: float) -> tuple[tuple[float, float], ...]:
+    """The steps with a step boundary at `at` (the residual unchanged by it)."""
+    if at <= steps[0][0] or any(start == at for start, _ in steps):
+        return steps
+    before = [value for start, value in steps if start < at][-1]
+    return tuple(sorted([*steps, (at, before)]))
 
 
 def _steps(forecast: Sequence[tuple[float, float]], now_s: float) -> tuple[tuple[float, float], ...]:
@@ -214,21 +243,28 @@ def _point(point: tuple[float, float], index: int) -> tuple[float, float]:
 
 def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecast: Sequence[tuple[float, float]],
                   rate_per_vcpu: float | None, lower_bound_vcpus: int, *, upper_bound_vcpus: int | None = None,
-                  padding_s: float = 0.0) -> Sizing:
-    """The tenant's allocation for this interval (RHIC, section 4.4): for a Deadline, the least
-    dedicated vCPUs (0 if volunteers alone do it, and then the fewest volunteers, as RHIC hugs
-    its deadlines rather than waste residual capacity, section 5.3) that finish by the deadline
-    less `padding_s`; for LeastCost, the cheapest dedicated capacity beside all the residual.
-    Dedicated capacity never passes `lower_bound_vcpus` (the tenant's own lower bound); a
-    deadline not met within it is at risk, with the projected finish at the bound.
-    `rate_per_vcpu` is progress_rate's figure (None: not measured yet, the goal's work W stands
-    in: progress total over W); `upper_bound_vcpus` caps volunteers and dedicated together."""
+                  padding_s: float = 0.0, defer_s: float = 0.0) -> Sizing:
+    """The tenant's allocation for this interval (RHIC, section 4.4): for a Deadline, every
+    volunteer it is granted and the least dedicated vCPUs beside them that finish by the deadline
+    less `padding_s` (none while its whole lower bound, bought `defer_s` from now, would still
+    do: volunteers granted meanwhile need less of it); for LeastCost, the cheapest dedicated
+    capacity beside all the residual. Dedicated capacity never passes `lower_bound_vcpus` (the
+    tenant's own lower bound); a deadline not met within it is at risk, with the projected
+    finish at the bound. `rate_per_vcpu` is progress_rate's figure (None: not measured yet, the
+    goal's work W stands in: progress total over W); `upper_bound_vcpus` caps volunteers and
+    dedicated together.
+
+    Measured (tests/bench/tenants.py, docs/simulator.md): capping volunteers at the fewest that
+    meet the deadline, as RHIC hugs its deadlines to spare paid volunteers, left the tenant
+    short when volunteers were preempted late and made it buy 3.9 times the dedicated capacity
+    of an exhaustive search; Gleaner's volunteers are idle capacity, shared by PSF."""
     job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, lower_bound_vcpus, upper_bound_vcpus)
     if job.work_left <= 0:
         return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None)
     if isinstance(goal, Deadline):
         padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
-        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus)
+        defer = _number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
+        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, defer)
     if isinstance(goal, LeastCost):
         return _for_least_cost(job, goal, lower_bound_vcpus)
     raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
@@ -245,12 +281,11 @@ def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[
             raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
         if value is not None:
             ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
-    if rate is None:
-        work = getattr(goal, "work_vcpu_hours", None)
-        if work is None:
-            raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
-        rate = progress.total / work
-    rate = _number(rate, 0.0, MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
+    work = getattr(goal, "work_vcpu_hours", None)
+    if work is None:
+        raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
+    rate = _number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
+
     left = progress.total - progress.done
     work_left = 0.0 if left <= 0 else (left / rate if rate > 0 else math.inf)
     return _Job(float(now_s), _steps(forecast, float(now_s)), work_left,
@@ -270,17 +305,22 @@ def _least(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
     return low
 
 
-def _for_deadline(job: _Job, deadline: float, lower: int) -> Sizing:
-    """Deadline: volunteers alone if they can (the fewest), else the least dedicated capacity."""
+def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0) -> Sizing:
+    """Deadline: every volunteer it is granted, and the least dedicated capacity beside them."""
     finish, _ = job.run(0)
+    volunteers = _whole(max(0.0, min(job.residual_now(), job.upper)))
     if finish <= deadline:
-        cap = _least(0, math.ceil(job.most_residual()), lambda k: job.run(0, k)[0] <= deadline)
-        assert cap is not None   # the largest cap is all the residual, which met it
-        finish, _ = job.run(0, cap)
-        volunteers = _whole(min(cap, job.residual_now(), job.upper))
+        fewest = _least(0, math.ceil(job.most_residual()), lambda k: job.run(0, k)[0] <= deadline)
         return Sizing(volunteers, 0, finish, True,
-                      f"met by volunteers alone: {volunteers} vCPUs now (at most {cap} of the residual), "
-                      f"finishing {deadline - finish:.0f} s before the deadline")
+                      f"met by volunteers alone: {volunteers} vCPUs now ({fewest} would do), finishing "
+                      f"{deadline - finish:.0f} s before the deadline")
+    if defer_s > 0 and lower >= 1 and job.run(lower, dedicated_from=job.now_s + defer_s)[0] <= deadline:
+        # dedicated capacity bought later meets it still: wait, as volunteers granted meanwhile
+        # need less of it (buying now what a flat forecast says would buy for the whole run)
+        late = "never finish" if math.isinf(finish) else f"finish {finish - deadline:.0f} s late"
+        return Sizing(volunteers, 0, deadline, True,
+                      f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, but its lower bound's "
+                      f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline")
     dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
     at_risk = dedicated is None
     if at_risk:   # the earliest finish within the bound, with the least dedicated capacity that gives it

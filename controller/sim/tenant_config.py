@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -194,17 +195,30 @@ def _check_batch(spec: TenantSpec, where: str) -> None:
             raise TenantsError(f"{where}.work.procs {work['procs']!r}: a whole number")
 
 
-def _goal_at(goal: Mapping[str, Any], start_s: float, residual_vcpus: float) -> dict[str, Any]:
+def _goal_at(goal: Mapping[str, Any], start_s: float, residual_vcpus: float,
+             work: Mapping[str, Any] | None = None, upper_vcpus: float = math.inf) -> dict[str, Any]:
     """The goal as the books take it: a deadline relative to the start (deadline_after_s) or on
-    the predicted residual (deadline_on_residual) made absolute."""
+    the predicted residual (deadline_on_residual) made absolute. On the residual, the deadline is
+    the time the work takes on that residual alone (within the tenant's upper bound): with a bag
+    of jobs (`work`), whole jobs in waves, ceil(jobs / jobs at once) x their run time, as a job
+    cannot be split across VMs; else W over the residual."""
     out = {k: v for k, v in goal.items() if k not in SIM_GOAL_KEYS}
     if goal.get("deadline_after_s") is not None:
         out["deadline_s"] = start_s + goal["deadline_after_s"]
     elif goal.get("deadline_on_residual"):
-        work = goal.get("work_vcpu_hours", 0)
-        hours = work / residual_vcpus if residual_vcpus > 0 else 1e6
-        out["deadline_s"] = start_s + hours * 3600.0 if residual_vcpus > 0 else start_s + 1e9
+        out["deadline_s"] = start_s + on_residual_s(goal.get("work_vcpu_hours", 0), min(residual_vcpus, upper_vcpus), work)
     return out
+
+
+def on_residual_s(work_vcpu_hours: float, residual_vcpus: float, work: Mapping[str, Any] | None = None) -> float:
+    """Seconds the work takes on `residual_vcpus` alone (1e9 when there is none)."""
+    if work is not None:
+        at_once = int(residual_vcpus // work["procs"])
+        if at_once <= 0:
+            return 1e9
+        jobs = math.ceil(work["vcpu_hours"] * 3600.0 / (work["runtime_s"] * work["procs"]) - 1e-9)
+        return math.ceil(jobs / at_once) * float(work["runtime_s"])
+    return work_vcpu_hours / residual_vcpus * 3600.0 if residual_vcpus > 0 else 1e9
 
 
 def check_admission(config: TenantsConfig, capacity: Size) -> None:
@@ -305,7 +319,7 @@ def records(config: TenantsConfig, now: float, started: Mapping[str, float] | No
         if spec.batch and now < spec.start_s:
             backfill["enabled"] = False
         elif spec.goal is not None and started and spec.name in started:
-            goal = json.dumps(_goal_at(spec.goal, spec.start_s, started[spec.name]))
+            goal = json.dumps(_goal_at(spec.goal, spec.start_s, started[spec.name], spec.work, spec.upper.vcpus))
         out.append(TenantRecord(spec.name, spec.kind, spec.lower.vcpus, spec.lower.memory_mib, spec.upper.vcpus,
                                 spec.upper.memory_mib, 0.0, json.dumps(backfill) if backfill else None, goal))
     return out

@@ -59,11 +59,11 @@ TICK_S = 60.0
 
 def predicted_residual(ledger: Any, tenant: str, now: float) -> float:
     """vCPUs of residual capacity the books would give `tenant` now: what its backfill holds and
-    what the launcher would grant it, without its goal's cap (the books' own residual, through
+    what the launcher would grant it (the books' own residual, through
     their public calls)."""
     held = ledger.backfill_usage.get(tenant, ZERO).vcpus
     configs = ledger.tenant_configs()
-    granted = sum(g.vms * configs[g.tenant].vcpus for g in ledger.current_grants(now, capped=False)
+    granted = sum(g.vms * configs[g.tenant].vcpus for g in ledger.current_grants(now)
                   if g.tenant == tenant)
     return float(held + granted)
 

@@ -54,9 +54,11 @@ controller/sim/tenant_figures.py's.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..core.goals import Sizing
 from ..core.records import BACKFILL_TENANT, ZERO, BackfillConfig, Size, TenantRecord
 from .engine import Simulation
 from .jobs import JobLevelWork, Run
@@ -208,7 +210,8 @@ class TenantSimulation(Simulation):
     (on-demand VMs the books request for its goal) run its jobs as its backfill VMs do."""
 
     def __init__(self, tenants: TenantsConfig, requests: Sequence[OnDemandRequest], *args: Any,
-                 trace_jobs: Sequence[Job] = (), **kwargs: Any) -> None:
+                 trace_jobs: Sequence[Job] = (), pinned_dedicated: Mapping[str, int] | None = None,
+                 **kwargs: Any) -> None:
         backfill = args[1] if len(args) > 1 else kwargs.get("backfill", BackfillConfig())
         work = tenant_work(tenants, backfill, trace_jobs)
         super().__init__(requests, *args, work=work, **kwargs)
@@ -223,6 +226,24 @@ class TenantSimulation(Simulation):
         for queue_name, queue in work.queues.items():
             if isinstance(queue, TenantJobs):
                 queue.on_finished = lambda at, name=queue_name: self.tenant_book.finished(name, at)
+        if pinned_dedicated:
+            self._pin_dedicated(dict(pinned_dedicated))
+
+    def _pin_dedicated(self, pinned: dict[str, int]) -> None:
+        """A what-if for a hindsight search (RHIC's exhaustive search): each pinned goal-driven
+        tenant holds that many dedicated vCPUs from its start and every volunteer it is granted,
+        in place of its goal's sizing; the books' own request path places the dedicated VMs."""
+        ledger = self.ledger
+        sized = ledger._size
+
+        def size(tenant, goal, now: float) -> list:
+            vcpus = pinned.get(tenant.name)
+            if vcpus is None:
+                return sized(tenant, goal, now)
+            ledger.sizings[tenant.name] = Sizing(tenant.upper.vcpus, vcpus, math.inf, True,
+                                                 f"pinned: {vcpus} dedicated vCPUs and every volunteer")
+            return ledger._dedicated_to(tenant.name, vcpus, now)
+        ledger._size = size
 
     def _vm_tenant(self, vm: SimVm) -> str:
         return self.ledger.tenant_of_lease(self.store.leases[vm.lease_id])

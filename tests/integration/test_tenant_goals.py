@@ -1,8 +1,9 @@
 """Goal-driven sizing on a real controller process (issue 26, RHIC): two agents on libvirt's
-test:/// driver (32 vCPUs). A batch tenant's deadline that 4 volunteers meet caps its backfill at
-4 VMs and `gleanctl tenant show` says on track with the projected finish; once other backfill fills
-the pool, a deadline it cannot meet gets dedicated (on-demand) VMs of its own within its lower
-bound, in the place of that backfill, and says at risk."""
+test:/// driver (32 vCPUs). A batch tenant's deadline that 4 volunteers would meet takes every
+volunteer it is granted (up to its upper bound) and `gleanctl tenant show` says on track with the
+projected finish; once other backfill fills the pool, a deadline it cannot meet gets dedicated
+(on-demand) VMs of its own within its lower bound, in the place of that backfill, and says at
+risk."""
 from __future__ import annotations
 
 import json
@@ -31,16 +32,19 @@ def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_whe
         gleanctl(controller, "backfill", "set", "enabled=true", "vcpus=1", "memory_mb=128")
         gleanctl(controller, "tenant", "goal", "science", "--work", "7", "--deadline", "+2h")   # 3.5 vCPUs: 4 volunteers
         gleanctl(controller, "tenant", "backfill", "science", "enabled=true")
-        wait_for(lambda: len(science(controller, "backfill")) == 4, 60, "science's four volunteers")
-        time.sleep(2)   # more fills: the cap holds
-        assert len(science(controller, "backfill")) == 4 and not science(controller, "on_demand")
+        # it takes every volunteer it is granted, up to its upper bound (16 of the pool's 32)
+        wait_for(lambda: len(science(controller, "backfill")) == 16, 60, "science's sixteen volunteers")
+        time.sleep(2)   # more fills: its upper bound holds
+        assert len(science(controller, "backfill")) == 16 and not science(controller, "on_demand")
         shown = gleanctl(controller, "tenant", "show", "science").stdout
-        assert "on track, finish 20" in shown and "met by volunteers alone" in shown, shown
+        assert "on track, finish 20" in shown and "met by volunteers alone" in shown and "(4 would do)" in shown, shown
 
-        # the built-in tenant's backfill takes the rest of the pool, science's guarantee among it; a
-        # deadline out of reach: dedicated VMs take its guarantee back from that backfill
+        # the built-in tenant's backfill takes the rest of the pool; science's upper bound is raised
+        # past what it holds and its deadline put out of reach: dedicated VMs within its lower bound
+        # take room back from the built-in tenant's backfill
         gleanctl(controller, "tenant", "backfill", "backfill", "enabled=true")
         wait_for(lambda: sum(l.vcpus for l in controller.leases("backfill", "running")) == 32, 60, "a full pool")
+        gleanctl(controller, "tenant", "set", "science", "--upper", "24,6144")
         gleanctl(controller, "tenant", "goal", "science", "--work", "1000", "--deadline", "+1h")
         wait_for(lambda: len(science(controller, "on_demand")) == 4, 60, "four dedicated VMs")
         assert all(l.vcpus == 1 for l in science(controller, "on_demand"))

@@ -1,7 +1,7 @@
 """Goal-driven sizing in the books (controller.core.goal_sizing, RHIC): a batch tenant's deadline
-met by volunteers alone caps its backfill at what the deadline needs; one that needs more gets
-dedicated VMs of its own, within its lower bound; one that cannot be met is at risk, and says
-so once; a job done releases its dedicated VMs."""
+met by volunteers alone takes every volunteer it is granted; one that needs more gets dedicated
+VMs of its own, within its lower bound, once waiting would be too late; one that cannot be met
+is at risk, and says so once; a job done releases its dedicated VMs."""
 from __future__ import annotations
 
 import json
@@ -59,16 +59,30 @@ def events(effects, kind: str) -> list:
     return [e for w in effects if isinstance(w, Write) for e in w.events if e.kind == kind]
 
 
-def test_a_deadline_volunteers_meet_caps_the_tenants_backfill_at_what_it_needs():
-    """7 vCPU-hours in 2 hours (less the padding): 4 volunteers do it; the rest stays for others."""
+def test_a_deadline_volunteers_meet_takes_every_volunteer_it_is_granted():
+    """7 vCPU-hours in 2 hours (less the padding): 4 volunteers would do it, and it takes the 16
+    it is granted (its PSF share is all of it: the built-in tenant's lower bound is 0)."""
     ledger = pool(science(deadline(7, 2)), TenantRecord("backfill", "batch"))
     effects = ledger.fill(T0)
-    assert len(launched(effects, "science")) == 4
+    assert len(launched(effects, "science")) == 16
     sizing = ledger.sizings["science"]
-    assert sizing.on_track and sizing.dedicated_vcpus == 0 and ledger.volunteer_caps["science"] == 4
+    assert sizing.on_track and sizing.dedicated_vcpus == 0 and sizing.volunteer_vcpus == 16
+    assert "(4 would do)" in sizing.explain
     assert events(effects, "tenant.goal_on_track")
     assert not launched(effects, "science", "on_demand")
-    assert len(launched(effects, "backfill")) == 12   # the built-in tenant takes what science leaves
+
+
+def test_dedicated_vms_wait_while_the_lower_bound_bought_later_would_still_meet_the_deadline():
+    """No residual for science (others hold the pool): 6 vCPU-hours by 2 h are 1.5 h on its lower
+    bound of 4 vCPUs, so it waits for volunteers; 7.8 by 2 h (1.95 h, the deadline padded by 2
+    minutes) cannot wait 3 minutes."""
+    ledger = crowded_then_goal(deadline(6, 2))
+    effects = ledger.fill(T0 + 1)
+    assert not launched(effects, "science", "on_demand")
+    assert ledger.sizings["science"].on_track and "waiting" in ledger.sizings["science"].explain
+    ledger = crowded_then_goal(deadline(7.8, 2))
+    dedicated = launched(ledger.fill(T0 + 1), "science", "on_demand")
+    assert len(dedicated) == 4 and ledger.sizings["science"].dedicated_vcpus == 4
 
 
 def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bound_and_is_at_risk():
@@ -101,12 +115,12 @@ def test_a_job_done_releases_its_dedicated_vms():
     assert events(effects, "tenant.goal_on_track")
 
 
-def test_a_tenant_without_a_goal_is_not_sized_and_a_removed_goal_lifts_the_cap():
+def test_a_tenant_without_a_goal_is_not_sized_and_a_removed_goal_drops_its_sizing():
     ledger = pool(science(deadline(7, 2)))
     ledger.fill(T0)
-    assert ledger.volunteer_caps == {"science": 4}
+    assert set(ledger.sizings) == {"science"}
     ledger.set_tenants([science(None)])
-    assert ledger.volunteer_caps == {} and ledger.sizings == {}
+    assert ledger.sizings == {} and ledger.tenant_goals == {}
 
 
 def test_goals_as_stored_parse_or_name_the_problem():

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, size_for_goal)
+from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, report_lag,
+                                   size_for_goal)
 from gleaner_common.ids import InvalidField
 
 H = 3600.0
@@ -17,12 +18,29 @@ FRESH = Progress(0, 400)   # with no measured rate, the goal's W stands in: 400 
 
 # ----------------------------------------------------------------------------------- deadline
 
-def test_a_deadline_met_by_volunteers_alone_takes_the_fewest():
-    # W = 40 vCPU-hours, 8 residual vCPUs would finish in 5 h; a 10 h deadline needs only 4
+def test_a_deadline_met_by_volunteers_alone_takes_every_volunteer_and_says_how_few_would_do():
+    # W = 40 vCPU-hours, 8 residual vCPUs finish in 5 h; a 10 h deadline needs only 4, but it
+    # takes all 8 (volunteers preempted late would otherwise leave it short)
     sizing = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 8.0)], None, 8)
-    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus) == (4, 0)
-    assert sizing.projected_finish_s == pytest.approx(10 * H) and sizing.on_track
-    assert "volunteers alone" in sizing.explain
+    assert (sizing.volunteer_vcpus, sizing.dedicated_vcpus) == (8, 0)
+    assert sizing.projected_finish_s == pytest.approx(5 * H) and sizing.on_track
+    assert "volunteers alone" in sizing.explain and "(4 would do)" in sizing.explain
+
+
+def test_dedicated_capacity_waits_while_the_whole_lower_bound_bought_later_would_still_do():
+    # W = 40; no residual now; a lower bound of 8 does it in 5 h. With 6 h to the deadline it may
+    # wait up to 1 h: asked to wait 30 min, it buys nothing now and projects the deadline
+    waiting = size_for_goal(Deadline(40, 6 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, defer_s=0.5 * H)
+    assert waiting.dedicated_vcpus == 0 and waiting.on_track
+    assert waiting.projected_finish_s == pytest.approx(6 * H) and "waiting" in waiting.explain
+    # waiting 90 min would be too late: it buys now, the least that does it (40 / 6 h: 7 vCPUs)
+    late = size_for_goal(Deadline(40, 6 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, defer_s=1.5 * H)
+    assert late.dedicated_vcpus == 7 and late.on_track and late.projected_finish_s <= 6 * H
+    # without waiting (the default), the same
+    assert size_for_goal(Deadline(40, 6 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8).dedicated_vcpus == 7
+    # residual that will come counts: 8 volunteers from 2 h on do it with the lower bound's help later
+    assert size_for_goal(Deadline(40, 6 * H), FRESH, 0.0, [(0.0, 0.0), (2 * H, 8.0)], None, 8,
+                         defer_s=1.5 * H).dedicated_vcpus == 0
 
 
 def test_a_deadline_that_needs_dedicated_capacity_gets_the_least():
@@ -53,9 +71,12 @@ def test_the_measured_rate_replaces_the_goals_estimate_and_only_the_work_left_co
     # half done; 20 units per vCPU-hour measured: 200 units left are 10 vCPU-hours; 2 vCPUs take 5 h
     half = Progress(200, 400)
     assert project(Deadline(40, 100 * H), half, 1000.0, [(0.0, 2.0)], 20.0, 0).finish_s == pytest.approx(1000.0 + 5 * H)
-    # a deadline 100 h away: 1 volunteer vCPU does it in 10 h (the goal's W would have said 20 vCPU-hours)
-    sizing = size_for_goal(Deadline(40, 100 * H), half, 1000.0, [(0.0, 2.0)], 20.0, 0)
-    assert sizing.volunteer_vcpus == 1 and sizing.projected_finish_s == pytest.approx(1000.0 + 10 * H)
+    # a deadline 7 h away: 2 volunteer vCPUs do it in 5 h; the goal's W would have said 20
+    # vCPU-hours, which they could not do in time
+    sizing = size_for_goal(Deadline(40, 1000.0 + 7 * H), half, 1000.0, [(0.0, 2.0)], 20.0, 0)
+    assert sizing.on_track and "(2 would do)" in sizing.explain
+    assert sizing.volunteer_vcpus == 2 and sizing.projected_finish_s == pytest.approx(1000.0 + 5 * H)
+    assert not size_for_goal(Deadline(40, 1000.0 + 7 * H), half, 1000.0, [(0.0, 2.0)], None, 0).on_track
 
 
 def test_padding_moves_the_deadline_earlier():
@@ -134,9 +155,28 @@ def test_project_gives_one_allocations_finish_and_cost():
 # ------------------------------------------------------------------------------ progress rate
 
 def test_progress_rate_is_progress_over_the_vcpu_hours_that_made_it():
-    # 4 vCPUs for 1 h, 2 vCPUs for 1 h: 6 vCPU-hours made 60 units
-    assert progress_rate([(0, 0, 4), (H, 40, 2), (2 * H, 60, 9)]) == pytest.approx(10.0)
-    assert progress_rate([(2 * H, 60, 9), (0, 0, 4), (H, 40, 2)]) == pytest.approx(10.0)   # any order
+    # progress said from the first minute (lag 60 s): 4 vCPUs for 1 h, 2 vCPUs for 1 h, less the
+    # last minute's (its work is in flight): 5.9667 vCPU-hours made 60 units
+    history = [(0, 0, 4), (60, 1, 4), (H, 40, 2), (2 * H, 60, 9)]
+    assert progress_rate(history) == pytest.approx(60 / (4 + 2 * (H - 60) / H))
+    assert progress_rate(list(reversed(history))) == pytest.approx(60 / (4 + 2 * (H - 60) / H))   # any order
+
+
+def test_the_rate_leaves_out_the_vcpu_time_of_tasks_still_in_flight():
+    # tasks of 10 min that say progress when they finish: 6 vCPUs from 0, the first 6 tasks said
+    # at 10 min, 6 more at 20 min (one unit a vCPU-second). Counted up to now the first 20 min
+    # would read as 1/2 then 1/1 of the truth, and at 10 min as no rate at all; the report lag
+    # (10 min) leaves out the vCPU-time whose tasks have not said yet
+    task = 600.0
+    at_first = [(0, 0, 6), (task, 6 * task, 6)]
+    assert progress_rate(at_first) is None   # all the vCPU-time so far is in flight
+    both = [*at_first, (2 * task, 12 * task, 6)]
+    assert progress_rate(both) == pytest.approx(12 * task / (6 * task / H))   # 2 units per vCPU-s counted
+    steady = [(i * task, 6 * task * i, 6) for i in range(12)]
+    assert progress_rate(steady) == pytest.approx(H * 11 / 10)   # 11 waves said over 10 waves' vCPU-time
+    assert report_lag(steady) == pytest.approx(task)
+    assert report_lag([(0, 0, 0), (5, 0, 6), (65, 1, 6)]) == pytest.approx(60)   # from the first vCPUs held
+    assert report_lag([(0, 0, 6), (60, 0, 6)]) == 0.0   # no progress yet
 
 
 @pytest.mark.parametrize("history", [[], [(0, 5, 4)], [(0, 0, 0), (H, 10, 0)], [(H, 0, 4), (H, 10, 4)]])
@@ -146,7 +186,8 @@ def test_progress_rate_is_none_when_it_cannot_be_measured(history):
 
 def test_progress_that_went_backwards_is_no_progress():
     assert progress_rate([(0, 50, 4), (H, 10, 4)]) == 0.0
-    assert progress_rate([(0, 0, 1), (H, 100, 1), (2 * H, 0, 1), (3 * H, 100, 1)]) == pytest.approx(100 / 3)
+    # the lag is 1 h (the first word of more than the start's 0): 100 units over 2 h of 1 vCPU
+    assert progress_rate([(0, 0, 1), (H, 100, 1), (2 * H, 0, 1), (3 * H, 100, 1)]) == pytest.approx(100 / 2)
 
 
 @pytest.mark.parametrize("history, field", [

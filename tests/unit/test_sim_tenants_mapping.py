@@ -179,4 +179,15 @@ def test_a_batch_tenant_waits_for_its_start_and_its_goal_is_made_absolute(tmp_pa
         {**tenants_config_data()["tenants"][2], "goal": {"kind": "deadline", "work_vcpu_hours": 10,
                                                           "deadline_on_residual": True}}]})
     goal = json.loads(records(on_residual, 3600.0, {"science": 20.0})[0].goal)
-    assert goal["deadline_s"] == pytest.approx(3600 + 10 / 20 * 3600)   # W on the residual alone
+    # the work on the residual alone, in whole jobs: 18 jobs of 2 vCPUs, 10 at once, 2 waves of
+    # 1000 s (W over the residual, 1800 s, would ask for a 2.8th job at once)
+    assert goal["deadline_s"] == pytest.approx(3600 + 2 * 1000)
+    goal = json.loads(records(on_residual, 3600.0, {"science": 100.0})[0].goal)
+    assert goal["deadline_s"] == pytest.approx(3600 + 2 * 1000)   # its upper bound (32 vCPUs) holds 16 at once
+    goal = json.loads(records(on_residual, 3600.0, {"science": 1.0})[0].goal)
+    assert goal["deadline_s"] == pytest.approx(3600 + 1e9)   # no job fits: never
+    bare = tenants_config({**tenants_config_data(), "tenants": [
+        {**{k: v for k, v in tenants_config_data()["tenants"][2].items() if k != "work"},
+         "goal": {"kind": "deadline", "work_vcpu_hours": 10, "deadline_on_residual": True}}]})
+    goal = json.loads(records(bare, 3600.0, {"science": 20.0})[0].goal)
+    assert goal["deadline_s"] == pytest.approx(3600 + 10 / 20 * 3600)   # no jobs: W on the residual alone
