@@ -51,11 +51,25 @@ def unique_name(label: str = "vm") -> str:
     return f"{TEST_PREFIX}{label}-{uuid.uuid4().hex[:8]}"
 
 
+PORTS = (20000, 32000)   # below Linux's ephemeral range (32768-60999 by default)
+
+
 def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a test daemon to listen on later. Not one the kernel
+    would hand out itself: a port from the ephemeral range can be taken as the source port of
+    any connection (an agent's to its controller) between this pick and the daemon's bind,
+    which failed a replay run's agent with "another process holds it"."""
+    import random
     import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    for _ in range(200):
+        port = random.randrange(*PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS[0]}-{PORTS[1] - 1} after 200 tries")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
