@@ -831,16 +831,8 @@ class PoolService:
             if name == BACKFILL_TENANT:   # its dedicated VMs would be on-demand VMs of owner "backfill": default's
                 raise tenancy.TenantRefused(f"tenant {name!r} is the built-in batch tenant and takes no goal: create "
                                             "a batch tenant for goal-driven work (gleanctl tenant create NAME --kind batch)")
-        with self.lock:
-            old = self._batch_tenant(name)
-            new = replace(old, goal=json.dumps(dict(goal), sort_keys=True) if goal is not None else None)
-            detail = dict(_tenant_detail(new), goal=new.goal or "none", before_goal=old.goal or "none")
-            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
-            self.ledger.set_tenants(self.store.tenants())
-            self._apply(self.ledger.size_goals(self.clock(), force=True))
-        log_event(log, "tenant.changed", **detail)
-        self.request_fill()   # the launcher grants by the tenants now
-        return new
+        value = json.dumps(dict(goal), sort_keys=True) if goal is not None else None
+        return self._change_batch_tenant(name, "goal", lambda _old: value, unset="none", size_goals=True)
 
     def _batch_tenant(self, name: str) -> TenantRecord:
         """The stored batch tenant `name` (TenantNotFound, or TenantRefused for an on-demand one)."""
@@ -857,16 +849,29 @@ class PoolService:
         its current ones (none after `reset`), each checked against the pool-wide settings' bounds;
         stored with a tenant.changed event, then the launcher grants by them."""
         self._check_tenant("change the backfill settings of", tenant=name)
-        with self.lock:
-            old = self._batch_tenant(name)
+
+        def merged(old: TenantRecord) -> str | None:
             own = {} if reset else json.loads(old.backfill or "{}")
             own.update(changes)
             checks.backfill(self.ledger.backfill, own)   # InvalidField names a key out of bounds
-            new = replace(old, backfill=json.dumps(own, sort_keys=True) if own else None)
-            detail = dict(_tenant_detail(new), backfill=new.backfill or "pool-wide", before_backfill=old.backfill or
-                          "pool-wide")
+            return json.dumps(own, sort_keys=True) if own else None
+        return self._change_batch_tenant(name, "backfill", merged, unset="pool-wide")
+
+    def _change_batch_tenant(self, name: str, field: str, value: Callable[[TenantRecord], str | None],
+                             unset: str, size_goals: bool = False) -> TenantRecord:
+        """Batch tenant `name` with its JSON `field` (goal or backfill) set to `value(old)`, which
+        runs under the lock and may refuse. Stored with a tenant.changed event naming the field
+        before and after (`unset` standing for none) before the books are told: a change is
+        durable before the grants it allows; `size_goals` sizes the goals at once."""
+        with self.lock:
+            old = self._batch_tenant(name)
+            new = replace(old, **{field: value(old)})
+            detail = dict(_tenant_detail(new), **{field: getattr(new, field) or unset,
+                                                  f"before_{field}": getattr(old, field) or unset})
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
+            if size_goals:
+                self._apply(self.ledger.size_goals(self.clock(), force=True))
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return new
