@@ -12,8 +12,9 @@ for dedicated capacity. Every GOAL_INTERVAL_S the books size each such tenant fr
 The answer steers the tenant, and only it: it takes every volunteer it is granted (PSF shares
 the residual among batch tenants; goals.size_for_goal says why no fewer), and its dedicated
 capacity is on-demand VMs of its own (non-preemptible; the request path checks them against its
-lower bound like any tenant's) requested or released to match. The sizing is kept for `gleanctl tenant show` (on track or at risk, the projected
-finish); a change between the two is an audit event.
+lower bound like any tenant's) requested or released to match. The sizing is kept for `gleanctl
+tenant show` (on track or at risk, the projected finish); a change between the two is an audit
+event.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ GOAL_KINDS = ("deadline", "least_cost")
 GOAL_PADDING_S = 2 * GOAL_INTERVAL_S
 # Dedicated capacity waits while the whole lower bound bought this much later would still meet
 # the deadline (three sizings): volunteers granted meanwhile need less of it. Measured against
-# 0, 300 and 600 s in docs/simulator.md ("Tenants").
+# 300 and 600 s in docs/simulator.md ("Tenants").
 GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
 
 

@@ -190,9 +190,9 @@ class _Job:
         steps = self.steps if dedicated_from is None else _split(self.steps, dedicated_from)
         for i, (start, residual) in enumerate(steps):
             end = steps[i + 1][0] if i + 1 < len(steps) else math.inf
-            held = min(dedicated, self.upper) if dedicated_from is None or start >= dedicated_from else 0.0
-            volunteers = max(0.0, min(cap, residual, self.upper - held))
-            rate = held + volunteers
+            own = min(dedicated, self.upper) if dedicated_from is None or start >= dedicated_from else 0.0
+            volunteers = max(0.0, min(cap, residual, self.upper - own))
+            rate = own + volunteers
             if rate <= 0:
                 continue
             hours = (end - start) / HOUR
@@ -256,7 +256,7 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
 
     Measured (tests/bench/tenants.py, docs/simulator.md): capping volunteers at the fewest that
     meet the deadline, as RHIC hugs its deadlines to spare paid volunteers, left the tenant
-    short when volunteers were preempted late and made it buy 3.9 times the dedicated capacity
+    short when volunteers were preempted late and made it buy 3.8 times the dedicated capacity
     of an exhaustive search; Gleaner's volunteers are idle capacity, shared by PSF."""
     job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, lower_bound_vcpus, upper_bound_vcpus)
     if job.work_left <= 0:
@@ -285,7 +285,6 @@ def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[
     if work is None:
         raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
     rate = _number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
-
     left = progress.total - progress.done
     work_left = 0.0 if left <= 0 else (left / rate if rate > 0 else math.inf)
     return _Job(float(now_s), _steps(forecast, float(now_s)), work_left,
