@@ -31,7 +31,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,21 @@ class RecordedAgents(AgentModel):
 
 # -- the simulation -------------------------------------------------------------------------------
 
+def _live_ids(recording: Recording, counted: Callable[[str], str]) -> Callable[[str], str]:
+    """The books' lease ids for a replay: the live run's own, role by role in the order it made
+    them (then counted ones). The victim policies break ties (two VMs launched at one instant) by
+    lease id: with ids of its own the replay chose the other VM of a tie, at random."""
+    live: dict[str, Iterator[str]] = {}
+    for prefix, role in (("od", "on_demand"), ("bf", "backfill")):
+        live[prefix] = iter([line["lease"] for line in recording.lines
+                             if line["kind"] == "lease" and line.get("role") == role and line.get("lease")])
+
+    def new_id(prefix: str) -> str:
+        made = live.get(prefix)
+        return (next(made, None) if made is not None else None) or counted(prefix)
+    return new_id
+
+
 class ReplaySimulation(Simulation):
     """The simulator on a recording's inputs (the module's doc), recording its own decisions."""
 
@@ -209,6 +224,7 @@ class ReplaySimulation(Simulation):
         self.held = HeldRoom(list(self.nodes.values()))
         self.absent = set(self.nodes)
         self.agents.bind(settings, list(self.nodes))
+        self.ledger.new_id = _live_ids(recording, self.ledger.new_id)
         self.released_unknown: list[tuple[float, str]] = []   # releases of leases the replay never made
         self._periodic = False   # the simulator's own periodic jobs started (jobs="simulated")
         self._schedule()
