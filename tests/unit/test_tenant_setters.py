@@ -15,10 +15,9 @@ import pytest
 
 from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
-from tests.agentproc import TEST_PREFIX, LabEnv, wait_for
-from tests.controllerproc import ControllerProcess, reporting_node
-from tests.fake_agents import serve_fake_agent, stop_fake_agent
-from tests.unit.test_tenants_api import node_report
+from tests.agentproc import LabEnv, wait_for
+from tests.controllerproc import ControllerProcess
+from tests.unit.test_tenants_api import fake_node_controller
 
 NODE = "setters-node"
 
@@ -28,21 +27,13 @@ def controller(tmp_path_factory):
     root = tmp_path_factory.mktemp("tenant-setters")
     (root / "images").mkdir()
     env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
-    agent, server = serve_fake_agent(env.pki, NODE, hung=False)
-    controller = ControllerProcess(env, name="setters-ctl").start()
-    prefix = f"{TEST_PREFIX}{controller.name}-"
-    report = lambda: node_report(NODE, f"127.0.0.1:{server.port}", agent, prefix)   # noqa: E731
-    try:
-        with reporting_node(controller, NODE, report):
-            wait_for(lambda: controller.node_state(NODE) == "up", 30, "the node up (admission books its capacity)")
-            stub = controller.stub()
-            for name, kind in (("grid", "batch"), ("shop", "on_demand")):
-                stub.CreateTenant(controller_pb2.CreateTenantRequest(name=name, kind=kind, upper_vcpus=1,
-                                                                     upper_memory_mib=512), timeout=10)
-            yield controller
-    finally:
-        controller.stop()
-        stop_fake_agent(agent, server)
+    with fake_node_controller(env, "setters-ctl", NODE) as controller:
+        wait_for(lambda: controller.node_state(NODE) == "up", 30, "the node up (admission books its capacity)")
+        stub = controller.stub()
+        for name, kind in (("grid", "batch"), ("shop", "on_demand")):
+            stub.CreateTenant(controller_pb2.CreateTenantRequest(name=name, kind=kind, upper_vcpus=1,
+                                                                 upper_memory_mib=512), timeout=10)
+        yield controller
 
 
 def tenant(controller: ControllerProcess, name: str) -> controller_pb2.Tenant:

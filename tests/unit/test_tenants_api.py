@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -45,19 +47,27 @@ def env(tmp_path_factory):
     return LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE, RBT_NODE)))
 
 
-@pytest.fixture(scope="module")
-def controller(env):
-    """A controller at the default [tenants] (rbt 1, urr 1) with the node and its quick fake agent."""
-    agent, server = serve_fake_agent(env.pki, NODE, hung=False)
-    controller = ControllerProcess(env, name="tenants-ctl").start()
+@contextmanager
+def fake_node_controller(env: LabEnv, name: str, node: str = NODE) -> Iterator[ControllerProcess]:
+    """A controller process named `name` with `node` reporting through a quick fake agent (the
+    VMs it launches run there: node_report)."""
+    agent, server = serve_fake_agent(env.pki, node, hung=False)
+    controller = ControllerProcess(env, name=name).start()
     prefix = f"{TEST_PREFIX}{controller.name}-"
-    report = lambda: node_report(NODE, f"127.0.0.1:{server.port}", agent, prefix)   # noqa: E731
+    report = lambda: node_report(node, f"127.0.0.1:{server.port}", agent, prefix)   # noqa: E731
     try:
-        with reporting_node(controller, NODE, report):
+        with reporting_node(controller, node, report):
             yield controller
     finally:
         controller.stop()
         stop_fake_agent(agent, server)
+
+
+@pytest.fixture(scope="module")
+def controller(env):
+    """A controller at the default [tenants] (rbt 1, urr 1) with the node and its quick fake agent."""
+    with fake_node_controller(env, "tenants-ctl") as controller:
+        yield controller
 
 
 def gleanctl(controller: ControllerProcess, *args: str, tls=None) -> subprocess.CompletedProcess:
