@@ -121,6 +121,13 @@ class LabEnv:
         link_image(SYSTEM_IMAGE_DIR / "tiny", image_dir / "tiny")
         return cls(root=root, image_dir=image_dir, pki=ensure_lab_pki(root / "pki"))
 
+    @classmethod
+    def in_dir(cls, root: Path, nodes: tuple[str, ...] = ()) -> "LabEnv":
+        """An environment for a controller without VMs in `root` (a test's temporary directory):
+        an empty image directory and a lab PKI with an agent certificate per node."""
+        (root / "images").mkdir()
+        return cls(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=nodes))
+
     def remove(self) -> None:
         if os.environ.get("GLEANER_TEST_KEEP"):  # keep the logs and state of a run to read them after
             print(f"kept {self.root} (GLEANER_TEST_KEEP)", file=sys.stderr)

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import REPO, LabEnv, wait_for
 from tests.controllerproc import ControllerProcess, reporting_node
@@ -21,9 +20,7 @@ NODE = "busy-node"
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gleanctl-explain")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl-explain"), nodes=(NODE,))
     controller = ControllerProcess(env, name="explain-ctl", settings=dict(prediction_window=2)).start()
     def report() -> controller_pb2.NodeReport:   # a 2-CPU host that runs no VM, its own load taking both CPUs
         return controller_pb2.NodeReport(node_id=NODE, agent_address="127.0.0.1:9", cpus=2, memory_mib=4096,

@@ -18,7 +18,6 @@ import pytest
 
 from controller.gleanctl import EVENT_KINDS
 from controller.server import FOLLOW_BATCH
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import REPO, LabEnv
 from tests.controllerproc import ControllerProcess, rpc_code
@@ -26,9 +25,7 @@ from tests.controllerproc import ControllerProcess, rpc_code
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gleanctl-follow")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=("f1",)))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl-follow"), nodes=("f1",))
     proc = ControllerProcess(env, name="follow-ctl").start()
     yield proc
     proc.stop()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from controller import gleanctl as gleanctl_module
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import REPO, LabEnv, free_port
 from tests.controllerproc import ControllerProcess
@@ -23,9 +22,7 @@ from tests.controllerproc import ControllerProcess
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gleanctl-habits")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki"))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl-habits"))
     proc = ControllerProcess(env, name="habits-ctl").start()
     yield proc
     proc.stop()

@@ -17,7 +17,6 @@ import time
 import pytest
 
 from gleaner_common.authz import DenyList, Limits
-from gleaner_common.pki import ensure_lab_pki
 from gleaner_common.rpc import ServerSettings, start_server
 from protos import agent_pb2, agent_pb2_grpc, controller_pb2
 from tests.agentproc import REPO, LabEnv, wait_for
@@ -63,9 +62,7 @@ class QuickAgent(agent_pb2_grpc.NodeAgentServicer):
 def pool(tmp_path_factory):
     """A controller and its one 2-CPU node (a QuickAgent reporting twice a second), backfill on with
     1-vCPU VMs that are shut down when preempted."""
-    root = tmp_path_factory.mktemp("gleanctl-output")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl-output"), nodes=(NODE,))
     controller = ControllerProcess(env, name="output-ctl", settings=dict(use_prediction=False)).start()
     agent = QuickAgent()
     server = start_server(ServerSettings("127.0.0.1:0", env.pki.agent(NODE), DenyList(env.pki.deny_list),

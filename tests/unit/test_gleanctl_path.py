@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 
-from gleaner_common.pki import ensure_lab_pki
 from tests.agentproc import REPO, LabEnv
 from tests.controllerproc import ControllerProcess
 
@@ -30,9 +29,7 @@ def by_name(bin_dir, *args: str, cwd) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gleanctl-path")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki"))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl-path"))
     proc = ControllerProcess(env, name="path-ctl").start()
     yield proc
     proc.stop()

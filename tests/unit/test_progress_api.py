@@ -13,7 +13,6 @@ import time
 import grpc
 import pytest
 
-from gleaner_common.pki import ensure_lab_pki
 from gleaner_common.rpc import Role, channel_to
 from protos import controller_pb2, controller_pb2_grpc
 from tests.agentproc import REPO, TEST_PREFIX, LabEnv, wait_for
@@ -26,9 +25,7 @@ VM = f"{TEST_PREFIX}progress-1"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    root = tmp_path_factory.mktemp("progress-api")
-    (root / "images").mkdir()
-    return LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
+    return LabEnv.in_dir(tmp_path_factory.mktemp("progress-api"), nodes=(NODE,))
 
 
 def report(address: str, done: int, total: int) -> controller_pb2.NodeReport:

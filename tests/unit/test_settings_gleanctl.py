@@ -13,7 +13,6 @@ import grpc
 import pytest
 
 from controller.checks import MIN_MEMORY_MIB
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import REPO, LabEnv
 from tests.controllerproc import ControllerProcess
@@ -21,9 +20,7 @@ from tests.controllerproc import ControllerProcess
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gleanctl")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki"))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("gleanctl"))
     proc = ControllerProcess(env, name="settings-ctl").start()
     yield proc
     proc.stop()

@@ -13,7 +13,6 @@ import time
 import grpc
 import pytest
 
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import LabEnv, wait_for
 from tests.controllerproc import ControllerProcess
@@ -24,9 +23,7 @@ NODE = "setters-node"
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tenant-setters")
-    (root / "images").mkdir()
-    env = LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE,)))
+    env = LabEnv.in_dir(tmp_path_factory.mktemp("tenant-setters"), nodes=(NODE,))
     with fake_node_controller(env, "setters-ctl", NODE) as controller:
         wait_for(lambda: controller.node_state(NODE) == "up", 30, "the node up (admission books its capacity)")
         stub = controller.stub()

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from gleaner_common.pki import ensure_lab_pki
 from protos import controller_pb2
 from tests.agentproc import REPO, TEST_PREFIX, LabEnv, wait_for
 from tests.controllerproc import ControllerProcess, reporting_node, rpc_code
@@ -42,9 +41,7 @@ def node_report(node: str, address: str, agent=None, prefix: str = "") -> contro
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tenants-api")
-    (root / "images").mkdir()
-    return LabEnv(root=root, image_dir=root / "images", pki=ensure_lab_pki(root / "pki", nodes=(NODE, RBT_NODE)))
+    return LabEnv.in_dir(tmp_path_factory.mktemp("tenants-api"), nodes=(NODE, RBT_NODE))
 
 
 @contextmanager
