@@ -115,7 +115,8 @@ class GoalSizing:
     def _size(self, tenant, goal: Goal, now: float) -> list[Effect]:
         said = self.progress.progress(tenant.name)
         progress = said if said is not None else Progress(0.0, goal.work_vcpu_hours)
-        rate = progress_rate(self.progress.history(tenant.name)) if said is not None else None
+        history = sorted(self.progress.history(tenant.name))
+        rate = progress_rate(history) if said is not None else None
         if rate is not None and rate <= 0:
             rate = None   # no progress measured yet: the goal's own work figure stands in
         residual = self._residual_for(tenant.name, now)
@@ -125,7 +126,7 @@ class GoalSizing:
         reachable = residual + self._dedicated_held(tenant.name) + self._others_backfill(tenant.name)
         upper = int(min(tenant.upper.vcpus, reachable))
         # RHIC pads by the average task length: the first task said stands in for it
-        padding = max(GOAL_PADDING_S, report_lag(sorted(self.progress.history(tenant.name))))
+        padding = max(GOAL_PADDING_S, report_lag(history))
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
                                upper_bound_vcpus=upper, padding_s=padding, defer_s=GOAL_DEFER_S)
         before = self.sizings.get(tenant.name)

@@ -31,7 +31,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,14 +190,14 @@ def _live_ids(recording: Recording, counted: Callable[[str], str]) -> Callable[[
     """The books' lease ids for a replay: the live run's own, role by role in the order it made
     them (then counted ones). The victim policies break ties (two VMs launched at one instant) by
     lease id: with ids of its own the replay chose the other VM of a tie, at random."""
-    live: dict[str, Iterator[str]] = {}
-    for prefix, role in (("od", "on_demand"), ("bf", "backfill")):
-        live[prefix] = iter([line["lease"] for line in recording.lines
-                             if line["kind"] == "lease" and line.get("role") == role and line.get("lease")])
+    made: dict[str, list[str]] = {"on_demand": [], "backfill": []}
+    for line in recording.lines:
+        if line["kind"] == "lease" and line.get("lease") and line.get("role") in made:
+            made[line["role"]].append(line["lease"])
+    live = {"od": iter(made["on_demand"]), "bf": iter(made["backfill"])}
 
     def new_id(prefix: str) -> str:
-        made = live.get(prefix)
-        return (next(made, None) if made is not None else None) or counted(prefix)
+        return next(live.get(prefix, iter(())), None) or counted(prefix)
     return new_id
 
 

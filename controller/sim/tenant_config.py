@@ -179,7 +179,7 @@ def _check_batch(spec: TenantSpec, where: str) -> None:
         if not isinstance(spec.goal, Mapping):
             raise TenantsError(f"{where}.goal: expected a table")
         try:
-            goal_from_dict(_goal_at(spec.goal, spec.start_s, 0.0))
+            goal_from_dict(_goal_at(spec, 0.0))
         except InvalidField as exc:
             raise TenantsError(f"{where}.goal: {exc}") from None
     if spec.work is not None:
@@ -195,30 +195,30 @@ def _check_batch(spec: TenantSpec, where: str) -> None:
             raise TenantsError(f"{where}.work.procs {work['procs']!r}: a whole number")
 
 
-def _goal_at(goal: Mapping[str, Any], start_s: float, residual_vcpus: float,
-             work: Mapping[str, Any] | None = None, upper_vcpus: float = math.inf) -> dict[str, Any]:
-    """The goal as the books take it: a deadline relative to the start (deadline_after_s) or on
-    the predicted residual (deadline_on_residual) made absolute. On the residual, the deadline is
-    the time the work takes on that residual alone (within the tenant's upper bound): with a bag
-    of jobs (`work`), whole jobs in waves, ceil(jobs / jobs at once) x their run time, as a job
-    cannot be split across VMs; else W over the residual."""
+def _goal_at(spec: TenantSpec, residual_vcpus: float) -> dict[str, Any]:
+    """The tenant's goal as the books take it: a deadline relative to the start (deadline_after_s)
+    or on the predicted residual (deadline_on_residual: on_residual_s) made absolute."""
+    goal = spec.goal
     out = {k: v for k, v in goal.items() if k not in SIM_GOAL_KEYS}
     if goal.get("deadline_after_s") is not None:
-        out["deadline_s"] = start_s + goal["deadline_after_s"]
+        out["deadline_s"] = spec.start_s + goal["deadline_after_s"]
     elif goal.get("deadline_on_residual"):
-        out["deadline_s"] = start_s + on_residual_s(goal.get("work_vcpu_hours", 0), min(residual_vcpus, upper_vcpus), work)
+        out["deadline_s"] = spec.start_s + on_residual_s(spec, residual_vcpus)
     return out
 
 
-def on_residual_s(work_vcpu_hours: float, residual_vcpus: float, work: Mapping[str, Any] | None = None) -> float:
-    """Seconds the work takes on `residual_vcpus` alone (1e9 when there is none)."""
-    if work is not None:
-        at_once = int(residual_vcpus // work["procs"])
-        if at_once <= 0:
-            return 1e9
-        jobs = math.ceil(work["vcpu_hours"] * 3600.0 / (work["runtime_s"] * work["procs"]) - 1e-9)
-        return math.ceil(jobs / at_once) * float(work["runtime_s"])
-    return work_vcpu_hours / residual_vcpus * 3600.0 if residual_vcpus > 0 else 1e9
+def on_residual_s(spec: TenantSpec, residual_vcpus: float) -> float:
+    """Seconds the tenant's work takes on `residual_vcpus` alone, within its upper bound (1e9 when
+    nothing runs): with a bag of jobs (`work`), whole jobs in waves, ceil(jobs / jobs at once) x
+    their run time, as a job cannot be split across VMs; else the goal's W over the residual."""
+    residual = min(residual_vcpus, spec.upper.vcpus)
+    if residual <= 0:
+        return 1e9
+    jobs = bag_of_jobs(spec, 0.0)
+    if not jobs:
+        return spec.goal.get("work_vcpu_hours", 0) / residual * 3600.0
+    at_once = int(residual // jobs[0].procs)
+    return math.ceil(len(jobs) / at_once) * jobs[0].runtime if at_once > 0 else 1e9
 
 
 def check_admission(config: TenantsConfig, capacity: Size) -> None:
@@ -319,7 +319,7 @@ def records(config: TenantsConfig, now: float, started: Mapping[str, float] | No
         if spec.batch and now < spec.start_s:
             backfill["enabled"] = False
         elif spec.goal is not None and started and spec.name in started:
-            goal = json.dumps(_goal_at(spec.goal, spec.start_s, started[spec.name], spec.work, spec.upper.vcpus))
+            goal = json.dumps(_goal_at(spec, started[spec.name]))
         out.append(TenantRecord(spec.name, spec.kind, spec.lower.vcpus, spec.lower.memory_mib, spec.upper.vcpus,
                                 spec.upper.memory_mib, 0.0, json.dumps(backfill) if backfill else None, goal))
     return out
