@@ -531,7 +531,8 @@ EVENT_KINDS = (
     "selection.swap", "backfill.configured",
     "reserve.set", "reserve.configured", "reserve.changed", "reserve.hint", "reserve.hint_cancelled",
     "report.refused", "rpc.denied", "tenant.created", "tenant.changed", "tenant.deleted",
-    "tenants.lower_bounds_scaled", "tenants.lower_bounds_restored", "tenant.goal_on_track", "tenant.goal_at_risk")
+    "tenants.lower_bounds_scaled", "tenants.lower_bounds_restored", "tenant.goal_on_track", "tenant.goal_at_risk",
+    "tenant.goal_done")
 
 
 def event_kind(kind: str) -> str:

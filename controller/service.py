@@ -871,6 +871,7 @@ class PoolService:
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
             if size_goals:
+                self.ledger.new_goal(name)
                 self._apply(self.ledger.size_goals(self.clock(), force=True))
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now

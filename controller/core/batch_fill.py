@@ -123,7 +123,8 @@ class BatchFilling:
         pool = self.backfill
         configs = {t.name: tenant_config(pool, self.tenant_backfill.get(t.name, {}))
                    for t in self.tenants if t.kind is TenantKind.BATCH}
-        for name in self.draining.intersection(configs):   # being deleted: granted nothing more
+        # being deleted, or its goal's job done: granted nothing more
+        for name in (self.draining | self.goals_done()).intersection(configs):
             configs[name] = dataclasses.replace(configs[name], enabled=False)
         return configs
 

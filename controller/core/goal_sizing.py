@@ -130,6 +130,8 @@ class GoalSizing:
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
                                upper_bound_vcpus=upper, padding_s=padding, defer_s=GOAL_DEFER_S)
         before = self.sizings.get(tenant.name)
+        if sizing.done:
+            return self._job_done(tenant.name, sizing, progress, now)
         self.sizings[tenant.name] = sizing
         effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if before is None or before.on_track != sizing.on_track:
@@ -139,6 +141,38 @@ class GoalSizing:
                                                            dedicated_vcpus=sizing.dedicated_vcpus,
                                                            volunteer_vcpus=sizing.volunteer_vcpus,
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
+        return effects
+
+    def goals_done(self) -> set[str]:
+        """The goal-driven tenants whose job is done: granted nothing more until a new goal."""
+        return {name for name, sizing in self.sizings.items() if sizing.done and name in self.tenant_goals}
+
+    def new_goal(self, tenant: str) -> None:
+        """An admin set `tenant`'s goal: after a job done, a new job begins (the progress said
+        so far is the old job's; kept, it would say done at once and the tenant get nothing)."""
+        said = self.progress.progress(tenant)
+        if said is not None and said.done >= said.total:
+            self.progress.forget_tenant(tenant)
+        self.sizings.pop(tenant, None)
+        self._sized_at.pop(tenant, None)
+
+    def _job_done(self, tenant: str, sizing: Sizing, progress: Progress, now: float) -> list[Effect]:
+        """The job is done (RHIC releases a job's cluster when it ends): every VM of the tenant's
+        goes, its dedicated VMs and its volunteers (their guests have nothing left to do), and it
+        is granted nothing more (goals_done) until a new goal is set."""
+        said = f"{progress.done:g}/{progress.total:g}"
+        explain = (f"done: its guests say {said}; its VMs are stopped, and it is granted nothing until its goal "
+                   "is set again (the next job)")
+        self.sizings[tenant] = dataclasses.replace(sizing, explain=explain)
+        effects: list[Effect] = [Write(events=(Audit("tenant.goal_done", detail=dict(
+            tenant=tenant, progress=said, explain=explain)),))]
+        mine = [l for l in self.leases.values() if l.state not in STOPS and self.tenant_of_lease(l) == tenant
+                and (l.role == "backfill" or l.request_id.startswith("goal-"))]
+        for lease in sorted(mine, key=lambda l: l.lease_id):
+            if lease.state == "running":
+                effects += self._stop(lease, self.backfill.grace_seconds, now, f"its tenant's goal is done ({said})")
+            else:   # starting, waiting, hibernated: release knows how to end each
+                effects += self.release(lease.lease_id, False, now)[1]
         return effects
 
     def _release_unsteered(self, now: float) -> list[Effect]:

@@ -116,13 +116,15 @@ class Sizing:
     """size_for_goal's answer: what to give the tenant this interval, and what it leads to.
     `volunteer_vcpus` is what it takes now (the forecast's value now, within its upper bound
     beside its dedicated vCPUs); `projected_finish_s` is math.inf when the job would never
-    finish at this size; `cost` is the projected cost under LeastCost, else None."""
+    finish at this size; `cost` is the projected cost under LeastCost, else None; `done` when
+    the job's progress says no work is left."""
     volunteer_vcpus: int
     dedicated_vcpus: int
     projected_finish_s: float
     on_track: bool
     explain: str
     cost: float | None = None
+    done: bool = False   # the job's progress says no work is left
 
 
 # ------------------------------------------------------------------------- the progress rate
@@ -260,7 +262,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
     of an exhaustive search; Gleaner's volunteers are idle capacity, shared by PSF."""
     job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, lower_bound_vcpus, upper_bound_vcpus)
     if job.work_left <= 0:
-        return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None)
+        return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None,
+                      done=True)
     if isinstance(goal, Deadline):
         padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
         defer = _number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")

@@ -1,7 +1,8 @@
 """Goal-driven sizing in the books (controller.core.goal_sizing, RHIC): a batch tenant's deadline
 met by volunteers alone takes every volunteer it is granted; one that needs more gets dedicated
 VMs of its own, within its lower bound, once waiting would be too late; one that cannot be met
-is at risk, and says so once; a job done releases its dedicated VMs."""
+is at risk, and says so once; a job done stops every VM of the tenant's and it is granted nothing
+more until a new goal."""
 from __future__ import annotations
 
 import json
@@ -101,18 +102,63 @@ def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bou
     assert not events(again, "tenant.goal_at_risk")              # said once
 
 
-def test_a_job_done_releases_its_dedicated_vms():
+def science_vms(ledger: Ledger, state: str | None = None) -> list:
+    return [l for l in ledger.leases.values() if l.owner == "science" and (state is None or l.state == state)]
+
+
+def test_a_job_done_releases_its_dedicated_vms_at_once():
     ledger = crowded_then_goal(deadline(40, 2))
     confirm(ledger, ledger.fill(T0 + 1), T0 + 1)
-    assert len([l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"]) == 4
+    assert len([l for l in science_vms(ledger) if l.role == "on_demand"]) == 4
     ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 90)   # its guests say the job is done
-    first = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)   # one sizing wanting fewer keeps them (a dip)
-    assert not [l for l in ledger.leases.values() if l.owner == "science" and l.state == "stopping"]
-    effects = first + ledger.fill(T0 + 2 + 3 * GOAL_INTERVAL_S)
-    stopping = [l for l in ledger.leases.values() if l.owner == "science" and l.role == "on_demand"
-                and l.state == "stopping"]
-    assert len(stopping) == 4 and ledger.sizings["science"].on_track
-    assert events(effects, "tenant.goal_on_track")
+    effects = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)   # no second sizing waited for: not a dip
+    stopping = [l for l in science_vms(ledger, "stopping") if l.role == "on_demand"]
+    assert len(stopping) == 4 and ledger.sizings["science"].on_track and ledger.sizings["science"].done
+    [done] = events(effects, "tenant.goal_done")
+    assert done.detail["tenant"] == "science" and done.detail["progress"] == "100/100"
+
+
+def test_a_job_done_stops_its_volunteers_and_the_other_batch_tenant_takes_the_room():
+    """RHIC releases a job's cluster when the job ends: idle volunteers would hold the pool's
+    residual from the other batch tenants for as long as no on-demand VM needed it."""
+    ledger = pool(science(deadline(7, 2)), TenantRecord("backfill", "batch"))
+    confirm(ledger, ledger.fill(T0), T0)
+    assert len(science_vms(ledger, "running")) == 16
+    ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 100, 100, 0.0, T0 + 30)
+    effects = ledger.fill(T0 + GOAL_INTERVAL_S)
+    assert len(science_vms(ledger, "stopping")) == 16
+    assert all(l.end_reason == "its tenant's goal is done (100/100)" for l in science_vms(ledger))
+    assert len(events(effects, "tenant.goal_done")) == 1
+    confirm(ledger, effects, T0 + GOAL_INTERVAL_S)
+    assert not science_vms(ledger)
+    later = ledger.fill(T0 + 3 * GOAL_INTERVAL_S)
+    assert not launched(later, "science") and not events(later, "tenant.goal_done")   # said once
+    assert len(launched(later, "backfill")) == 16
+
+
+def test_a_new_goal_after_a_job_done_is_a_new_job():
+    ledger = pool(science(deadline(7, 2)))
+    confirm(ledger, ledger.fill(T0), T0)
+    ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 100, 100, 0.0, T0 + 30)
+    ledger.progress.sample("science", 16, T0 + 30)   # as a report's statements are read: kept past its VMs
+    confirm(ledger, ledger.fill(T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
+    assert not science_vms(ledger) and ledger.goals_done() == {"science"}
+    assert not [g for g in ledger.current_grants(T0 + 2 * GOAL_INTERVAL_S) if g.tenant == "science" and g.vms]
+    ledger.set_tenants([science(deadline(7, 3))])   # as the service sets a goal: new_goal before sizing
+    ledger.new_goal("science")
+    effects = ledger.fill(T0 + 2 * GOAL_INTERVAL_S)
+    assert len(launched(effects, "science")) == 16 and not ledger.sizings["science"].done
+    assert ledger.progress.progress("science") is None   # the old job's word is gone
+
+
+def test_a_new_goal_mid_job_keeps_its_progress():
+    ledger = pool(science(deadline(7, 2)))
+    confirm(ledger, ledger.fill(T0), T0)
+    ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 40, 100, 0.0, T0 + 30)
+    ledger.fill(T0 + GOAL_INTERVAL_S)
+    ledger.set_tenants([science(deadline(7, 3))])
+    ledger.new_goal("science")
+    assert ledger.progress.progress("science").done == 40 and not science_vms(ledger, "stopping")
 
 
 def test_a_tenant_without_a_goal_is_not_sized_and_a_removed_goal_drops_its_sizing():

@@ -1,0 +1,83 @@
+"""A goal-driven tenant's job done, through the controller's service in process (a real SQLite
+store; the agents stand in, answering every call): its guests' reports say DONE = TOTAL, its
+VMs are stopped and it is granted nothing more; `set_tenant_goal` then starts a new job, as the
+old job's progress would otherwise say done at once."""
+from __future__ import annotations
+
+
+import pytest
+
+from controller.config import ControllerConfig
+from controller.core.records import BackfillConfig, Policy, Size
+from controller.service import PoolService
+from controller.store import Store
+from gleaner_common.config import TlsConfig
+from protos import controller_pb2
+from tests.unit.test_books_faults import Clock, RecordingAgents
+
+GOAL = {"kind": "deadline", "work_vcpu_hours": 2.0}
+
+
+def report(vms) -> controller_pb2.NodeReport:
+    """Node n1 (2 CPUs, 1 GiB) with its VMs, each (lease, done, total)."""
+    out = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=1024,
+                                    images=["tiny"], min_memory_mib=32)
+    for lease, done, total in vms:
+        out.vms.add(name=lease.vm_name, lease_id=lease.lease_id, role="backfill", vcpus=1, memory_mib=256,
+                    state="running", image="tiny", progress_done=done, progress_total=total,
+                    progress_for_s=1.0 if total else 0.0)
+    return out
+
+
+def answered(service: PoolService) -> None:
+    service.executor.shutdown(wait=True)   # the agents' calls answered
+    service.executor = type(service.executor)(max_workers=4)
+
+
+@pytest.fixture
+def service(tmp_path):
+    clock, agents = Clock(), RecordingAgents()
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, host_headroom_mib=128)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=256, grace_seconds=3, retry_seconds=60,
+                                      termination_policy=Policy.MOST_RECENT, interruption="terminate"))
+    service = PoolService(config, store, agents, clock=clock)
+    service.ingest(report([]))
+    service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
+    service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))
+    service.fill()
+    answered(service)
+    yield service, clock
+    service.close()
+    store.close()
+
+
+def science(service: PoolService) -> list:
+    return [l for l in service.live_leases() if l.owner == "science" and l.role == "backfill"]
+
+
+def events(service: PoolService, kind: str) -> list:
+    return [e for e in service.store.events() if e.kind == kind]
+
+
+def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
+    service, clock = service
+    running = science(service)
+    assert [l.state for l in running] == ["running", "running"]
+    clock.now += 30
+    service.ingest(report([(running[0], 7200, 7200), (running[1], 7000, 7200)]))   # the job is done
+    clock.now += 60
+    service.fill()
+    answered(service)
+    assert not science(service)   # both stopped (the stand-in agents answer at once)
+    [done] = events(service, "tenant.goal_done")
+    assert done.detail["progress"] == "7200/7200"
+    grants = service.ledger.current_grants(clock.now)
+    assert not [g for g in grants if g.tenant == "science"]   # granted nothing more
+    assert [g.tenant for g in grants if g.vms] == ["backfill"]   # the room goes to the other batch tenant
+    service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))   # the next job
+    clock.now += 600
+    service.fill()
+    answered(service)
+    assert len(science(service)) == 2
