@@ -389,13 +389,8 @@ def agent_parallel_stops(recording: Recording) -> int:
     alone: list[float] = []
     work = span = 0.0
     for node_calls in _calls(recording).values():
-        i = 0
-        while i < len(node_calls):
-            asked = node_calls[i][0]
-            j = i
-            while j + 1 < len(node_calls) and node_calls[j + 1][0] - asked < BATCH_S:
-                j += 1
-            batch = node_calls[i:j + 1]
+        for i, j in _asked_together(node_calls):
+            asked, batch = node_calls[i][0], node_calls[i:j]
             busy = any(a < asked < b for a, b, _line in node_calls[:i])
             if not busy and all(c[2]["kind"] == "stop_answer" for c in batch):
                 if len(batch) == 1:
@@ -403,7 +398,6 @@ def agent_parallel_stops(recording: Recording) -> int:
                 else:
                     work += len(batch)
                     span += max(c[1] for c in batch) - asked
-            i = j + 1
     if not work or not alone or not span:
         return 0
     return max(1, round(work * quantile(alone, 0.5) / span))
@@ -413,7 +407,12 @@ def service_times(recording: Recording, parallel: int) -> dict[int, float]:
     """Each answer's (by id of its line) service time: its delay, for a stop less the time it
     waited for the node's agent, which works on `parallel` stops at once (0: on every stop at
     once, no wait) in the order they were asked: the stop began when it was asked, or when the
-    earliest of the stops ahead of it on a busy agent answered."""
+    earliest of the stops ahead of it on a busy agent answered. The stops of a batch (a
+    request's victims, asked together of one node) each take the batch's mean: the agent answers
+    them in an order of its own, which this reckoning cannot see, and it split a batch's time
+    into stops of 0.2 ms and of 25 to 45 ms. Drawn one by one, such times made the prediction's
+    wait for 7 victims vary far more than the live waits did (p99 135 against 114 ms; with the
+    batches' means, 120 ms)."""
     out: dict[int, float] = {}
     for node_calls in _calls(recording).values():
         free: list[float] = [0.0] * max(parallel, 1)   # when each of the agent's places frees
@@ -424,7 +423,34 @@ def service_times(recording: Recording, parallel: int) -> dict[int, float]:
             began = max(asked, heapq.heappop(free))
             heapq.heappush(free, max(answered, began))
             out[id(line)] = max(answered - min(began, answered), MIN_SERVICE_S)
+        for batch in _stop_batches(node_calls) if parallel else ():
+            mean = sum(out[id(line)] for line in batch) / len(batch)
+            for line in batch:
+                out[id(line)] = mean
     return out
+
+
+def _asked_together(node_calls: Sequence[tuple[float, float, dict[str, Any]]]) -> list[tuple[int, int]]:
+    """A node's calls (in the order asked) in groups asked within BATCH_S of the group's first,
+    as [start, end) index ranges."""
+    groups, i = [], 0
+    while i < len(node_calls):
+        j = i + 1
+        while j < len(node_calls) and node_calls[j][0] - node_calls[i][0] < BATCH_S:
+            j += 1
+        groups.append((i, j))
+        i = j
+    return groups
+
+
+def _stop_batches(node_calls: Sequence[tuple[float, float, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """A node's batches of two or more stops asked together (their answer lines)."""
+    batches = []
+    for i, j in _asked_together(node_calls):
+        stops = [line for _asked, _answered, line in node_calls[i:j] if line["kind"] == "stop_answer"]
+        if len(stops) > 1:
+            batches.append(stops)
+    return batches
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -110,6 +110,18 @@ def test_the_fit_finds_an_agent_that_answers_a_batch_of_stops_in_turn():
     assert max(service_times(serial, 0).values()) == pytest.approx(0.042)   # without: the 7th's whole delay
 
 
+def test_a_batch_answered_in_a_burst_gives_each_stop_the_batchs_mean():
+    """Three victims' stops answered 30 ms after they were asked, within 0.4 ms of each other:
+    reckoned in turn, one took 30 ms and two 0.2 ms; drawn one by one, such times spread a
+    request's wait for its victims far wider than the agent's did. Each takes the mean."""
+    lone = [[0.006]] * 5
+    burst = answers(lone + [[0.030, 0.0302, 0.0304]])
+    service = service_times(burst, 1)
+    batch = [service[id(line)] for line in burst.lines if line["key"].startswith("bf:n0#5-")]
+    assert batch == pytest.approx([0.0304 / 3] * 3)
+    assert sorted(v for k, v in service.items() if v not in batch) == pytest.approx([0.006] * 5)   # lone stops as they were
+
+
 def test_the_live_p99s_own_spread_is_the_bootstrap_interval_of_its_largest_waits():
     from controller.sim.replay_compare import p99_spread
     waits = [0.04] * 146 + [0.10, 0.12, 0.20, 0.60]   # 150 waits: p99 is the second-largest
