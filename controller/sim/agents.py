@@ -218,6 +218,10 @@ class ModelledParams:
     launch_failure: float = 0.01        # share of launches the agent answers with an error
     launch_p50_seconds: float = 0.82    # launch_rpc: Launch call to answer (domain defined and started)
     launch_p99_seconds: float = 1.35    # its largest of 30
+    # backfill launches' own times (0 and 0: as the launches above). The replay fits them to the
+    # refills it recorded: a refill comes as others launch on the node and slows beside them
+    backfill_launch_p50_seconds: float = 0.0
+    backfill_launch_p99_seconds: float = 0.0
     stop_p50_seconds: float = 1.50      # terminate_rpc: a clean shutdown, Terminate call to answer
     stop_p99_seconds: float = 2.52      # its largest of 30
     report_seconds: float = 2.0         # the agents' report interval (nodeagent: report_seconds)
@@ -243,6 +247,7 @@ class ModelledParams:
 
     RANGES: ClassVar[dict[str, tuple[float, float]]] = dict(
         launch_failure=(0.0, 0.5), launch_p50_seconds=(0.001, 600.0), launch_p99_seconds=(0.001, 3600.0),
+        backfill_launch_p50_seconds=(0.0, 600.0), backfill_launch_p99_seconds=(0.0, 3600.0),
         stop_p50_seconds=(0.001, 600.0), stop_p99_seconds=(0.001, 3600.0), report_seconds=(0.0, 3600.0),
         save_p50_seconds=(0.01, 600.0), save_p99_seconds=(0.01, 3600.0), restore_p50_seconds=(0.01, 600.0),
         restore_p99_seconds=(0.01, 3600.0),
@@ -266,7 +271,10 @@ class ModelledParams:
                 raise AgentParamError(name, f"agent parameter {name} = {value:g}: allowed {low:g} to {high:g}")
             if name in cls.WHOLE and value != int(value):
                 raise AgentParamError(name, f"agent parameter {name} = {value:g}: a whole number of calls")
-        for what in ("launch", "stop", "save", "restore"):
+        if (params.backfill_launch_p50_seconds == 0) != (params.backfill_launch_p99_seconds == 0):
+            raise AgentParamError("backfill_launch_p50_seconds", "agent parameters backfill_launch_p50_seconds and "
+                                  "backfill_launch_p99_seconds are both 0 (as any launch) or both set, not one")
+        for what in ("launch", "backfill_launch", "stop", "save", "restore"):   # (0 and 0 pass: as any launch)
             p50, p99 = getattr(params, f"{what}_p50_seconds"), getattr(params, f"{what}_p99_seconds")
             if p99 < p50:
                 raise AgentParamError(f"{what}_p99_seconds", f"agent parameter {what}_p99_seconds = {p99:g} is below "
@@ -400,6 +408,9 @@ class ModelledAgents(AgentModel):
         self.params = ModelledParams.of(settings.agent_params)
         self.seed = settings.seed
         self.launch_time = Lognormal(self.params.launch_p50_seconds, self.params.launch_p99_seconds)
+        self.backfill_launch_time = Lognormal(self.params.backfill_launch_p50_seconds,
+                                              self.params.backfill_launch_p99_seconds) \
+            if self.params.backfill_launch_p50_seconds else self.launch_time
         self.stop_time = Lognormal(self.params.stop_p50_seconds, self.params.stop_p99_seconds)
         self.save_time = Lognormal(self.params.save_p50_seconds, self.params.save_p99_seconds)
         self.restore_time = Lognormal(self.params.restore_p50_seconds, self.params.restore_p99_seconds)
@@ -418,8 +429,9 @@ class ModelledAgents(AgentModel):
         key = draw_key(lease)
         attempt = str(self.attempts.get(key, 0))
         self.attempts[key] = int(attempt) + 1
-        seconds = self.lanes.call(lease.node_id, now, self.launch_time(uniform(self.seed, key, attempt, "launch_s")),
-                                  lease.role == "backfill", False)
+        backfill = lease.role == "backfill"
+        time = self.backfill_launch_time if backfill else self.launch_time
+        seconds = self.lanes.call(lease.node_id, now, time(uniform(self.seed, key, attempt, "launch_s")), backfill, False)
         if uniform(self.seed, key, attempt, "launch_failed") < self.params.launch_failure:
             return LaunchAnswer(seconds, False, "the domain did not start (modelled launch failure)")
         return LaunchAnswer(seconds, True)

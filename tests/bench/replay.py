@@ -44,7 +44,8 @@ as the live controller's bulkhead sends them (at most 4 calls to a node at once,
 at most 3, stops and on-demand launches first), and the agent works on agent_parallel_stops stops
 at once, fitted to the recording from the batches of victims' stops (the live agents on test:///
 answer a batch one at a time, about 7 ms a stop); the stop times fitted are each stop's own time,
-its wait for the agent taken out (answers.stop_delay_p50_s and _p99_s: the delays as recorded).
+its wait for the agent taken out, the stops of one batch each the batch's mean
+(answers.stop_delay_p50_s and _p99_s: the delays as recorded).
 Left out of the model: launches that run at once on a node slow each other on the 2-core host
 (backfill_launch_p50_s and _p99_s), while the model draws each launch's time alone; the
 controller's own time between a victim's answer and the launch that waited for it (about 2.5 ms);

@@ -222,7 +222,10 @@ def test_prediction_runs_the_same_requests_with_the_simulators_agents(live):
     error, parts = prediction_error(live_figures, figures)
     assert set(parts) == {"preemptions", "wait_p50_s", "wait_p99_s", "lost_work_vcpu_s"}
     assert error == max(parts.values())
-    assert answer_figures(recording)["launch_p50_s"] > 0
+    fitted = answer_figures(recording)
+    assert fitted["launch_p50_s"] > 0 and fitted["refill_launch_p50_s"] > 0
+    if sim.agents.name == "modelled":   # backfill launches take the refills' times
+        assert sim.agents.params.backfill_launch_p50_seconds == pytest.approx(max(fitted["refill_launch_p50_s"], 0.001))
 
 
 def test_prediction_error_is_the_largest_relative_difference():

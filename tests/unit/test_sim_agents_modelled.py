@@ -260,6 +260,9 @@ def test_the_ledger_judges_idleness_from_the_sampled_figures(azure):
     ((("stop_p50_seconds", 3.0), ("stop_p99_seconds", 2.0)), "stop_p99_seconds = 2 is below stop_p50_seconds = 3"),
     ((("jitter", 1.0),), "'jitter' unknown"),
     ((("cpu_noise_cores", -1.0),), "cpu_noise_cores = -1: allowed 0 to 4"),
+    ((("backfill_launch_p50_seconds", 0.05),), "or both set, not one"),
+    ((("backfill_launch_p50_seconds", 0.2), ("backfill_launch_p99_seconds", 0.1)),
+     "backfill_launch_p99_seconds = 0.1 is below backfill_launch_p50_seconds = 0.2"),
 ])
 def test_bad_parameters_are_refused_by_name(pairs, message):
     with pytest.raises(AgentParamError, match=message.replace("(", r"\(")):
@@ -292,3 +295,22 @@ def test_the_cli_runs_modelled_agents_by_default_and_the_header_records_them(tmp
                      "--backfill", "enabled=true", "interruption=terminate",
                      "--compare", "agents=ideal,agents=modelled"]) == 0
     assert "agents=ideal" in capsys.readouterr().out
+
+
+def test_backfill_launches_take_their_own_times_and_on_demand_launches_keep_theirs():
+    """The replay fits backfill launches to the recorded refills (slower: they launch beside
+    others); an on-demand launch's draw is the same whether or not they are set, so that runs with
+    and without them compare the same on-demand VMs."""
+    def agents(**own):
+        made = model(launch_p50_seconds=0.04, launch_p99_seconds=0.08, **own)
+        made.bind(SimSettings(agents="modelled"), ["n0"])
+        return made
+
+    def launched(made, leases):   # one at a time, each after the last answered: no wait in the lanes
+        return [made.launch(l, 100.0 * i).seconds for i, l in enumerate(leases)]
+    own = dict(backfill_launch_p50_seconds=0.4, backfill_launch_p99_seconds=0.8)
+    on_demand = [lease(f"od{i}", "on_demand", f"r{i}", f"od-{i}") for i in range(50)]
+    backfill = [lease(f"bf{i}", "backfill", "", f"bf-{i}") for i in range(50)]
+    assert launched(agents(), on_demand) == launched(agents(**own), on_demand)
+    quick, slow = launched(agents(), backfill), launched(agents(**own), backfill)
+    assert slow == pytest.approx([10 * q for q in quick])   # the same draws, through a median 10 times longer
