@@ -354,9 +354,10 @@ def answer_figures(recording: Recording) -> dict[str, float]:
     parallel = agent_parallel_stops(recording)
     service = service_times(recording, parallel)
     seen = [booked.get(a["key"], booking) + service[id(a)] + committed.get(a["key"], 0.0) for a in on_demand]
-    backfill = [a["delay_s"] for a in launches if a["key"].startswith("bf:")]
+    backfill_answers = [a for a in launches if a["key"].startswith("bf:")]
+    backfill = [a["delay_s"] for a in backfill_answers]
     first_request = min(requested.values(), default=0.0)
-    refills = [a["delay_s"] for a in launches if a["key"].startswith("bf:") and a["t"] > first_request]
+    refills = [a["delay_s"] for a in backfill_answers if a["t"] > first_request]
     stop_answers = [a for answers in recording.stop_answers.values() for a in answers if a["ok"]]
     stops, stop_delays = [service[id(a)] for a in stop_answers], [a["delay_s"] for a in stop_answers]
     return dict(controller_s=booking + quantile(list(committed.values()), 0.5),

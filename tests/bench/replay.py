@@ -46,8 +46,10 @@ at once, fitted to the recording from the batches of victims' stops (the live ag
 answer a batch one at a time, about 7 ms a stop); the stop times fitted are each stop's own time,
 its wait for the agent taken out, the stops of one batch each the batch's mean
 (answers.stop_delay_p50_s and _p99_s: the delays as recorded).
-Left out of the model: launches that run at once on a node slow each other on the 2-core host
-(backfill_launch_p50_s and _p99_s), while the model draws each launch's time alone; the
+Backfill launches draw from the refills' times (answers.refill_launch_p50_s and _p99_s: a victim
+still starting holds its request until its launch answers). Left out of the model: launches that
+run at once on a node slow each other on the 2-core host (backfill_launch_p50_s and _p99_s, the
+first fill's included), while the model draws each launch's time alone; the
 controller's own time between a victim's answer and the launch that waited for it (about 2.5 ms);
 foreground CPU. The script runs 600 s by default (about 340 requests): with 300 s (about 150),
 the p99 is the second-largest wait, one slow call on the shared host moves it, and the same

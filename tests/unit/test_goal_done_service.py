@@ -13,7 +13,7 @@ from controller.service import PoolService
 from controller.store import Store
 from gleaner_common.config import TlsConfig
 from protos import controller_pb2
-from tests.unit.test_books_faults import Clock, RecordingAgents
+from tests.unit.test_books_faults import Clock, RecordingAgents, drained
 
 GOAL = {"kind": "deadline", "work_vcpu_hours": 2.0}
 
@@ -29,11 +29,6 @@ def report(vms) -> controller_pb2.NodeReport:
     return out
 
 
-def answered(service: PoolService) -> None:
-    service.executor.shutdown(wait=True)   # the agents' calls answered
-    service.executor = type(service.executor)(max_workers=4)
-
-
 @pytest.fixture
 def service(tmp_path):
     clock, agents = Clock(), RecordingAgents()
@@ -47,7 +42,7 @@ def service(tmp_path):
     service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
     service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))
     service.fill()
-    answered(service)
+    drained(service)
     yield service, clock
     service.close()
     store.close()
@@ -69,7 +64,7 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
     service.ingest(report([(running[0], 7200, 7200), (running[1], 7000, 7200)]))   # the job is done
     clock.now += 60
     service.fill()
-    answered(service)
+    drained(service)
     assert not science(service)   # both stopped (the stand-in agents answer at once)
     [done] = events(service, "tenant.goal_done")
     assert done.detail["progress"] == "7200/7200"
@@ -79,5 +74,5 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
     service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))   # the next job
     clock.now += 600
     service.fill()
-    answered(service)
+    drained(service)
     assert len(science(service)) == 2

@@ -16,7 +16,7 @@ from controller.sim import cli, traces
 from controller.sim.agents import (AgentParamError, ModelledAgents, ModelledParams, SampledVm, draw_key, uniform)
 from controller.sim.engine import DAY, SimSettings, Simulation
 from controller.sim.jobs import JobLevelWork
-from controller.sim.traces import Job, OnDemandRequest
+from controller.sim.traces import Job
 from controller.sim.workload import stretch_to_load
 from tests.unit.test_sim import AZURE, AZURE_SMALL, azure  # noqa: F401  (azure is a fixture)
 
