@@ -12,7 +12,10 @@ controller's clock, seconds since the epoch) and `kind`:
     release       a lease was released (key, lease, force)
     report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
                   state, vcpus, memory_mib, cpu_cores]); only when the node's VMs, their states, its
-                  size or images changed since its last recorded report, or REPORT_HEARTBEAT_S after it
+                  size or images changed since its last recorded report, when any other line about
+                  the node came since (the same report then matches other leases: one sent before a
+                  stop ended, arriving after its answer, shows a VM the books ended), or
+                  REPORT_HEARTBEAT_S after it
     launch_answer the agent answered a launch (key, ok, detail, delay_s: since the launch was asked)
     stop_answer   ... a stop (key, ok, outcome, seconds as the agent timed it, detail, delay_s)
     job           a periodic job ran: fill and select always, tick when it did something
@@ -174,6 +177,8 @@ class Recorder:
         assert self.out is not None
         self.out.write(line)
         self.used += size
+        if kind != "report" and "node" in fields:
+            self.reported.pop(fields["node"], None)   # its next report is recorded, changed or not
         if time.monotonic() - self.flushed >= self.flush_seconds:
             self.out.flush()
             self.flushed = time.monotonic()

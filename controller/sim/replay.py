@@ -10,7 +10,12 @@ controller) on the recording's inputs, at their recorded times (seconds since th
   something (jobs="recorded"; the simulator's own schedule is not used then, so a fill runs when
   the live launcher's did). jobs="simulated" keeps the simulator's own schedule instead;
 - the agents' answers (RecordedAgents): each launch and stop the simulated books ask of an agent
-  gets the answer the live agent gave the same lease (by key, in order), after the delay it took.
+  gets the answer the live agent gave the same lease (by key, in order), after the delay it took;
+- the agents' reports (reports="recorded"), at their recorded times, each VM named as the
+  replay's books name the lease of the same key (RecordedReports). A report travels: one sent
+  before a stop ended can arrive after its answer, and the books then count the VM as room still
+  taken until the next report. The simulated nodes' own reports would not show that.
+  reports="simulated" has the simulated nodes report instead, the instant a VM changes.
 
 It records itself as it goes, with the same Recorder, so the replay's decisions and the live
 ones read alike (controller/sim/replay_compare.py compares them one by one).
@@ -19,9 +24,10 @@ ones read alike (controller/sim/replay_compare.py compares them one by one).
 agents ("modelled", fitted to the recording by model_settings) and its own schedule of jobs, for
 the aggregate figures (replay_compare.aggregates).
 
-What a replay leaves out: the live nodes' foreground CPU (the simulated nodes report their
-on-demand vCPUs; record with use_prediction off), report lag (the simulated nodes report the
-instant a VM changes), reports of VMs the books did not launch (adoptions), and a controller
+What a replay leaves out: a VM of a recorded report whose key the replay's books placed on
+another node or never made (the replay decided otherwise before: it is left out of the report
+and counted in `report_vms_left_out`), the reports the recorder left out (an unchanged report
+within REPORT_HEARTBEAT_S: each would have matched as the one before it), and a controller
 restart within a recording (use the recording's last segment: each start begins one).
 """
 from __future__ import annotations
@@ -73,6 +79,8 @@ class Recording:
     backfill_changes: list[tuple[float, BackfillConfig]] = field(default_factory=list)
     launch_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stop_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    lease_keys: dict[str, str] = field(default_factory=dict)   # live lease id -> its key
     stopped: str = ""   # why the recording stopped early ("": it did not)
 
     @property
@@ -109,10 +117,14 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     seen: set[str] = set()
     for line in rel:
         kind = line["kind"]
-        if kind == "report" and line["node"] not in seen:
-            seen.add(line["node"])
-            rec.nodes.append(NodeJoin(line["t"], line["node"], line["cpus"], line["memory_mib"],
-                                      tuple(line["images"])))
+        if kind == "report":
+            rec.reports.append(line)
+            if line["node"] not in seen:
+                seen.add(line["node"])
+                rec.nodes.append(NodeJoin(line["t"], line["node"], line["cpus"], line["memory_mib"],
+                                          tuple(line["images"])))
+        elif kind == "lease" and line.get("lease"):
+            rec.lease_keys.setdefault(line["lease"], line["key"])
         elif kind == "request":
             rec.requests.append(line)
         elif kind == "release":
@@ -134,9 +146,23 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
 
 # -- the agents ---------------------------------------------------------------------------------
 
+IN_STEP_S = 0.010   # a replay's call asked this close to the live one's ask is the same call, in step
+
+
+def answer_delay(answer: Mapping[str, Any], now: float) -> float:
+    """How long after `now` a recorded answer comes to a call the replay asks now. Asked in step
+    with the live call (within IN_STEP_S), when the live answer came: the replay decides at the
+    instant a request or job was recorded, about a millisecond before the live controller had
+    decided and asked, and an answer due that much early can overtake a recorded report that
+    it followed live. Out of step (the runs decided otherwise before), after the delay it took."""
+    delay = answer["delay_s"]
+    came = answer["t"] - now
+    return came if abs(came - delay) <= IN_STEP_S and came >= 0.0 else delay
+
+
 class RecordedAgents(AgentModel):
     """The live agents' answers, by lease key and in order: the Nth launch (stop) the replay asks
-    for a lease gets the Nth answer the live agent gave that lease, after the same delay. A call
+    for a lease gets the Nth answer the live agent gave that lease, when it came (answer_delay). A call
     the live run never made (the replay decided otherwise) gets `fallback`'s answer, and is noted
     in `unrecorded`."""
 
@@ -165,7 +191,7 @@ class RecordedAgents(AgentModel):
             self.unrecorded.append(("launch", key, now))
             return self.fallback.launch(lease, now)
         answer = answers[n]
-        return LaunchAnswer(answer["delay_s"], answer["ok"], answer["detail"])
+        return LaunchAnswer(answer_delay(answer, now), answer["ok"], answer["detail"])
 
     def stop(self, lease: Lease, grace_seconds: float, force: bool, now: float) -> StopAnswer:
         key = self.keys.key(lease.lease_id)
@@ -176,12 +202,69 @@ class RecordedAgents(AgentModel):
             self.unrecorded.append(("stop", key, now))
             return self.fallback.stop(lease, grace_seconds, force, now)
         answer = answers[n]
-        return StopAnswer(answer["delay_s"], answer["outcome"] if answer["ok"] else "unreachable", answer["ok"],
+        return StopAnswer(answer_delay(answer, now), answer["outcome"] if answer["ok"] else "unreachable", answer["ok"],
                           answer["detail"])
 
     def describe(self) -> dict[str, Any]:
         return dict(model=self.name, launches=sum(map(len, self.recording.launch_answers.values())),
                     stops=sum(map(len, self.recording.stop_answers.values())))
+
+
+# -- the reports ----------------------------------------------------------------------------------
+
+class RecordedVm:
+    """A VM of a recorded report (controller.core.records.ReportedVmLike), named as the replay's
+    books name its lease. The recording keeps no guest word and no "not sampled yet": a figure
+    it gives counts as sampled."""
+    __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
+                 "cpu_sampled", "image", "work_state", "work_for_s")
+
+    def __init__(self, name: str, lease_id: str, role: str, vcpus: int, memory_mib: int, cpu_cores: float,
+                 image: str) -> None:
+        self.name, self.lease_id, self.role = name, lease_id, role
+        self.vcpus, self.memory_mib, self.cpu_cores, self.image = vcpus, memory_mib, cpu_cores, image
+        self.launched_at, self.cpu_sampled, self.work_state, self.work_for_s = 0.0, True, "", 0.0
+
+
+class RecordedReport:
+    """A recorded report line (controller.core.records.ReportLike) with its VMs as RecordedVm."""
+    __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
+                 "min_memory_mib", "agent_version", "vms")
+
+    def __init__(self, line: Mapping[str, Any], address: str, vms: list[RecordedVm]) -> None:
+        self.node_id, self.agent_address = line["node"], address
+        self.cpus, self.memory_mib, self.images = line["cpus"], line["memory_mib"], tuple(line["images"])
+        self.foreground_cpu_cores, self.min_memory_mib = line["fg"], line["min_memory_mib"]
+        self.agent_version, self.vms = "recorded", vms
+
+
+class RecordedReports:
+    """The recorded reports' VMs, each renamed to the replay's lease of the same key: the live
+    VM of key K is, in the replay, the VM of the lease the replay's books made for K (while the
+    two runs agree, the very same name). A VM whose key the replay made on another node, or never
+    made, is left out (counted): adopting it would book a VM the replay's agents never launched.
+    A VM no live lease explained (an adoption, live) is passed on as it is."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.live_keys = recording.lease_keys
+        self.made: dict[str, tuple[str, str, str]] = {}   # key -> (VM name, lease id, node) in the replay
+        self.left_out = 0
+
+    def made_lease(self, key: str, lease: Lease) -> None:
+        self.made.setdefault(key, (lease.vm_name, lease.lease_id, lease.node_id))
+
+    def report(self, line: Mapping[str, Any], address: str, image: str) -> RecordedReport:
+        vms = []
+        for name, lease_id, role, _state, vcpus, memory_mib, cpu in line["vms"]:
+            key = self.live_keys.get(lease_id)
+            if key is not None:
+                made = self.made.get(key)
+                if made is None or made[2] != line["node"]:
+                    self.left_out += 1
+                    continue
+                name, lease_id = made[0], made[1]
+            vms.append(RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image))
+        return RecordedReport(line, address, vms)
 
 
 # -- the simulation -------------------------------------------------------------------------------
@@ -205,12 +288,14 @@ class ReplaySimulation(Simulation):
     """The simulator on a recording's inputs (the module's doc), recording its own decisions."""
 
     def __init__(self, recording: Recording, settings: SimSettings, agents: AgentModel | None,
-                 keys: LeaseKeys, jobs: str) -> None:
-        if jobs not in ("recorded", "simulated"):
-            raise ValueError(f"jobs {jobs!r}: recorded or simulated")
+                 keys: LeaseKeys, jobs: str, reports: str = "simulated") -> None:
+        for what, value in (("jobs", jobs), ("reports", reports)):
+            if value not in ("recorded", "simulated"):
+                raise ValueError(f"{what} {value!r}: recorded or simulated")
         self.recording = recording
         self.keys = keys
         self.jobs = jobs
+        self.recorded_reports = RecordedReports(recording) if reports == "recorded" else None
         self.out = io.StringIO()
         self.recorder = Recorder(self.out, 2**62, clock=lambda: self.now)
         self.recorder.keys = keys
@@ -242,6 +327,23 @@ class ReplaySimulation(Simulation):
             self.fill_at = math.inf   # never None: the engine schedules no fill of its own
             for line in self.recording.jobs:
                 self.at(line["t"], self._recorded_job, line["name"])
+        if self.recorded_reports is not None:
+            for line in self.recording.reports:
+                self.at(line["t"], self._recorded_report, line)
+
+    # The simulated nodes' own reports, when the recorded ones come instead
+    def report(self, node: SimNode) -> None:
+        if self.recorded_reports is None:
+            super().report(node)
+
+    def _cpu_report(self, node_id: str) -> None:
+        if self.recorded_reports is None:
+            super()._cpu_report(node_id)
+
+    def _recorded_report(self, line: Mapping[str, Any]) -> None:
+        node = self.nodes[line["node"]]
+        report = self.recorded_reports.report(line, node.address, self.settings.on_demand_image)
+        self.apply(self.ledger.report(report, self.now))
 
     # The engine's own periodic jobs, when the recorded ones run instead
     def _periodic_fill(self, arg: Any) -> None:
@@ -288,7 +390,9 @@ class ReplaySimulation(Simulation):
     def commit(self, writes: Sequence[Write]) -> None:
         for write in writes:
             for lease in write.created:
-                self.keys.made(lease)
+                key = self.keys.made(lease)
+                if self.recorded_reports is not None:
+                    self.recorded_reports.made_lease(key, lease)
         super().commit(writes)
 
     def apply(self, effects: list) -> None:
@@ -312,14 +416,16 @@ def sim_settings(recording: Recording, **more: Any) -> SimSettings:
                        on_demand_image=images.pop() if len(images) == 1 else "tiny", **more)
 
 
-def replay(recording: Recording, jobs: str = "recorded") -> tuple[ReplaySimulation, list[dict[str, Any]]]:
-    """The recording through the simulator with the live agents' answers; returns the run and
-    its own recording (the same format, times relative to its start)."""
+def replay(recording: Recording, jobs: str = "recorded", reports: str = "recorded"
+           ) -> tuple[ReplaySimulation, list[dict[str, Any]]]:
+    """The recording through the simulator with the live agents' answers (and by default their
+    reports and the live periodic jobs); returns the run and its own recording (the same format,
+    times relative to its start)."""
     if len({r["image"] for r in recording.requests}) > 1:
         raise ValueError("the recording's requests name several images: replay asks with one")
     settings = sim_settings(recording)
     keys = LeaseKeys()
-    sim = ReplaySimulation(recording, settings, RecordedAgents(settings, recording, keys), keys, jobs)
+    sim = ReplaySimulation(recording, settings, RecordedAgents(settings, recording, keys), keys, jobs, reports)
     sim.run()
     return sim, sim.recorded()
 

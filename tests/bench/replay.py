@@ -18,8 +18,10 @@ the pool has settled, and its recording read. --recording replays an existing re
 
 Replay (controller/sim/replay.py): the simulator gets the recording's inputs at their recorded
 times (nodes joining, requests, releases, backfill settings, the fills, selections and ticks that
-ran) and, for each launch and stop its books ask, the answer the live agent gave the same lease
-(ok or not, its outcome, after the same delay). What is compared, one by one
+ran), the agents' reports as they came (each VM renamed to the replay's lease of its key; one the
+replay placed elsewhere is left out: report_vms_left_out) and, for each launch and stop its books
+ask, the answer the live agent gave the same lease (ok or not, its outcome, when it came if asked
+in step, else after the same delay). What is compared, one by one
 (controller/sim/replay_compare.py): for every request, its placement (outcome, node, path) and
 its victims (the backfill VMs it preempted, by stable key: bf:NODE#N is the Nth backfill VM the
 books made on NODE, since lease ids are random live). replay_identical_share = identical items /
@@ -139,6 +141,7 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
         backfill_made_replay=sum(c["replay"] for c in made.values()),
         replay_identical_share_simulated_jobs=round(free_jobs.identical_share, 4),
         unrecorded_calls=len(sim.agents.unrecorded), releases_not_found=len(sim.released_unknown),
+        report_vms_left_out=sim.recorded_reports.left_out,
         prediction_error=error, prediction_error_parts=parts, live=live, predicted=pred,
         predicted_range_over_seeds=spread, live_wait_p99_spread=p99_spread(waits(recording.lines)),
         replayed=aggregates(replayed), predicted_agents=_psim.agents.describe(),

@@ -21,7 +21,7 @@ from controller.core.ledger import Ledger
 from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings, Stop
 from controller.effects import carry_out
 from controller.recording import Recorder
-from controller.sim.replay import answer_figures, load, predict, replay
+from controller.sim.replay import IN_STEP_S, answer_delay, answer_figures, load, predict, replay
 from controller.sim.replay_compare import aggregates, compare, decisions, prediction_error
 from controller.sim.world import Report, SimNode, SimVm
 
@@ -39,8 +39,11 @@ class LedgerDriver:
     """The live service's loop in one process: the real Ledger with random lease ids, its effects
     carried out by controller.effects, the Recorder called where the service calls it."""
 
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(self, nodes: int = 3, stale_reports: bool = False) -> None:
         self.now = 0.0
+        # a node's report sent as a stop ends arrives just after its answer, still showing the
+        # VM (its next report is its heartbeat's), as a live agent's can
+        self.stale_reports = stale_reports
         self.ledger = Ledger(LedgerSettings(use_prediction=False), BackfillConfig(interruption="terminate"), {},
                              lambda prefix: f"{prefix}-{uuid.uuid4().hex[:12]}")
         self.out = io.StringIO()
@@ -90,13 +93,17 @@ class LedgerDriver:
         self.report(lease.node_id)
 
     def stopped(self, lease) -> None:
+        sent = Report(self.nodes[lease.node_id], 0.0)
         self.nodes[lease.node_id].vms.pop(lease.vm_name, None)
         self.recorder.stop_answer(lease, True, "clean_shutdown", 0.01, "")
         self.apply(self.ledger.stop_done(lease.lease_id, "clean_shutdown", True, 0.01, "", self.now))
-        self.report(lease.node_id)
+        if self.stale_reports:
+            self.at(self.now + 0.0005, self.report, lease.node_id, sent)
+        else:
+            self.report(lease.node_id)
 
-    def report(self, node_id: str) -> None:
-        report = Report(self.nodes[node_id], 0.0)
+    def report(self, node_id: str, report: Report | None = None) -> None:
+        report = report or Report(self.nodes[node_id], 0.0)
         self.recorder.report(report)
         self.apply(self.ledger.report(report, self.now))
 
@@ -135,8 +142,8 @@ class LedgerDriver:
         self.apply(effects)
 
 
-def live_run(requests: int = 24) -> list[dict[str, Any]]:
-    driver = LedgerDriver()
+def live_run(requests: int = 24, stale_reports: bool = False) -> list[dict[str, Any]]:
+    driver = LedgerDriver(stale_reports=stale_reports)
     for i, node_id in enumerate(driver.nodes):
         driver.at(0.1 + 0.05 * i, driver.heartbeat, node_id)
     driver.at(0.5, driver.tick)
@@ -211,6 +218,56 @@ def test_another_answer_order_explains_other_victims(live):
     result = compare(recording.lines, replayed, sim.agents.unrecorded)
     assert result.differences, "the tampered delays changed nothing"
     assert all(isinstance(d["explanation"], str) and d["explanation"] for d in result.differences)
+
+
+def test_reports_that_arrive_after_a_stop_answer_replay_as_they_came():
+    """Live, a report sent before a stop ended arrives after its answer: the books count the VM
+    it still shows as room taken until the node's next report, and decide otherwise meanwhile.
+    Fed the recorded reports, the replay decides as live did; with its nodes' own reports (sent
+    the instant a VM changes) it does not."""
+    lines = live_run(stale_reports=True)
+    counted = [line for line in lines if line["kind"] == "report" and line["vms"]]
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.items >= 40 and counted
+    assert result.differences == [] and sim.agents.unrecorded == []
+    assert sim.recorded_reports.left_out == 0
+    own, own_replayed = replay(recording, reports="simulated")
+    unfed = compare(recording.lines, own_replayed, own.agents.unrecorded)
+    assert unfed.differences, "the stale reports changed no decision: the test shows nothing"
+    assert unfed.unexplained >= 1
+
+
+def test_a_reported_vm_the_replay_placed_elsewhere_is_left_out_not_adopted(live):
+    """A recorded report names a VM whose lease the replay's books made on another node (here by
+    tampering): adopting it would book a VM no replayed agent launched. It is left out, counted."""
+    lines = [dict(line) for line in live]
+    reports = [(i, line) for i, line in enumerate(lines) if line["kind"] == "report" and line["vms"]]
+    index, target = next((i, r) for i, r in reversed(reports) if r["node"] == "n1")
+    donor = next(r for i, r in reversed(reports) if i < index and r["node"] == "n0")
+    lines[index] = {**target, "vms": [*target["vms"], donor["vms"][0]]}
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    assert sim.recorded_reports.left_out == 1
+    assert not any(line.get("event") == "vm.adopted" for line in replayed)
+    assert not any(lease.owner == "adopted" for lease in sim.ledger.leases.values())
+
+
+def test_an_answer_to_a_call_in_step_comes_when_the_live_one_came():
+    """Live asked at 10.0010 (the controller took a millisecond to decide) and was answered at
+    10.0270; the replay asks at 10.0000, the instant the request was recorded: in step, its
+    answer comes at 10.0270 too, not 1 ms early (a report recorded at 10.0265 stays after it).
+    Asked out of step (the runs decided otherwise before), it takes the live call's time."""
+    answer = {"t": 10.027, "delay_s": 0.026}
+    assert 10.0 + answer_delay(answer, 10.0) == pytest.approx(10.027)
+    assert answer_delay(answer, 10.0 - IN_STEP_S - 0.002) == 0.026   # asked well before
+    assert answer_delay(answer, 10.05) == 0.026                       # asked after the live answer came
+
+
+def test_an_unknown_reports_mode_is_refused_by_name(live):
+    with pytest.raises(ValueError, match="reports 'live': recorded or simulated"):
+        replay(load(live), reports="live")
 
 
 def test_prediction_runs_the_same_requests_with_the_simulators_agents(live):

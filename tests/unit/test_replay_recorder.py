@@ -7,6 +7,7 @@ agent (tests/fake_agents.py, mutual TLS with the lab PKI) that answers at once."
 from __future__ import annotations
 
 import io
+import json
 import logging
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from controller.agents import AgentLinks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
-from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings
+from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings, Write
 from controller.recording import STOPPED_LINE_BYTES, LeaseKeys, Recorder, read_recording
 from controller.service import PoolService
 from controller.store import Store
@@ -118,6 +119,31 @@ def test_lease_keys_are_stable_across_runs_whatever_the_lease_ids():
         assert keys.made(lease(ids[3], "backfill", "n1", owner="adopted")) == f"adopted:vm-{ids[3]}"
     assert first.key("a2") == second.key("yy") == "bf:n1#2"
     assert first.key("never-made") == "lease:never-made"
+
+
+def test_an_unchanged_report_is_recorded_again_only_after_its_node_changed_in_the_books():
+    """A report that repeats the last one is left out, unless a line about its node came since:
+    the same report then matches other leases (a stop answered before a report sent earlier)."""
+    from controller.core.records import Lease
+    from controller.sim.world import Report, SimNode, SimVm
+    out, clock = io.StringIO(), Clock()
+    recorder = Recorder(out, 2**40, clock=clock)
+    node, other = SimNode("n1", 16, 24576, ("tiny",)), SimNode("n2", 16, 24576, ("tiny",))
+    lease = Lease("bf-1", "backfill", "n1", "vm-bf-1", 1, 1024, "tiny", "backfill", "running", 0.0)
+    node.vms[lease.vm_name] = SimVm(lease, 0.0)
+    recorder.effects([Write(created=(lease,)), Launch(lease)])
+
+    def reports() -> list[dict]:
+        return [line for line in map(json.loads, out.getvalue().splitlines()) if line["kind"] == "report"]
+    for _ in range(3):
+        recorder.report(Report(node, 0.0))
+        recorder.report(Report(other, 0.0))
+    assert [r["node"] for r in reports()] == ["n1", "n2"]
+    recorder.stop_answer(lease, True, "clean_shutdown", 0.01, "")   # a line about n1, none about n2
+    recorder.report(Report(node, 0.0))   # sent before the stop ended: the VM is still in it
+    recorder.report(Report(other, 0.0))
+    assert [r["node"] for r in reports()] == ["n1", "n2", "n1"]
+    assert reports()[-1]["vms"][0][0] == "vm-bf-1"
 
 
 def test_what_the_recorder_keeps_in_memory_stays_bounded():
