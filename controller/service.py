@@ -145,7 +145,8 @@ class PoolService:
                         reserve_settings=reserve_settings, hints=store.hints(),
                         history=history if history is not None else store.history(),
                         reserved_nodes=store.reserved_nodes(), tenants=store.tenants(),
-                        tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr))
+                        tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr),
+                        goals_done=store.goals_done())
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         for tenant, what, text in ledger.unreadable_settings:
             log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,
@@ -868,7 +869,8 @@ class PoolService:
             new = replace(old, **{field: value(old)})
             detail = dict(_tenant_detail(new), **{field: getattr(new, field) or unset,
                                                   f"before_{field}": getattr(old, field) or unset})
-            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
+            self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock(),
+                                  job_begins=size_goals)
             self.ledger.set_tenants(self.store.tenants())
             if size_goals:
                 self.ledger.new_goal(name)

@@ -288,6 +288,8 @@ class Store:
         if write.reserved is not None:
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
                              (json.dumps(list(write.reserved)),))
+        if write.goals_done is not None:   # before the stops of the tenant's VMs that it authorises
+            self._set_goals_done(write.goals_done)
         if write.events:
             by = self.caller()
             self._db.executemany(_INSERT_EVENT, [(at, e.kind, e.node_id, e.lease_id,
@@ -429,16 +431,44 @@ class Store:
         rows = self._rows("SELECT * FROM tenants WHERE name = ?", (name,))
         return TenantRecord(**dict(rows[0])) if rows else None
 
-    def put_tenant(self, tenant: TenantRecord, event: Audit, new: bool, at: float | None = None) -> None:
+    def put_tenant(self, tenant: TenantRecord, event: Audit, new: bool, at: float | None = None,
+                   job_begins: bool = False) -> None:
         """Insert (`new`: a name already there is a StoreError, nothing written) or update a tenant,
-        with its audit event, in one transaction."""
+        with its audit event, in one transaction. `job_begins`: its goal was set, so its next job
+        begins: a job done before is forgotten in the same transaction."""
         values = tuple(asdict(tenant).values())
         sql = _INSERT_TENANT if new else _INSERT_TENANT.replace("INSERT", "INSERT OR REPLACE", 1)
-        self._with_event(event, lambda db: db.execute(sql, values), at)
+
+        def change(db: sqlite3.Connection) -> None:
+            db.execute(sql, values)
+            if job_begins:
+                self._set_goals_done([n for n in self._goals_done() if n != tenant.name])
+        self._with_event(event, change, at)
 
     def delete_tenant(self, name: str, event: Audit, at: float | None = None) -> None:
-        """Delete a tenant, with its audit event, in one transaction."""
-        self._with_event(event, lambda db: db.execute("DELETE FROM tenants WHERE name = ?", (name,)), at)
+        """Delete a tenant, with its audit event, in one transaction (a job it had done goes too:
+        a tenant made later under its name starts afresh)."""
+        def change(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM tenants WHERE name = ?", (name,))
+            self._set_goals_done([n for n in self._goals_done() if n != name])
+        self._with_event(event, change, at)
+
+    def goals_done(self) -> list[str]:
+        """The tenants whose goal's job was done (Write.goals_done), until their goal is set again."""
+        with self._failing(), self._lock:
+            return self._goals_done()
+
+    def _goals_done(self) -> list[str]:   # under the store's lock
+        row = self._db.execute("SELECT value FROM settings WHERE key = 'goals_done'").fetchone()
+        try:
+            values = json.loads(row["value"]) if row else []
+        except ValueError:
+            values = []
+        return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+    def _set_goals_done(self, names: Sequence[str]) -> None:   # under the store's lock, in a transaction
+        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goals_done', ?)",
+                         (json.dumps(sorted(set(names))),))
 
     def _with_event(self, event: Audit, change: Callable[[sqlite3.Connection], Any], at: float | None) -> None:
         with self._failing(), self._lock, self._db:

@@ -76,6 +76,19 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
+        # tenants whose job is done (stored: Write.goals_done): the guests that said so are gone
+        # with their VMs, and the progress book lives in memory, so after a restart only this says it
+        self.jobs_done: set[str] = set()
+
+    def _load_goals_done(self, names) -> None:
+        """The tenants whose job was done when the controller stopped (the store's), after the
+        tenants: each is shown done until its goal is set again."""
+        for name in names:
+            if name in self.tenant_goals:
+                self.jobs_done.add(name)
+                self.sizings[name] = Sizing(0, 0, math.inf, True, "done: its guests said so before the controller "
+                                            "restarted; it is granted nothing until its goal is set again (the next "
+                                            "job)", done=True)
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""
@@ -94,6 +107,7 @@ class GoalSizing:
         for name in set(self.tenant_goals) - set(goals):
             self.sizings.pop(name, None)
             self._sized_at.pop(name, None)
+        self.jobs_done.intersection_update(goals)   # a goal cleared (or its tenant deleted): no job, none done
         self.tenant_goals = goals
 
     def size_goals(self, now: float, force: bool = False) -> list[Effect]:
@@ -145,14 +159,16 @@ class GoalSizing:
 
     def goals_done(self) -> set[str]:
         """The goal-driven tenants whose job is done: granted nothing more until a new goal."""
-        return {name for name, sizing in self.sizings.items() if sizing.done and name in self.tenant_goals}
+        return self.jobs_done.intersection(self.tenant_goals)
 
     def new_goal(self, tenant: str) -> None:
         """An admin set `tenant`'s goal: after a job done, a new job begins (the progress said
-        so far is the old job's; kept, it would say done at once and the tenant get nothing)."""
+        so far is the old job's; kept, it would say done at once and the tenant get nothing).
+        The store forgets the job done in the goal's own transaction (Store.put_tenant)."""
         said = self.progress.progress(tenant)
         if said is not None and said.done >= said.total:
             self.progress.forget_tenant(tenant)
+        self.jobs_done.discard(tenant)
         self.sizings.pop(tenant, None)
         self._sized_at.pop(tenant, None)
 
@@ -164,8 +180,9 @@ class GoalSizing:
         explain = (f"done: its guests say {said}; its VMs are stopped, and it is granted nothing until its goal "
                    "is set again (the next job)")
         self.sizings[tenant] = dataclasses.replace(sizing, explain=explain)
-        effects: list[Effect] = [Write(events=(Audit("tenant.goal_done", detail=dict(
-            tenant=tenant, progress=said, explain=explain)),))]
+        self.jobs_done.add(tenant)
+        effects: list[Effect] = [Write(goals_done=tuple(sorted(self.jobs_done)), events=(Audit(
+            "tenant.goal_done", detail=dict(tenant=tenant, progress=said, explain=explain)),))]
         mine = [l for l in self.leases.values() if l.state not in STOPS and self.tenant_of_lease(l) == tenant
                 and (l.role == "backfill" or l.request_id.startswith("goal-"))]
         for lease in sorted(mine, key=lambda l: l.lease_id):

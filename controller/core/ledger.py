@@ -55,7 +55,8 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
                  requests: Iterable[RequestRecord] = (), ended: Iterable[Lease] = (),
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
                  history: DemandHistory | None = None, reserved_nodes: Iterable[str] = (),
-                 tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings()) -> None:
+                 tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings(),
+                 goals_done: Iterable[str] = ()) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
@@ -65,7 +66,7 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
         are the nodes they kept free when the controller stopped. `tenants` are the pool's tenants
         (controller.core.bounds; none given: only the built-in, unbounded ones), `tenancy` the pool's
-        RBT and URR."""
+        RBT and URR, `goals_done` the tenants whose goal's job was done (granted nothing until a new goal)."""
         self._init_books(settings, backfill, new_id)
         self._init_idleness(backfill)
         self._init_filling(reserves, reserve_settings, hints, history, reserved_nodes)
@@ -79,6 +80,7 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         self._load(list(leases), list(requests), list(ended))
         self.tenancy_settings = tenancy
         self.set_tenants(tenants)
+        self._load_goals_done(goals_done)
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:
         """The books as the store had them: unfinished business is asked again when its node reports."""

@@ -336,10 +336,11 @@ class Write:
     events: tuple[Audit, ...] = ()
     hints: tuple[Hint, ...] | None = None   # the reserves' hints now, replacing the stored ones (None: unchanged)
     reserved: tuple[str, ...] | None = None  # the nodes kept free of backfill now (None: unchanged)
+    goals_done: tuple[str, ...] | None = None  # the tenants whose goal's job is done now (None: unchanged)
 
     def __bool__(self) -> bool:
         return bool(self.created or self.updated or self.requests or self.events or self.hints is not None
-                    or self.reserved is not None)
+                    or self.reserved is not None or self.goals_done is not None)
 
 
 @plain_init

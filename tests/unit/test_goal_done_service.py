@@ -76,3 +76,58 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
     service.fill()
     drained(service)
     assert len(science(service)) == 2
+
+
+def restarted(service: PoolService, clock: Clock) -> PoolService:
+    """The controller restarted on the same store file: a new store and service, the books as
+    the store has them, the progress book empty (it lives in memory)."""
+    config, agents = service.config, service.agents
+    service.close()
+    service.store.close()
+    again = PoolService(config, Store(config.store_path), agents, clock=clock)
+    again.ingest(report([]))   # n1 reports again, without the tenant's VMs (they were stopped)
+    return again
+
+
+def test_a_job_done_stays_done_across_a_restart_until_its_goal_is_set_again(service):
+    """Its guests said done and went with their VMs: only the store can say it after a restart.
+    Without it the restarted books would grant the tenant a round of VMs for a finished job."""
+    service, clock = service
+    service.set_tenant_backfill("backfill", {"enabled": False}, reset=False)   # the room stays science's
+    running = science(service)
+    clock.now += 30
+    service.ingest(report([(l, 7200, 7200) for l in running]))
+    clock.now += 60
+    service.fill()
+    drained(service)
+    assert not science(service) and service.store.goals_done() == ["science"]
+    service = restarted(service, clock)
+    try:
+        clock.now += 600
+        service.fill()
+        drained(service)
+        assert not science(service)   # granted nothing: the job is done
+        sizing = service.ledger.sizings["science"]
+        assert sizing.done and "before the controller restarted" in sizing.explain
+        service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))   # the next job
+        assert service.store.goals_done() == []   # forgotten with the goal, in its transaction
+        service = restarted(service, clock)
+        clock.now += 600
+        service.fill()
+        drained(service)
+        assert len(science(service)) == 2
+    finally:
+        service.close()
+        service.store.close()
+
+
+def test_a_tenant_made_again_under_a_done_tenants_name_starts_afresh(service):
+    service, clock = service
+    clock.now += 30
+    service.ingest(report([(l, 7200, 7200) for l in science(service)]))
+    clock.now += 60
+    service.fill()
+    drained(service)
+    assert service.store.goals_done() == ["science"]
+    service.delete_tenant("science", drain=True, wait_seconds=5)
+    assert service.store.goals_done() == []

@@ -116,6 +116,28 @@ def test_a_job_done_releases_its_dedicated_vms_at_once():
     assert len(stopping) == 4 and ledger.sizings["science"].on_track and ledger.sizings["science"].done
     [done] = events(effects, "tenant.goal_done")
     assert done.detail["tenant"] == "science" and done.detail["progress"] == "100/100"
+    # stored in the transaction that stops its VMs, before any stop is asked
+    [write] = [w for w in effects if isinstance(w, Write) and w.goals_done is not None]
+    assert write.goals_done == ("science",) and effects.index(write) == 0
+
+
+def test_books_loaded_with_a_job_done_grant_that_tenant_nothing_until_a_new_goal():
+    """After a restart the guests that said done are gone: the stored mark alone keeps the
+    tenant's finished job from a new round of volunteers. A mark for a tenant without a goal
+    (cleared meanwhile) stands for nothing."""
+    goal = science(deadline(7, 2))
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter(), tenants=[goal, TenantRecord("backfill", "batch"),
+                                                                 TenantRecord("idle", "batch")],
+                    tenancy=TenancySettings(), goals_done=["science", "idle", "gone"])
+    assert ledger.goals_done() == {"science"} and ledger.sizings["science"].done
+    for node_id, (cpus, memory) in NODES.items():
+        ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), T0)
+    ledger.select(T0, evaluation=True)
+    effects = ledger.fill(T0)
+    assert not launched(effects, "science") and len(launched(effects, "backfill")) == 16
+    ledger.set_tenants([science(deadline(7, 3)), TenantRecord("backfill", "batch")])
+    ledger.new_goal("science")
+    assert ledger.goals_done() == set() and "science" not in ledger.sizings
 
 
 def test_a_job_done_stops_its_volunteers_and_the_other_batch_tenant_takes_the_room():
