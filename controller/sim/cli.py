@@ -92,7 +92,9 @@ AGENT_HELP = dict(
     calls_per_node="agent calls to one node at once (the controller's agent_calls_per_node; one kept for "
                    "stops and on-demand launches, served first)",
     agent_parallel_stops="how many stops a node's agent works on at once, the others waiting in turn "
-                         "(0: all it is sent)")
+                         "(0: all it is sent)",
+    fill_delay_seconds="seconds from what asks for a fill (a VM gone, a node come) to the fill, which "
+                       "serves whatever asks meanwhile (the controller's launcher thread)")
 
 
 class SimUsage(Exception):

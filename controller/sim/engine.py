@@ -355,8 +355,8 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         if self._answer_at:
             self._answer_at.clear()
         if fill and fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)) and self.fill_at is None:
-            self.fill_at = self.now
-            self.at(self.now, self._fill)
+            self.fill_at = self.now + self.agents.fill_delay   # what asks meanwhile is served by it
+            self.at(self.fill_at, self._fill)
 
     # The carrier (controller.effects.Carrier): the rows in memory, and the simulated agents.
 

@@ -72,7 +72,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from controller.sim.replay import answer_figures, load, predict, replay
+from controller.sim.replay import load, predict, replay
+from controller.sim.replay_fit import answer_figures
 from controller.sim.replay_compare import aggregates, compare, mean_aggregates, p99_spread, prediction_error, waits
 from tests.agentproc import LabEnv, exit_cleanly_on_sigterm
 from tests.replay_pool import LivePool, make_script, sizes_for

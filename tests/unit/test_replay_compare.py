@@ -21,7 +21,8 @@ from controller.core.ledger import Ledger
 from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings, Stop
 from controller.effects import carry_out
 from controller.recording import Recorder
-from controller.sim.replay import IN_STEP_S, answer_delay, answer_figures, load, predict, replay
+from controller.sim.replay import IN_STEP_S, answer_delay, load, predict, replay
+from controller.sim.replay_fit import answer_figures
 from controller.sim.replay_compare import aggregates, compare, decisions, prediction_error
 from controller.sim.world import Report, SimNode, SimVm
 
@@ -281,8 +282,10 @@ def test_prediction_runs_the_same_requests_with_the_simulators_agents(live):
     assert error == max(parts.values())
     fitted = answer_figures(recording)
     assert fitted["launch_p50_s"] > 0 and fitted["refill_launch_p50_s"] > 0
-    if sim.agents.name == "modelled":   # backfill launches take the refills' times
+    assert fitted["fill_delay_s"] == pytest.approx(0.004)   # the driver's launcher runs a fill 4 ms after it is asked
+    if sim.agents.name == "modelled":   # backfill launches take the refills' times; fills the launcher's delay
         assert sim.agents.params.backfill_launch_p50_seconds == pytest.approx(max(fitted["refill_launch_p50_s"], 0.001))
+        assert sim.agents.fill_delay == pytest.approx(0.004)
 
 
 def test_prediction_error_is_the_largest_relative_difference():

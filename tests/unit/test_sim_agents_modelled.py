@@ -314,3 +314,38 @@ def test_backfill_launches_take_their_own_times_and_on_demand_launches_keep_thei
     assert launched(agents(), on_demand) == launched(agents(**own), on_demand)
     quick, slow = launched(agents(), backfill), launched(agents(**own), backfill)
     assert slow == pytest.approx([10 * q for q in quick])   # the same draws, through a median 10 times longer
+
+
+# -- the launcher's delay -------------------------------------------------------------------------------
+
+class FillsAsked(Simulation):
+    """The simulation, noting when each fill was scheduled and for when (an event asked for it)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.scheduled: list[tuple[float, float]] = []
+
+    def at(self, when, callback, arg=None) -> None:
+        if getattr(callback, "__func__", None) is Simulation._fill:
+            self.scheduled.append((self.now, when))
+        super().at(when, callback, arg)
+
+
+def fills_asked(delay: float) -> FillsAsked:
+    settings = SimSettings(nodes=30, days=0.25, progress_seconds=0, agents="modelled",
+                           agent_params=(("fill_delay_seconds", delay),), seed=3)
+    requests, _ = stretch_to_load(traces.azure_requests(AZURE), 0.25 * DAY, 0.6, 30 * 16)
+    sim = FillsAsked(requests, settings, BackfillConfig(enabled=True, interruption="terminate"),
+                     ledger_settings(ControllerConfig()))
+    sim.run()
+    return sim
+
+
+def test_a_fill_runs_the_launchers_delay_after_it_is_asked_and_serves_what_asks_meanwhile(azure):
+    """Live, a fill asked for runs on the scheduler's thread a few ms later, and the events that
+    ask meanwhile (a batch of victims' stops answering ms apart) make that one fill."""
+    at_once, delayed = fills_asked(0.0), fills_asked(0.0056)
+    assert at_once.scheduled and all(when == now for now, when in at_once.scheduled)
+    assert all(when - now == pytest.approx(0.0056) for now, when in delayed.scheduled)
+    assert len(delayed.scheduled) < len(at_once.scheduled)   # answers within the delay share a fill
+    assert ModelledAgents(SimSettings(agents="modelled")).fill_delay == ModelledParams().fill_delay_seconds > 0

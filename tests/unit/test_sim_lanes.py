@@ -12,7 +12,7 @@ import pytest
 from controller.core.records import BLANK_LEASE
 from controller.sim.agents import AgentParamError, ModelledAgents, ModelledParams, NodeLanes
 from controller.sim.engine import SimSettings
-from controller.sim.replay import agent_parallel_stops, service_times
+from controller.sim.replay_fit import agent_parallel_stops, service_times
 
 
 def lease(vm: str, node: str = "n0", role: str = "backfill", request: str = ""):
