@@ -58,6 +58,10 @@ VM_PKI = Path("/etc/gleaner/pki")
 LAB_AGENT_TIMEOUT_S = 120.0
 LAB_SUSPECT_AFTER_S = 15.0
 LAB_DOWN_AFTER_S = 45.0
+# The lab's controller records its inputs and outcomes ([record]): the smoke run replays them
+# through the simulator (tests.bench.lab, controller/sim/replay.py), the simulator against a
+# pool of real QEMU guests. In the state directory systemd makes for the unit.
+LAB_RECORD_PATH = Path("/var/lib/gleaner/controller/record.jsonl")
 # systemd-networkd, in the VM: the lab network is its second NIC (eth1: the box boots with
 # net.ifnames=0, and vagrant-libvirt attaches the management network first).
 LAB_NETWORK_UNIT = """\
@@ -250,7 +254,7 @@ def node_payload(lab: dict, m: dict, ca: Path) -> None:
         text = controller_toml(ControllerConfig(listen=f"0.0.0.0:{lab['controller_port']}", tls=tls,
                                                 agent_timeout_seconds=LAB_AGENT_TIMEOUT_S,
                                                 suspect_after_seconds=LAB_SUSPECT_AFTER_S,
-                                                down_after_seconds=LAB_DOWN_AFTER_S))
+                                                down_after_seconds=LAB_DOWN_AFTER_S, record_path=LAB_RECORD_PATH))
         (out / "controller.toml").write_text(text)
     else:
         text = agent_toml(AgentConfig(

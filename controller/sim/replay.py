@@ -27,8 +27,10 @@ the aggregate figures (replay_compare.aggregates).
 What a replay leaves out: a VM of a recorded report whose key the replay's books placed on
 another node or never made (the replay decided otherwise before: it is left out of the report
 and counted in `report_vms_left_out`), the reports the recorder left out (an unchanged report
-within REPORT_HEARTBEAT_S: each would have matched as the one before it), and a controller
-restart within a recording (use the recording's last segment: each start begins one).
+within REPORT_HEARTBEAT_S: each would have matched as the one before it), a node's silence (the
+replay's books never find a node suspect or down, as in every simulation: with the unchanged
+reports left out, a node's recorded silence is not its silence live), and a controller restart
+within a recording (use the recording's last segment: each start begins one).
 """
 from __future__ import annotations
 

@@ -47,11 +47,18 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
   services           per lab VM, its Gleaner unit as systemd shows it at the end (Type, User,
                      ActiveState, NRestarts: a tripped watchdog restarts it), the user its main
                      process runs as, its Documentation= files present, the controller's key owner
+  replay             the controller's recording of the whole run (vagrant/prepare.py turns [record]
+                     on in the lab) replayed through the simulator (controller/sim/replay.py): the
+                     simulator against a pool of real QEMU guests. identical_share, items,
+                     unexplained and differences (each placement and victims, live against the
+                     replay, as tests.bench.replay compares them), backfill_made (per node, live and
+                     replayed), recording_lines; error if the recording could not be read
   total_s            everything above, box build included
   ok, failure_kind, problems   the verdict (verdict()): ok only when the node added by the
                      README's steps joined, the most recent backfill VM
                      was preempted and shut down cleanly, the node rejoined, the units ran as
-                     designed and nothing was left; failure_kind "infrastructure" (exit code 75)
+                     designed, the recording replayed with no unexplained difference and nothing
+                     was left; failure_kind "infrastructure" (exit code 75)
                      when the lab itself failed to come up (vagrant, a boot timeout), the only
                      failure CI tries again; "product" (exit code 1) for anything else
 """
@@ -67,6 +74,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+LAB_RECORD_PATH = "/var/lib/gleaner/controller/record.jsonl"   # vagrant/prepare.py's LAB_RECORD_PATH
 INFRA_EXIT = 75   # EX_TEMPFAIL: the lab could not be brought up; .ci/run tries once more
 PRODUCT_EXIT = 1
 # What each lab VM's Gleaner unit must be once it has run the whole smoke run.
@@ -117,6 +125,11 @@ def verdict(result: dict, keep: bool = False) -> dict:
         problems.append(f"the victim was not shut down cleanly ({result.get('preempted_outcome')})")
     if not result.get("rejoined"):
         problems.append("the powered-off node did not rejoin")
+    replayed = result.get("replay") or {}
+    if replayed.get("error") or not replayed.get("items"):
+        problems.append(f"the controller's recording was not replayed: {replayed.get('error', 'no decision in it')}")
+    elif replayed.get("unexplained"):
+        problems.append(f"the replay of the controller's recording differs, unexplained: {replayed['differences']}")
     if not keep and not result.get("cleaned"):
         problems.append(f"the lab left things behind: {result.get('left_behind')}")
     services = result.get("services") or {}
@@ -349,6 +362,42 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     say(f"{victim_node} rejoined: {result['rejoined']} after {result['rejoin_s']}s")
     result["services"] = services(lab)
     say(f"units: {json.dumps(result['services'], sort_keys=True)}")
+    result["replay"] = replay_of_recording(lab)
+    say(f"replay of the controller's recording: {json.dumps(result['replay'], sort_keys=True)}")
+
+
+def recording_lines(lab: dict) -> list[dict]:
+    """The lab controller's recording as written so far (read over vagrant ssh; the recorder
+    flushes every second, and a torn last line is left out as read_recording does)."""
+    controller = next(m["name"] for m in lab["machines"] if m["role"] == "controller")
+    done = subprocess.run(["vagrant", "ssh", controller, "-c", f"sudo cat {LAB_RECORD_PATH}"], cwd=REPO / "vagrant",
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"reading {LAB_RECORD_PATH} on {controller}: {done.stderr.decode(errors='replace')[-300:]}")
+    lines = []
+    for text in done.stdout.decode().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            break   # the last line, torn mid-write
+    return lines
+
+
+def replay_of_recording(lab: dict) -> dict:
+    """The recording replayed and compared, decision by decision (tests.bench.replay's check)."""
+    from controller.sim.replay import load, replay
+    from controller.sim.replay_compare import compare
+    try:
+        lines = recording_lines(lab)
+        recording = load(lines)
+        sim, replay_lines = replay(recording)
+        result = compare(recording.lines, replay_lines, sim.agents.unrecorded)
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    return dict(identical_share=round(result.identical_share, 4), items=result.items,
+                unexplained=result.unexplained, differences=result.differences[:5],
+                backfill_made=result.backfill_made, recording_lines=len(lines),
+                unrecorded_calls=len(sim.agents.unrecorded), report_vms_left_out=sim.recorded_reports.left_out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -175,7 +175,7 @@ def test_setup_role_puts_gleanctl_on_path_for_the_steps_after_it():
 def test_the_smoke_run_fails_when_the_readme_node_did_not_join():
     from tests.bench import lab
     passing = {"preempted_most_recent": True, "preempted_outcome": "clean_shutdown", "rejoined": True,
-               "cleaned": True, "services": {"x": {"role": "none"}}}
+               "cleaned": True, "services": {"x": {"role": "none"}}, "replay": {"items": 2, "unexplained": 0}}
     assert lab.verdict({**passing, "added_node": "node2", "added_node_joined": True})["ok"]
     assert lab.verdict({**passing, "added_node": None})["ok"]
     decided = lab.verdict({**passing, "added_node": "node2", "added_node_joined": False})

@@ -21,8 +21,11 @@ UNITS = {"controller": {"role": "controller", "Type": "notify", "User": "gleaner
                         "key": "gleaner-controller:600", "docs": "present"},
          "node1": {"role": "agent", "Type": "notify", "User": "", "ActiveState": "active", "NRestarts": "0",
                    "MainPID": "640", "process_user": "root", "docs": "present"}}
+REPLAYED = {"identical_share": 1.0, "items": 2, "unexplained": 0, "differences": [], "recording_lines": 412}
 PASSING = {"backfill_vms": 4, "preempted_most_recent": True, "preempted_outcome": "clean_shutdown",
-           "preempted_path": "instant", "rejoined": True, "cleaned": True, "services": UNITS}
+           "preempted_path": "instant", "rejoined": True, "cleaned": True, "services": UNITS, "replay": REPLAYED}
+ODD = {"request_id": "lab-1", "item": "victims", "live": ["bf:node1#2"], "replay": ["bf:node1#1"],
+       "explanation": "the same pool state before the decision, yet another decision", "explained": False}
 
 
 def judged(**changes) -> dict:
@@ -45,6 +48,11 @@ def test_a_run_with_everything_as_designed_passes():
     ({"cleaned": False, "left_behind": ["domain gleaner-lab-node1"]}, "left things behind"),
     ({"services": {}}, "units were not checked"),
     ({"error": "gave up after 600s waiting for the backfill guests to boot"}, "backfill guests to boot"),
+    ({"replay": {"error": "reading the recording: no such file"}}, "recording was not replayed: reading"),
+    ({"replay": {**REPLAYED, "items": 0}}, "recording was not replayed: no decision in it"),
+    ({"replay": None}, "recording was not replayed"),
+    ({"replay": {**REPLAYED, "identical_share": 0.5, "unexplained": 1, "differences": [ODD]}},
+     "the replay of the controller's recording differs, unexplained"),
 ])
 def test_each_thing_short_of_design_fails_as_the_products(changes, problem):
     decided = judged(**changes)
