@@ -240,6 +240,9 @@ class RecordedReport:
         self.agent_version, self.vms = "recorded", vms
 
 
+LEFT_OUT_KEPT = 10   # reported VMs left out, kept to say which
+
+
 class RecordedReports:
     """The recorded reports' VMs, each renamed to the replay's lease of the same key: the live
     VM of key K is, in the replay, the VM of the lease the replay's books made for K (while the
@@ -251,6 +254,7 @@ class RecordedReports:
         self.live_keys = recording.lease_keys
         self.made: dict[str, tuple[str, str, str]] = {}   # key -> (VM name, lease id, node) in the replay
         self.left_out = 0
+        self.left_out_first: list[dict[str, Any]] = []   # the first LEFT_OUT_KEPT, each with why
 
     def made_lease(self, key: str, lease: Lease) -> None:
         self.made.setdefault(key, (lease.vm_name, lease.lease_id, lease.node_id))
@@ -262,11 +266,17 @@ class RecordedReports:
             if key is not None:
                 made = self.made.get(key)
                 if made is None or made[2] != line["node"]:
-                    self.left_out += 1
+                    self._leave_out(line, key, "the replay never made it" if made is None else
+                                    f"the replay made it on {made[2]}")
                     continue
                 name, lease_id = made[0], made[1]
             vms.append(RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image))
         return RecordedReport(line, address, vms)
+
+    def _leave_out(self, line: Mapping[str, Any], key: str, why: str) -> None:
+        self.left_out += 1
+        if len(self.left_out_first) < LEFT_OUT_KEPT:
+            self.left_out_first.append(dict(t=round(line["t"], 6), node=line["node"], key=key, why=why))
 
 
 # -- the simulation -------------------------------------------------------------------------------

@@ -48,11 +48,13 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
                      ActiveState, NRestarts: a tripped watchdog restarts it), the user its main
                      process runs as, its Documentation= files present, the controller's key owner
   replay             the controller's recording of the whole run (vagrant/prepare.py turns [record]
-                     on in the lab) replayed through the simulator (controller/sim/replay.py): the
-                     simulator against a pool of real QEMU guests. identical_share, items,
-                     unexplained and differences (each placement and victims, live against the
-                     replay, as tests.bench.replay compares them), backfill_made (per node, live and
-                     replayed), recording_lines; error if the recording could not be read
+                     on in the lab; --recording FILE keeps a copy) replayed through the simulator
+                     (controller/sim/replay.py): the simulator against a pool of real QEMU guests.
+                     identical_share, items, unexplained and differences (each placement and its
+                     victims, live against the replay, as tests.bench.replay compares them),
+                     backfill_made (per node, live and replayed), recording_lines,
+                     report_vms_left_out (and the first of them, with why); error if the recording
+                     could not be read
   total_s            everything above, box build included
   ok, failure_kind, problems   the verdict (verdict()): ok only when the node added by the
                      README's steps joined, the most recent backfill VM
@@ -270,7 +272,7 @@ def settled_backfill(seen: dict) -> list[dict] | None:
     return backfill if time.monotonic() - seen["since"] >= 10 else None
 
 
-def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
+def smoke(lab: dict, result: dict, reuse: bool = False, keep_recording: Path | None = None) -> None:
     agents = [m["name"] for m in lab["machines"] if m["role"] == "agent"]
     started = time.monotonic()
     if not reuse:
@@ -362,7 +364,7 @@ def smoke(lab: dict, result: dict, reuse: bool = False) -> None:
     say(f"{victim_node} rejoined: {result['rejoined']} after {result['rejoin_s']}s")
     result["services"] = services(lab)
     say(f"units: {json.dumps(result['services'], sort_keys=True)}")
-    result["replay"] = replay_of_recording(lab)
+    result["replay"] = replay_of_recording(lab, keep_recording)
     say(f"replay of the controller's recording: {json.dumps(result['replay'], sort_keys=True)}")
 
 
@@ -383,21 +385,25 @@ def recording_lines(lab: dict) -> list[dict]:
     return lines
 
 
-def replay_of_recording(lab: dict) -> dict:
-    """The recording replayed and compared, decision by decision (tests.bench.replay's check)."""
+def replay_of_recording(lab: dict, keep_at: Path | None = None) -> dict:
+    """The recording replayed and compared, decision by decision (tests.bench.replay's check);
+    the recording also written to `keep_at` if given."""
     from controller.sim.replay import load, replay
     from controller.sim.replay_compare import compare
     try:
         lines = recording_lines(lab)
+        if keep_at is not None:
+            keep_at.write_text("".join(json.dumps(line) + "\n" for line in lines))
         recording = load(lines)
         sim, replay_lines = replay(recording)
         result = compare(recording.lines, replay_lines, sim.agents.unrecorded)
-    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
         return {"error": str(exc)}
     return dict(identical_share=round(result.identical_share, 4), items=result.items,
                 unexplained=result.unexplained, differences=result.differences[:5],
                 backfill_made=result.backfill_made, recording_lines=len(lines),
-                unrecorded_calls=len(sim.agents.unrecorded), report_vms_left_out=sim.recorded_reports.left_out)
+                unrecorded_calls=len(sim.agents.unrecorded), report_vms_left_out=sim.recorded_reports.left_out,
+                report_vms_left_out_first=sim.recorded_reports.left_out_first)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -406,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-build", action="store_true", help="do not build the box (it must be in Vagrant)")
     parser.add_argument("--reuse", action="store_true",
                         help="drive a lab that is already up (after labctl.py up, with backfill off); up_s is null")
+    parser.add_argument("--recording", type=Path, metavar="FILE",
+                        help="also keep the controller's recording here (JSON lines, as read for the replay)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     lab = labctl.settings()
@@ -424,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         labctl.destroy(lab)
     failure = None
     try:
-        smoke(lab, result, args.reuse)
+        smoke(lab, result, args.reuse, args.recording)
     except (TimeoutError, RuntimeError, SystemExit, ValueError, subprocess.SubprocessError) as exc:
         failure = str(exc)
         result["error"] = failure

@@ -143,6 +143,7 @@ def check(recording_path: Path, args_seeds: int = 5) -> dict[str, Any]:
         replay_identical_share_simulated_jobs=round(free_jobs.identical_share, 4),
         unrecorded_calls=len(sim.agents.unrecorded), releases_not_found=len(sim.released_unknown),
         report_vms_left_out=sim.recorded_reports.left_out,
+        report_vms_left_out_first=sim.recorded_reports.left_out_first,
         prediction_error=error, prediction_error_parts=parts, live=live, predicted=pred,
         predicted_range_over_seeds=spread, live_wait_p99_spread=p99_spread(waits(recording.lines)),
         replayed=aggregates(replayed), predicted_agents=_psim.agents.describe(),
