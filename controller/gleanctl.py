@@ -720,9 +720,11 @@ def tenant_detail(tenant) -> str:
 
 
 def goal_state_text(tenant) -> str:
-    """A goal's state as the table shows it: on track or at risk, and the projected finish."""
+    """A goal's state as the table shows it: on track or at risk, and the projected finish; or done."""
     if not tenant.goal_state:
         return "-" if tenant.goal_json else ""
+    if tenant.goal_state == "done":
+        return "done"
     finish = "never" if not tenant.goal_projected_finish else \
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tenant.goal_projected_finish))
     return f"{tenant.goal_state.replace('_', ' ')}, finish {finish}"

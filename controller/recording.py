@@ -11,8 +11,11 @@ controller's clock, seconds since the epoch) and `kind`:
     request       an on-demand request came (rid, vcpus, memory_mib, image, owner)
     release       a lease was released (key, lease, force)
     report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
-                  state, vcpus, memory_mib, cpu_cores]); only when the node's VMs, their states, its
-                  size or images changed since its last recorded report, when any other line about
+                  state, vcpus, memory_mib, cpu_cores], saved: its hibernated VMs [name, lease,
+                  vcpus, memory_mib, image], hibernation_budget_bytes); only when the node's VMs,
+                  their states, its saved VMs, budget, size or images changed since its last
+                  recorded report (its CPU figures are not compared; `skipped`: how many were left
+                  out since), when the books acted on it, when any other line about
                   the node came since (the same report then matches other leases: one sent before a
                   stop ended, arriving after its answer, shows a VM the books ended), or
                   REPORT_HEARTBEAT_S after it
@@ -135,6 +138,8 @@ class Recorder:
         self.asked: dict[str, float] = {}        # lease -> when its launch or stop was asked
         self.after: dict[str, list[str]] = {}    # a launch's lease -> stops asked once it is answered
         self.reported: dict[str, tuple[tuple, float]] = {}   # node -> (what its last recorded report said, when)
+        self.held: dict[str, tuple[float, tuple, dict[str, Any]]] = {}   # node -> its last report left out
+        self.skipped: dict[str, int] = {}        # node -> reports left out since its last recorded one
         self.flushed = time.monotonic()
         self.flush_seconds = FLUSH_SECONDS
         self.stopped_reason = ""
@@ -167,8 +172,9 @@ class Recorder:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _emit(self, kind: str, **fields: Any) -> None:
-        line = json.dumps({"t": round(self.clock(), 6), "kind": kind, **fields}, separators=(",", ":"),
+    def _emit(self, kind: str, _at: float | None = None, **fields: Any) -> None:
+        at = self.clock() if _at is None else _at
+        line = json.dumps({"t": round(at, 6), "kind": kind, **fields}, separators=(",", ":"),
                           default=str) + "\n"
         size = len(line.encode("utf-8"))
         if self.used + size + STOPPED_LINE_BYTES > self.max_bytes:
@@ -232,16 +238,38 @@ class Recorder:
     def report(self, report: Any) -> None:
         vms = [[vm.name, vm.lease_id, vm.role, getattr(vm, "state", ""), vm.vcpus, vm.memory_mib,
                 round(vm.cpu_cores, 3)] for vm in report.vms]
+        saved = [[vm.name, vm.lease_id, vm.vcpus, vm.memory_mib, vm.image]
+                 for vm in getattr(report, "hibernated", ())]   # an agent that hibernates lists them
+        budget = int(getattr(report, "hibernation_budget_bytes", 0) or 0)
         said = (report.cpus, report.memory_mib, tuple(report.images),
-                tuple((vm[0], vm[2], vm[3]) for vm in vms))
+                tuple((vm[0], vm[2], vm[3]) for vm in vms), tuple(vm[0] for vm in saved), budget)
+        fields = dict(node=report.node_id, cpus=report.cpus, memory_mib=report.memory_mib,
+                      fg=round(report.foreground_cpu_cores, 3), images=list(report.images),
+                      min_memory_mib=report.min_memory_mib, vms=vms, saved=saved, hibernation_budget_bytes=budget)
         last = self.reported.get(report.node_id)
-        now = time.monotonic()
-        if last is not None and last[0] == said and now - last[1] < REPORT_HEARTBEAT_S:
+        if last is not None and last[0] == said and time.monotonic() - last[1] < REPORT_HEARTBEAT_S:
+            self.held[report.node_id] = (self.clock(), said, fields)   # written if the books act on it
+            self.skipped[report.node_id] = self.skipped.get(report.node_id, 0) + 1
             return
-        self.reported[report.node_id] = (said, now)
-        self._emit("report", node=report.node_id, cpus=report.cpus, memory_mib=report.memory_mib,
-                   fg=round(report.foreground_cpu_cores, 3), images=list(report.images),
-                   min_memory_mib=report.min_memory_mib, vms=vms)
+        self._write_report(said, fields, self.clock())
+
+    @_guarded
+    def report_acted(self, node_id: str) -> None:
+        """The books acted on the node's report just taken (its effects are about to be written):
+        if it was left out as a repeat, it is written now, at its own time. A repeated report
+        matches anew as time passes (a VM missing past lost_after is found lost)."""
+        held = self.held.pop(node_id, None)
+        if held is None:
+            return
+        at, said, fields = held
+        self.skipped[node_id] = self.skipped.get(node_id, 1) - 1   # the ones left out before it
+        self._write_report(said, fields, at)
+
+    def _write_report(self, said: tuple, fields: dict[str, Any], at: float) -> None:
+        node = fields["node"]
+        self.held.pop(node, None)
+        self.reported[node] = (said, time.monotonic())
+        self._emit("report", _at=at, skipped=self.skipped.pop(node, 0), **fields)
 
     @_guarded
     def launch_answer(self, lease: Lease, ok: bool, detail: str) -> None:

@@ -280,7 +280,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             if progress is not None:
                 proto.progress_done, proto.progress_total = int(progress.done), int(progress.total)
             if sizing is not None and proto.goal_json:
-                proto.goal_state = "on_track" if sizing.on_track else "at_risk"
+                proto.goal_state = "done" if sizing.done else "on_track" if sizing.on_track else "at_risk"
                 proto.goal_projected_finish = 0.0 if math.isinf(sizing.projected_finish_s) else \
                     sizing.projected_finish_s
                 proto.goal_dedicated_vcpus, proto.goal_volunteer_vcpus = sizing.dedicated_vcpus, sizing.volunteer_vcpus

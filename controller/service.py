@@ -503,7 +503,10 @@ class PoolService:
             self._reports[report.node_id] = report   # what a reload takes again (one per node)
             self.recorder.report(report)
             try:
-                self._apply(self.ledger.report(report, self.clock()))
+                effects = self.ledger.report(report, self.clock())
+                if effects:
+                    self.recorder.report_acted(report.node_id)   # a repeated report that did something
+                self._apply(effects)
             except LeaseConflict as exc:   # an adoption clashed: the books were reloaded without it
                 for lease in exc.leases:
                     self._apply(self.ledger.adoption_refused(lease, str(exc), self.clock()))

@@ -288,7 +288,7 @@ class Store:
         if write.reserved is not None:
             self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('reserved_nodes', ?)",
                              (json.dumps(list(write.reserved)),))
-        if write.goals_done is not None:   # before the stops of the tenant's VMs that it authorises
+        if write.goals_done is not None:   # in the transaction of the stops it explains
             self._set_goals_done(write.goals_done)
         if write.events:
             by = self.caller()

@@ -86,9 +86,9 @@ class GoalSizing:
         for name in names:
             if name in self.tenant_goals:
                 self.jobs_done.add(name)
-                self.sizings[name] = Sizing(0, 0, math.inf, True, "done: its guests said so before the controller "
-                                            "restarted; it is granted nothing until its goal is set again (the next "
-                                            "job)", done=True)
+                self.sizings[name] = Sizing(0, 0, math.inf, True, "done: its guests said so, as the store kept it; "
+                                            "it is granted nothing until its goal is set again (the next job)",
+                                            done=True)
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""

@@ -247,8 +247,9 @@ class ModelledParams:
     agent_parallel_stops: float = 0.0
     # how long after a fill is asked for it runs: the live launcher is an APScheduler job moved to
     # "now", run by the scheduler's thread a moment later, and what asks for a fill meanwhile is
-    # served by that one run. Three recordings of tests.bench.replay: 5.6 to 5.7 ms from the event
-    # that asked (the first, if several) to the fill, at the median; 1.5 events per fill
+    # served by that one run. Four recordings of tests.bench.replay: 5.6 to 5.8 ms at the median
+    # from the event that asked (the first, if several) to the fill's job line (the thread's
+    # wake-up and the fill's own work); 1.5 events per fill
     fill_delay_seconds: float = 0.0056
 
     RANGES: ClassVar[dict[str, tuple[float, float]]] = dict(

@@ -24,13 +24,20 @@ ones read alike (controller/sim/replay_compare.py compares them one by one).
 agents ("modelled", fitted to the recording by model_settings) and its own schedule of jobs, for
 the aggregate figures (replay_compare.aggregates).
 
-What a replay leaves out: a VM of a recorded report whose key the replay's books placed on
-another node or never made (the replay decided otherwise before: it is left out of the report
-and counted in `report_vms_left_out`), the reports the recorder left out (an unchanged report
-within REPORT_HEARTBEAT_S: each would have matched as the one before it), a node's silence (the
-replay's books never find a node suspect or down, as in every simulation: with the unchanged
-reports left out, a node's recorded silence is not its silence live), and a controller restart
-within a recording (use the recording's last segment: each start begins one).
+What a replay leaves out:
+- a VM of a recorded report whose key the replay's books placed on another node or never made
+  (the replay decided otherwise before, or around a node's silence: it is left out of the report
+  and counted in `report_vms_left_out`);
+- the reports the recorder left out (one that repeats the node's last, within REPORT_HEARTBEAT_S,
+  with no line about the node between). Most would have matched as the one before; not those
+  whose matching depends on the time (a VM missing past `lost_after` is found lost), which the
+  recorder keeps when the books acted on them. Each live report is a foreground sample: those left
+  out count as samples at the last recorded figure (`skipped`), which a repeat need not have had;
+- what the recording keeps no figure of: the guests' word on the work channel and whether a CPU
+  figure was sampled yet (a recorded figure counts as sampled);
+- a node's silence: the replay's books never find a node suspect or down, as in every simulation
+  (with repeated reports left out, a recorded silence is not a silence live);
+- a controller restart within a recording (use the recording's last segment: each start begins one).
 """
 from __future__ import annotations
 
@@ -154,9 +161,10 @@ IN_STEP_S = 0.010   # a replay's call asked this close to the live one's ask is 
 def answer_delay(answer: Mapping[str, Any], now: float) -> float:
     """How long after `now` a recorded answer comes to a call the replay asks now. Asked in step
     with the live call (within IN_STEP_S), when the live answer came: the replay decides at the
-    instant a request or job was recorded, about a millisecond before the live controller had
-    decided and asked, and an answer due that much early can overtake a recorded report that
-    it followed live. Out of step (the runs decided otherwise before), after the delay it took."""
+    instant a request or job line was recorded, which is a millisecond or so off the live ask
+    (a request line comes before its decision, a fill's job line after its calls), and an answer
+    due that much early (or late) can change places with a recorded report. Out of step (the
+    runs decided otherwise before), after the delay it took."""
     delay = answer["delay_s"]
     came = answer["t"] - now
     return came if abs(came - delay) <= IN_STEP_S and came >= 0.0 else delay
@@ -219,25 +227,34 @@ class RecordedVm:
     books name its lease. The recording keeps no guest word and no "not sampled yet": a figure
     it gives counts as sampled."""
     __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "work_state", "work_for_s")
+                 "cpu_sampled", "image", "work_state", "work_for_s", "hibernated")
 
     def __init__(self, name: str, lease_id: str, role: str, vcpus: int, memory_mib: int, cpu_cores: float,
                  image: str) -> None:
         self.name, self.lease_id, self.role = name, lease_id, role
         self.vcpus, self.memory_mib, self.cpu_cores, self.image = vcpus, memory_mib, cpu_cores, image
         self.launched_at, self.cpu_sampled, self.work_state, self.work_for_s = 0.0, True, "", 0.0
+        self.hibernated = False
 
 
 class RecordedReport:
-    """A recorded report line (controller.core.records.ReportLike) with its VMs as RecordedVm."""
+    """A recorded report line (controller.core.records.ReportLike) with its VMs as RecordedVm, its
+    hibernated ones (`hibernated`, read by matching.reported_vms) and the disk its agent lets them
+    use. A line from before the recorder kept those (no `hibernation_budget_bytes`) gets
+    `budget_bytes`, what the simulated node's report would say."""
     __slots__ = ("node_id", "agent_address", "cpus", "memory_mib", "foreground_cpu_cores", "images",
-                 "min_memory_mib", "agent_version", "vms")
+                 "min_memory_mib", "agent_version", "vms", "hibernated", "hibernation_budget_bytes", "held_samples")
 
-    def __init__(self, line: Mapping[str, Any], address: str, vms: list[RecordedVm]) -> None:
+    def __init__(self, line: Mapping[str, Any], address: str, vms: list[RecordedVm], saved: list[RecordedVm],
+                 budget_bytes: int) -> None:
         self.node_id, self.agent_address = line["node"], address
         self.cpus, self.memory_mib, self.images = line["cpus"], line["memory_mib"], tuple(line["images"])
         self.foreground_cpu_cores, self.min_memory_mib = line["fg"], line["min_memory_mib"]
-        self.agent_version, self.vms = "recorded", vms
+        self.agent_version, self.vms, self.hibernated = "recorded", vms, saved
+        self.hibernation_budget_bytes = line.get("hibernation_budget_bytes", budget_bytes)
+        # the reports left out as repeats since the node's last recorded one: each was a foreground
+        # sample live, taken here at the last recorded figure (as a simulated report's held samples)
+        self.held_samples = line.get("skipped", 0)
 
 
 LEFT_OUT_KEPT = 10   # reported VMs left out, kept to say which
@@ -259,19 +276,29 @@ class RecordedReports:
     def made_lease(self, key: str, lease: Lease) -> None:
         self.made.setdefault(key, (lease.vm_name, lease.lease_id, lease.node_id))
 
-    def report(self, line: Mapping[str, Any], address: str, image: str) -> RecordedReport:
-        vms = []
-        for name, lease_id, role, _state, vcpus, memory_mib, cpu in line["vms"]:
-            key = self.live_keys.get(lease_id)
-            if key is not None:
-                made = self.made.get(key)
-                if made is None or made[2] != line["node"]:
-                    self._leave_out(line, key, "the replay never made it" if made is None else
-                                    f"the replay made it on {made[2]}")
-                    continue
-                name, lease_id = made[0], made[1]
-            vms.append(RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image))
-        return RecordedReport(line, address, vms)
+    def report(self, line: Mapping[str, Any], address: str, images: Mapping[str, str], budget_bytes: int
+               ) -> RecordedReport:
+        """The report of `line`; `images`: the image of each role's VMs (the recording keeps none)."""
+        vms = [vm for name, lease_id, role, _state, vcpus, memory_mib, cpu, *_ in line["vms"]
+               if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, "")))]
+        saved = [vm for name, lease_id, vcpus, memory_mib, image in line.get("saved", ())
+                 if (vm := self._renamed(line, name, lease_id, "backfill", vcpus, memory_mib, 0.0, image))]
+        for vm in saved:
+            vm.cpu_sampled, vm.hibernated = False, True
+        return RecordedReport(line, address, vms, saved, budget_bytes)
+
+    def _renamed(self, line: Mapping[str, Any], name: str, lease_id: str, role: str, vcpus: int, memory_mib: int,
+                 cpu: float, image: str) -> RecordedVm | None:
+        """The reported VM as the replay names it, or None (left out, counted)."""
+        key = self.live_keys.get(lease_id)
+        if key is not None and not key.startswith("adopted:"):   # an adoption, live: passed on as it is
+            made = self.made.get(key)
+            if made is None or made[2] != line["node"]:
+                self._leave_out(line, key, "the replay never made it" if made is None else
+                                f"the replay made it on {made[2]}")
+                return None
+            name, lease_id = made[0], made[1]
+        return RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image)
 
     def _leave_out(self, line: Mapping[str, Any], key: str, why: str) -> None:
         self.left_out += 1
@@ -300,7 +327,7 @@ class ReplaySimulation(Simulation):
     """The simulator on a recording's inputs (the module's doc), recording its own decisions."""
 
     def __init__(self, recording: Recording, settings: SimSettings, agents: AgentModel | None,
-                 keys: LeaseKeys, jobs: str, reports: str = "simulated") -> None:
+                 keys: LeaseKeys, jobs: str, reports: str = "recorded") -> None:
         for what, value in (("jobs", jobs), ("reports", reports)):
             if value not in ("recorded", "simulated"):
                 raise ValueError(f"{what} {value!r}: recorded or simulated")
@@ -354,7 +381,8 @@ class ReplaySimulation(Simulation):
 
     def _recorded_report(self, line: Mapping[str, Any]) -> None:
         node = self.nodes[line["node"]]
-        report = self.recorded_reports.report(line, node.address, self.settings.on_demand_image)
+        images = {"on_demand": self.settings.on_demand_image, "backfill": self.ledger.backfill.image}
+        report = self.recorded_reports.report(line, node.address, images, self.budget_mib(node) << 20)
         self.apply(self.ledger.report(report, self.now))
 
     # The engine's own periodic jobs, when the recorded ones run instead
@@ -485,6 +513,6 @@ def predict(recording: Recording, model: str | None = None, report_seconds: floa
     model = model or ("modelled" if "modelled" in MODELS else "ideal")
     settings = sim_settings(recording, seed=seed, **model_settings(recording, model, report_seconds))
     keys = LeaseKeys()
-    sim = ReplaySimulation(recording, settings, None, keys, "simulated")
+    sim = ReplaySimulation(recording, settings, None, keys, "simulated", reports="simulated")
     sim.run()
     return sim, sim.recorded()

@@ -62,15 +62,26 @@ def answer_figures(recording: Recording) -> dict[str, float]:
                 launch_failure_share=sum(not a["ok"] for a in launches) / len(launches) if launches else 0.0)
 
 
+FILL_WAKE_MAX_S = 1.0   # a fill this long after what asked for it was not that ask's (the periodic one)
+
+
 def fill_delay(lines: Sequence[Mapping[str, Any]]) -> float:
-    """The median time from the first event that asked for a fill (FILL_EVENTS) to the fill job
-    that came next (0.0 when no fill followed one)."""
-    delays, asked = [], None
+    """The median time from the first event that asked for a fill (FILL_EVENTS, while backfill was
+    on: with it off and no request waiting the controller asks for none) to the fill job that came
+    next, within FILL_WAKE_MAX_S. It holds the launcher thread's wake-up and the fill's own
+    computing and commit (the job line is written once the fill is carried out). 0.0 when no such
+    pair is recorded."""
+    delays: list[float] = []
+    asked, backfill_on = None, False
     for line in lines:
-        if line["kind"] == "event" and line["event"] in FILL_EVENTS and asked is None:
+        kind = line["kind"]
+        if kind in ("start", "backfill"):
+            backfill_on = bool(line["backfill"].get("enabled"))
+        elif kind == "event" and line["event"] in FILL_EVENTS and asked is None and backfill_on:
             asked = line["t"]
-        elif line["kind"] == "job" and line["name"] == "fill" and asked is not None:
-            delays.append(line["t"] - asked)
+        elif kind == "job" and line["name"] == "fill" and asked is not None:
+            if line["t"] - asked <= FILL_WAKE_MAX_S:
+                delays.append(line["t"] - asked)
             asked = None
     return quantile(delays, 0.5) if delays else 0.0
 

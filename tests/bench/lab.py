@@ -376,13 +376,15 @@ def recording_lines(lab: dict) -> list[dict]:
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"reading {LAB_RECORD_PATH} on {controller}: {done.stderr.decode(errors='replace')[-300:]}")
+    texts = done.stdout.decode().splitlines()
     lines = []
-    for text in done.stdout.decode().splitlines():
+    for number, text in enumerate(texts, 1):
         try:
             lines.append(json.loads(text))
         except json.JSONDecodeError:
-            break   # the last line, torn mid-write
-    return lines
+            if number < len(texts):
+                raise ValueError(f"{LAB_RECORD_PATH}: line {number} is not JSON: {text[:80]!r}") from None
+    return lines   # a torn last line (written as it was read) left out
 
 
 def replay_of_recording(lab: dict, keep_at: Path | None = None) -> dict:
@@ -397,8 +399,8 @@ def replay_of_recording(lab: dict, keep_at: Path | None = None) -> dict:
         recording = load(lines)
         sim, replay_lines = replay(recording)
         result = compare(recording.lines, replay_lines, sim.agents.unrecorded)
-    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": str(exc)}
+    except Exception as exc:   # noqa: BLE001 - a measurement never costs the run its result and verdict
+        return {"error": f"{type(exc).__name__}: {exc}"}
     return dict(identical_share=round(result.identical_share, 4), items=result.items,
                 unexplained=result.unexplained, differences=result.differences[:5],
                 backfill_made=result.backfill_made, recording_lines=len(lines),

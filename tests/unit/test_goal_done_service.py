@@ -12,6 +12,7 @@ from controller.core.records import BackfillConfig, Policy, Size
 from controller.service import PoolService
 from controller.store import Store
 from gleaner_common.config import TlsConfig
+from controller.gleanctl import goal_state_text
 from protos import controller_pb2
 from tests.unit.test_books_faults import Clock, RecordingAgents, drained
 
@@ -108,7 +109,9 @@ def test_a_job_done_stays_done_across_a_restart_until_its_goal_is_set_again(serv
         drained(service)
         assert not science(service)   # granted nothing: the job is done
         sizing = service.ledger.sizings["science"]
-        assert sizing.done and "before the controller restarted" in sizing.explain
+        assert sizing.done and "as the store kept it" in sizing.explain
+        shown = controller_pb2.Tenant(goal_state="done", goal_json="{}")
+        assert goal_state_text(shown) == "done"   # not "on track, finish never"
         service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))   # the next job
         assert service.store.goals_done() == []   # forgotten with the goal, in its transaction
         service = restarted(service, clock)

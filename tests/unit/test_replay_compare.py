@@ -22,7 +22,7 @@ from controller.core.records import Ask, BackfillConfig, Launch, LedgerSettings,
 from controller.effects import carry_out
 from controller.recording import Recorder
 from controller.sim.replay import IN_STEP_S, answer_delay, load, predict, replay
-from controller.sim.replay_fit import answer_figures
+from controller.sim.replay_fit import answer_figures, fill_delay
 from controller.sim.replay_compare import aggregates, compare, decisions, prediction_error
 from controller.sim.world import Report, SimNode, SimVm
 
@@ -305,3 +305,45 @@ def test_a_file_without_a_start_is_refused_by_name(tmp_path):
     path.write_text('{"t": 1, "kind": "request"}\n')
     with pytest.raises(ValueError, match="no `start` line"):
         load(path)
+
+
+def test_the_launchers_delay_is_fitted_only_to_fills_that_answered_an_ask():
+    """An event that frees room asks for a fill only while backfill is on; a fill long after it is
+    the periodic one. Neither is the launcher's delay (a fit of 150 s would be refused as a
+    parameter, and the prediction with it)."""
+    def event(t):
+        return {"t": t, "kind": "event", "event": "vm.released"}
+
+    def fill(t):
+        return {"t": t, "kind": "job", "name": "fill"}
+    off, on = {"kind": "backfill", "backfill": {"enabled": False}}, {"kind": "backfill", "backfill": {"enabled": True}}
+    lines = [{"t": 0.0, "kind": "start", "backfill": {"enabled": False}}, event(1.0), fill(151.0),
+             {**on, "t": 200.0}, event(201.0), event(201.002), fill(201.006), event(300.0), fill(420.0),
+             event(500.0), fill(500.004), {**off, "t": 600.0}, event(601.0), fill(601.005)]
+    assert fill_delay(lines) == pytest.approx(0.004)   # the two pairs it counts, 6 and 4 ms: their nearest-rank median
+    assert fill_delay(lines[:3]) == 0.0
+
+
+def test_a_recorded_reports_hibernated_vms_budget_and_left_out_repeats_reach_the_replays_books(live):
+    """An agent that hibernates lists its saved VMs and the disk they may use; the books read both
+    (a budget of 0 would turn every save into a termination). A line from before the recorder
+    kept them gets the simulated node's budget. The repeats the recorder left out come as held
+    foreground samples."""
+    from controller.core.matching import reported_vms
+    from controller.sim.replay import RecordedReports
+    recording = load(live)
+    reports = RecordedReports(recording)
+    lease_id, key = next(iter(recording.lease_keys.items()))
+    made = type("Made", (), dict(vm_name="vm-replayed", lease_id="bf-replayed", node_id="n0"))
+    reports.made_lease(key, made)
+    line = {"t": 5.0, "node": "n0", "cpus": 16, "memory_mib": 24576, "fg": 0.0, "images": ["tiny"],
+            "min_memory_mib": 32, "vms": [], "saved": [["vm-live", lease_id, 1, 1024, "tiny"]],
+            "hibernation_budget_bytes": 8 << 30, "skipped": 3}
+    report = reports.report(line, "n0:1", {"backfill": "tiny", "on_demand": "tiny"}, budget_bytes=1 << 20)
+    [saved] = reported_vms(report)
+    assert (saved.name, saved.lease_id, saved.hibernated, saved.role) == ("vm-replayed", "bf-replayed", True, "backfill")
+    assert report.hibernation_budget_bytes == 8 << 30
+    assert report.held_samples == 3   # the repeats left out: foreground samples at the last figure
+    older = {k: v for k, v in line.items() if k not in ("saved", "hibernation_budget_bytes", "skipped")}
+    report = reports.report(older, "n0:1", {"backfill": "tiny", "on_demand": "tiny"}, budget_bytes=1 << 20)
+    assert report.hibernation_budget_bytes == 1 << 20 and reported_vms(report) == [] and report.held_samples == 0

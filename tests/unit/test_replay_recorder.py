@@ -260,3 +260,79 @@ def test_recording_costs_a_request_little(service_with, tmp_path):
                 service._apply(service.ledger.request(Ask(1, 16, "tiny", "alice", f"{label}-{n}"), service.clock()))
         timings[label] = time.perf_counter() - started
     assert timings["on"] < 2 * timings["off"] + 0.2, timings
+
+
+def test_a_report_line_keeps_the_hibernated_vms_and_their_budget():
+    """The replay feeds recorded reports: a hibernating pool's saved VMs and disk budget must be in
+    them (the books terminate victims where the budget is 0), and a VM saved or resumed is a change."""
+    from types import SimpleNamespace
+    out, clock = io.StringIO(), Clock()
+    recorder = Recorder(out, 2**40, clock=clock)
+
+    def report(saved):
+        return SimpleNamespace(node_id="n1", cpus=16, memory_mib=24576, images=["tiny"], foreground_cpu_cores=0.0,
+                               min_memory_mib=32, vms=[], hibernation_budget_bytes=4 << 30,
+                               hibernated=[SimpleNamespace(name=n, lease_id=f"bf-{n}", vcpus=1, memory_mib=1024,
+                                                           image="tiny") for n in saved])
+    recorder.report(report(["a"]))
+    recorder.report(report(["a"]))
+    recorder.report(report(["a", "b"]))
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [l["saved"] for l in lines] == [[["a", "bf-a", 1, 1024, "tiny"]],
+                                           [["a", "bf-a", 1, 1024, "tiny"], ["b", "bf-b", 1, 1024, "tiny"]]]
+    assert all(l["hibernation_budget_bytes"] == 4 << 30 for l in lines)
+
+
+def test_a_repeated_report_is_recorded_when_the_books_act_on_it_and_the_left_out_are_counted():
+    from controller.sim.world import Report, SimNode
+    out, clock = io.StringIO(), Clock()
+    recorder = Recorder(out, 2**40, clock=clock)
+    node = SimNode("n1", 16, 24576, ("tiny",))
+    recorder.report(Report(node, 0.0))
+    for _ in range(3):
+        clock.now += 2.0
+        recorder.report(Report(node, 0.0))   # repeats: left out
+    recorder.report_acted("n1")              # the books acted on the last one: written, at its own time
+    clock.now += 2.0
+    recorder.report(Report(node, 0.0))
+    recorder.report_acted("n2")              # nothing held for that node: nothing written
+    node.memory_mib = 32768
+    recorder.report(Report(node, 0.0))
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(l["t"], l["skipped"]) for l in lines] == [(1000.0, 0), (1006.0, 2), (1008.0, 1)]
+
+
+def test_the_service_records_a_repeated_report_that_found_a_vm_lost(tmp_path):
+    """A node's reports stop showing a VM: the same report repeats, and the one past lost_after
+    makes the books find it lost. Left out as a repeat, the replay would find it up to 30 s late."""
+    from controller.core.records import Size
+    from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents, drained
+    clock = BooksClock()
+    path = tmp_path / "record.jsonl"
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, record_path=path)
+    store = Store(config.store_path)
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    try:
+        empty = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=4, memory_mib=4096,
+                                          images=["tiny"], min_memory_mib=32)
+        service.ingest(empty)
+        service.request(1, 256, "tiny", "alice", "r1", wait_seconds=0)
+        drained(service)
+        [lease] = [l for l in service.live_leases() if l.request_id == "r1"]
+        shown = controller_pb2.NodeReport()
+        shown.CopyFrom(empty)
+        shown.vms.add(name=lease.vm_name, lease_id=lease.lease_id, role="on_demand", vcpus=1, memory_mib=256,
+                      state="running", image="tiny")
+        service.ingest(shown)
+        for _ in range(int(service.ledger.settings.lost_after) + 3):
+            clock.now += 1.0
+            service.ingest(empty)   # the same report each second
+    finally:
+        service.close()
+        store.close()
+    lines = read_recording(path)
+    lost = next(l for l in lines if l.get("event") == "vm.lost")
+    reports = [l for l in lines if l["kind"] == "report" and l["t"] <= lost["t"]]
+    assert reports[-1]["vms"] == [] and lost["t"] - reports[-1]["t"] < 0.5   # the report that found it
+    assert reports[-1]["skipped"] >= 1
