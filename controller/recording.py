@@ -46,7 +46,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -340,12 +340,18 @@ class Recorder:
 
 def read_recording(path: Path) -> list[dict[str, Any]]:
     """A recording's lines, as written (a torn last line, from a controller killed mid-write, is left out)."""
-    lines = []
     with open(path, encoding="utf-8") as f:
-        for number, text in enumerate(f, 1):
-            try:
-                lines.append(json.loads(text))
-            except json.JSONDecodeError:
-                if text.endswith("\n"):
-                    raise ValueError(f"{path}: line {number} is not JSON: {text[:80]!r}") from None
+        return parse_recording(f, str(path))
+
+
+def parse_recording(texts: Iterable[str], source: str) -> list[dict[str, Any]]:
+    """The lines of a recording read as text, each with its newline: a torn last line (none) is
+    left out; a bad line within is a ValueError naming `source` and the line."""
+    lines = []
+    for number, text in enumerate(texts, 1):
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            if text.endswith("\n"):
+                raise ValueError(f"{source}: line {number} is not JSON: {text[:80]!r}") from None
     return lines

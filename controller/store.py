@@ -395,8 +395,16 @@ class Store:
 
     def reserved_nodes(self) -> list[str]:
         """The nodes the reserves kept free of backfill when last changed."""
-        rows = self._rows("SELECT value FROM settings WHERE key = 'reserved_nodes'")
-        values = json.loads(rows[0]["value"]) if rows else []
+        with self._failing(), self._lock:
+            return self._names("reserved_nodes")
+
+    def _names(self, key: str) -> list[str]:   # under the store's lock
+        """A settings row holding a JSON list of names (none, or not such a list: no names)."""
+        row = self._db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        try:
+            values = json.loads(row["value"]) if row else []
+        except ValueError:
+            values = []
         return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
     def hints(self) -> list[Hint]:
@@ -442,7 +450,7 @@ class Store:
         def change(db: sqlite3.Connection) -> None:
             db.execute(sql, values)
             if job_begins:
-                self._set_goals_done([n for n in self._goals_done() if n != tenant.name])
+                self._forget_goal_done(tenant.name)
         self._with_event(event, change, at)
 
     def delete_tenant(self, name: str, event: Audit, at: float | None = None) -> None:
@@ -450,21 +458,16 @@ class Store:
         a tenant made later under its name starts afresh)."""
         def change(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM tenants WHERE name = ?", (name,))
-            self._set_goals_done([n for n in self._goals_done() if n != name])
+            self._forget_goal_done(name)
         self._with_event(event, change, at)
 
     def goals_done(self) -> list[str]:
         """The tenants whose goal's job was done (Write.goals_done), until their goal is set again."""
         with self._failing(), self._lock:
-            return self._goals_done()
+            return self._names("goals_done")
 
-    def _goals_done(self) -> list[str]:   # under the store's lock
-        row = self._db.execute("SELECT value FROM settings WHERE key = 'goals_done'").fetchone()
-        try:
-            values = json.loads(row["value"]) if row else []
-        except ValueError:
-            values = []
-        return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+    def _forget_goal_done(self, name: str) -> None:   # under the store's lock, in a transaction
+        self._set_goals_done([n for n in self._names("goals_done") if n != name])
 
     def _set_goals_done(self, names: Sequence[str]) -> None:   # under the store's lock, in a transaction
         self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goals_done', ?)",

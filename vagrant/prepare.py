@@ -61,7 +61,7 @@ LAB_DOWN_AFTER_S = 45.0
 # The lab's controller records its inputs and outcomes ([record]): the smoke run replays them
 # through the simulator (tests.bench.lab, controller/sim/replay.py), the simulator against a
 # pool of real QEMU guests. In the state directory systemd makes for the unit.
-LAB_RECORD_PATH = Path("/var/lib/gleaner/controller/record.jsonl")
+LAB_RECORD_PATH = ControllerConfig().state_dir / "record.jsonl"   # tests/bench/lab.py reads it there
 # systemd-networkd, in the VM: the lab network is its second NIC (eth1: the box boots with
 # net.ifnames=0, and vagrant-libvirt attaches the management network first).
 LAB_NETWORK_UNIT = """\

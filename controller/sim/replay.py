@@ -227,14 +227,13 @@ class RecordedVm:
     books name its lease. The recording keeps no guest word and no "not sampled yet": a figure
     it gives counts as sampled."""
     __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "work_state", "work_for_s", "hibernated")
+                 "cpu_sampled", "image", "work_state", "work_for_s")
 
     def __init__(self, name: str, lease_id: str, role: str, vcpus: int, memory_mib: int, cpu_cores: float,
                  image: str) -> None:
         self.name, self.lease_id, self.role = name, lease_id, role
         self.vcpus, self.memory_mib, self.cpu_cores, self.image = vcpus, memory_mib, cpu_cores, image
         self.launched_at, self.cpu_sampled, self.work_state, self.work_for_s = 0.0, True, "", 0.0
-        self.hibernated = False
 
 
 class RecordedReport:
@@ -281,10 +280,9 @@ class RecordedReports:
         """The report of `line`; `images`: the image of each role's VMs (the recording keeps none)."""
         vms = [vm for name, lease_id, role, _state, vcpus, memory_mib, cpu, *_ in line["vms"]
                if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, "")))]
+        # the books read these as matching.SavedVm (hibernated, no CPU figure): reported_vms wraps them
         saved = [vm for name, lease_id, vcpus, memory_mib, image in line.get("saved", ())
                  if (vm := self._renamed(line, name, lease_id, "backfill", vcpus, memory_mib, 0.0, image))]
-        for vm in saved:
-            vm.cpu_sampled, vm.hibernated = False, True
         return RecordedReport(line, address, vms, saved, budget_bytes)
 
     def _renamed(self, line: Mapping[str, Any], name: str, lease_id: str, role: str, vcpus: int, memory_mib: int,

@@ -75,8 +75,11 @@ import sys
 import time
 from pathlib import Path
 
+from controller.config import ControllerConfig
+from controller.recording import parse_recording
+
 REPO = Path(__file__).resolve().parents[2]
-LAB_RECORD_PATH = "/var/lib/gleaner/controller/record.jsonl"   # vagrant/prepare.py's LAB_RECORD_PATH
+LAB_RECORD_PATH = ControllerConfig().state_dir / "record.jsonl"   # as vagrant/prepare.py writes [record]
 INFRA_EXIT = 75   # EX_TEMPFAIL: the lab could not be brought up; .ci/run tries once more
 PRODUCT_EXIT = 1
 # What each lab VM's Gleaner unit must be once it has run the whole smoke run.
@@ -376,15 +379,7 @@ def recording_lines(lab: dict) -> list[dict]:
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"reading {LAB_RECORD_PATH} on {controller}: {done.stderr.decode(errors='replace')[-300:]}")
-    texts = done.stdout.decode().splitlines()
-    lines = []
-    for number, text in enumerate(texts, 1):
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            if number < len(texts):
-                raise ValueError(f"{LAB_RECORD_PATH}: line {number} is not JSON: {text[:80]!r}") from None
-    return lines   # a torn last line (written as it was read) left out
+    return parse_recording(done.stdout.decode().splitlines(keepends=True), f"{controller}:{LAB_RECORD_PATH}")
 
 
 def replay_of_recording(lab: dict, keep_at: Path | None = None) -> dict:
