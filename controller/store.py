@@ -169,6 +169,9 @@ class Store:
         # Who caused the writes of this thread (the service points it at the admin of the call
         # being served): every audit event says so in its detail, as "by".
         self.caller: Callable[[], str] = lambda: ""
+        # settings rows of names that were not a JSON list when read (key -> the row, cut short):
+        # read as no names; the service warns of them when it loads the books
+        self.unreadable: dict[str, str] = {}
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._check_integrity()
@@ -404,8 +407,12 @@ class Store:
         try:
             values = json.loads(row["value"]) if row else []
         except ValueError:
-            values = []
-        return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+            values = None
+        if not isinstance(values, list):
+            self.unreadable[key] = str(row["value"])[:200]
+            return []
+        self.unreadable.pop(key, None)
+        return [v for v in values if isinstance(v, str)]
 
     def hints(self) -> list[Hint]:
         """The reserves' hints as last written (the ledger drops the ones that are over)."""

@@ -506,7 +506,10 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         self.apply(self.ledger.fill(self.now))
 
     def _periodic_fill(self, _arg: Any) -> None:
-        self._fill()
+        if self.fill_at is None:
+            self._fill()
+        else:   # a fill asked for is on its way: it still runs, and serves what asks meanwhile
+            self.apply(self.ledger.fill(self.now))
         self.at(self.now + self.ledger.backfill.retry_seconds, self._periodic_fill)
 
     def _evaluate(self, _arg: Any) -> None:

@@ -5,6 +5,8 @@ old job's progress would otherwise say done at once."""
 from __future__ import annotations
 
 
+import logging
+
 import pytest
 
 from controller.config import ControllerConfig
@@ -134,3 +136,26 @@ def test_a_tenant_made_again_under_a_done_tenants_name_starts_afresh(service):
     assert service.store.goals_done() == ["science"]
     service.delete_tenant("science", drain=True, wait_seconds=5)
     assert service.store.goals_done() == []
+
+
+def test_a_malformed_row_of_jobs_done_is_read_as_none_and_the_admin_is_warned(service, caplog):
+    """A goals_done row that is not a JSON list of names (a hand edit, a torn copy) cannot say
+    which jobs were done: read as none, and said in the log when the books are loaded."""
+    service, clock = service
+    config, agents = service.config, service.agents
+    service.close()
+    service.store.close()
+    import sqlite3
+    db = sqlite3.connect(config.store_path)
+    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goals_done', '{\"science\": true')")
+    db.commit()
+    db.close()
+    with caplog.at_level(logging.WARNING, logger="controller.service"):
+        again = PoolService(config, Store(config.store_path), agents, clock=clock)
+    try:
+        [warned] = [r for r in caplog.records if r.getMessage() == "store.setting_unreadable"]
+        assert warned.setting == "goals_done" and warned.stored.startswith('{"science"')
+        assert again.store.goals_done() == []
+    finally:
+        again.close()
+        again.store.close()

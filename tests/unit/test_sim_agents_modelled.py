@@ -349,3 +349,11 @@ def test_a_fill_runs_the_launchers_delay_after_it_is_asked_and_serves_what_asks_
     assert all(when - now == pytest.approx(0.0056) for now, when in delayed.scheduled)
     assert len(delayed.scheduled) < len(at_once.scheduled)   # answers within the delay share a fill
     assert ModelledAgents(SimSettings(agents="modelled")).fill_delay == ModelledParams().fill_delay_seconds > 0
+
+
+def test_the_periodic_fill_leaves_a_fill_on_its_way_to_serve_what_asks_meanwhile(azure):
+    """The launcher's periodic fill runs beside a fill already asked for; events that ask while
+    that one is on its way are served by it, not by one more."""
+    slow = fills_asked(30.0)   # a long delay: periodic fills come while asked ones wait
+    assert len(slow.scheduled) > 10
+    assert all(later[0] >= earlier[1] for earlier, later in zip(slow.scheduled, slow.scheduled[1:]))
