@@ -29,7 +29,7 @@ from gleaner_common.ids import InvalidField
 from .backfill_plan import plan_backfill
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, report_lag, size_for_goal
 from .policy import Reject
-from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Write
+from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Size, Write
 from .tenancy import TenantKind
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
@@ -231,6 +231,14 @@ class GoalSizing:
     def _dedicated_held(self, tenant: str) -> int:
         return sum(l.vcpus for l in self._dedicated(tenant))
 
+    def _within_upper(self, tenant: str, more: Size) -> bool:
+        """Whether the tenant's backfill and dedicated VMs with `more` stay within its upper bound.
+        The sizing keeps dedicated plus volunteers under it by its forecast of the residual; this
+        holds the bound whatever that forecast says of the volunteers the tenant holds now."""
+        upper = next(t.upper for t in self.tenants if t.name == tenant)
+        held = self.backfill_usage.get(tenant, ZERO) + self.tenant_usage.get(tenant, ZERO)
+        return (held + more).fits_in(upper)
+
     def _others_backfill(self, tenant: str) -> int:
         return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)
 
@@ -246,6 +254,8 @@ class GoalSizing:
         if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
             return effects
         while held < vcpus:
+            if not self._within_upper(tenant, Size(config.vcpus, config.memory_mb)):
+                break   # its volunteers fill its upper bound: asked again when they leave room
             self._dedicated_seq += 1
             ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"goal-{tenant}-{int(now)}-{self._dedicated_seq}")
             if isinstance(self._place(ask, self.snapshot(now)), Reject):

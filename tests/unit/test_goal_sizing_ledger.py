@@ -200,3 +200,27 @@ def test_goals_as_stored_parse_or_name_the_problem():
         with pytest.raises(InvalidField) as err:
             goal_from_dict(bad)
         assert err.value.field == field
+
+
+def held_by_science(ledger: Ledger) -> int:
+    """vCPUs science holds: its backfill and its dedicated VMs (what its upper bound caps)."""
+    return sum(l.vcpus for l in science_vms(ledger) if l.state not in ("stopping", "on_notice", "preempting"))
+
+
+def test_dedicated_vms_never_take_a_batch_tenant_past_its_upper_bound():
+    """Science's volunteers fill its upper bound (8 of the pool's 16 vCPUs; the built-in tenant's
+    backfill holds 4, and 4 are free) when its sizing wants dedicated VMs: a residual forecast
+    that reads lower than what the tenant holds must not buy dedicated VMs on the free room
+    beside its volunteers, past the bound (PhoenixCloud: a batch tenant never holds more than
+    its upper bound)."""
+    others = TenantRecord("backfill", "batch", backfill='{"max_instances": 4}')
+    ledger = pool(science(None, upper=(8, 8192)), others)
+    confirm(ledger, ledger.fill(T0), T0)
+    assert held_by_science(ledger) == 8 and len(ledger.leases) == 12
+    ledger.set_tenants([science(deadline(40, 2), upper=(8, 8192)), others])
+    ledger._residual_for = lambda tenant, now: 4.0   # a forecast below the 8 volunteers it holds
+    for step in range(1, 4):
+        now = T0 + step * GOAL_INTERVAL_S
+        confirm(ledger, ledger.fill(now), now)
+        assert ledger.sizings["science"].dedicated_vcpus == 4
+        assert held_by_science(ledger) == 8, step   # its 8 volunteers, no dedicated VM beside them
