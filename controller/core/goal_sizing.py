@@ -28,9 +28,9 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, report_lag, size_for_goal
-from .policy import Reject
+from .policy import Decision, Reject
 from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Size, Write
-from .tenancy import TenantKind
+from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
 GOAL_KINDS = ("deadline", "least_cost")
@@ -231,13 +231,16 @@ class GoalSizing:
     def _dedicated_held(self, tenant: str) -> int:
         return sum(l.vcpus for l in self._dedicated(tenant))
 
-    def _within_upper(self, tenant: str, more: Size) -> bool:
-        """Whether the tenant's backfill and dedicated VMs with `more` stay within its upper bound.
-        The sizing keeps dedicated plus volunteers under it by its forecast of the residual; this
-        holds the bound whatever that forecast says of the volunteers the tenant holds now."""
+    def _within_upper(self, tenant: str, more: Size, decision: Decision) -> bool:
+        """Whether the tenant's backfill and dedicated VMs stay within its upper bound with a
+        dedicated VM of `more` placed by `decision` (a VM that preempts the tenant's own
+        volunteers takes their place). The sizing keeps dedicated plus volunteers under the bound
+        by its forecast of the residual; this holds it whatever that forecast says."""
         upper = next(t.upper for t in self.tenants if t.name == tenant)
         held = self.backfill_usage.get(tenant, ZERO) + self.tenant_usage.get(tenant, ZERO)
-        return (held + more).fits_in(upper)
+        victims = [self.leases[v] for v in getattr(decision, "victims", ()) if v in self.leases]
+        own = [l.held for l in victims if l.role == "backfill" and self.tenant_of_lease(l) == tenant]
+        return (held + more - total(own)).fits_in(upper)
 
     def _others_backfill(self, tenant: str) -> int:
         return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)
@@ -254,12 +257,13 @@ class GoalSizing:
         if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
             return effects
         while held < vcpus:
-            if not self._within_upper(tenant, Size(config.vcpus, config.memory_mb)):
-                break   # its volunteers fill its upper bound: asked again when they leave room
             self._dedicated_seq += 1
             ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"goal-{tenant}-{int(now)}-{self._dedicated_seq}")
-            if isinstance(self._place(ask, self.snapshot(now)), Reject):
+            decision = self._place(ask, self.snapshot(now))
+            if isinstance(decision, Reject):
                 break   # no room, or past its lower bound: asked again at the next sizing
+            if not self._within_upper(tenant, Size(config.vcpus, config.memory_mb), decision):
+                break   # its volunteers fill its upper bound: asked again when they leave room
             effects += self.request(ask, now)
             held += config.vcpus
         wanted_fewer = self._wanted_fewer.get(tenant, False)
