@@ -151,7 +151,7 @@ class PoolService:
         for tenant, what, text in ledger.unreadable_settings:
             log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,
                       note="ignored: the tenant runs without it until it is set again")
-        for key, text in store.unreadable.items():
+        for key, text in store.unreadable_settings().items():
             log_event(log, "store.setting_unreadable", logging.WARNING, setting=key, stored=text,
                       note="not a JSON list of names: read as none (reserved_nodes: the reserves choose "
                            "afresh; goals_done: a job done is run again) until it is written again")

@@ -401,6 +401,12 @@ class Store:
         with self._failing(), self._lock:
             return self._names("reserved_nodes")
 
+    def unreadable_settings(self) -> dict[str, str]:
+        """The settings rows of names last read as none because they were not a JSON list (key ->
+        the row, cut short), for the service to warn of."""
+        with self._lock:
+            return dict(self.unreadable)
+
     def _names(self, key: str) -> list[str]:   # under the store's lock
         """A settings row holding a JSON list of names (none, or not such a list: no names)."""
         row = self._db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()

@@ -28,8 +28,8 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, report_lag, size_for_goal
-from .policy import Decision, Reject
-from .records import BACKFILL_TENANT, STOPS, ZERO, Ask, Audit, Effect, Size, Write
+from .policy import Decision, Preempt, Reject
+from .records import BACKFILL_TENANT, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write
 from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
@@ -238,9 +238,12 @@ class GoalSizing:
         by its forecast of the residual; this holds it whatever that forecast says."""
         upper = next(t.upper for t in self.tenants if t.name == tenant)
         held = self.backfill_usage.get(tenant, ZERO) + self.tenant_usage.get(tenant, ZERO)
-        victims = [self.leases[v] for v in getattr(decision, "victims", ()) if v in self.leases]
-        own = [l.held for l in victims if l.role == "backfill" and self.tenant_of_lease(l) == tenant]
-        return (held + more - total(own)).fits_in(upper)
+        # its volunteers on their way out: this placement's victims, and earlier ones (a victim on
+        # notice still holds its memory until it stops, and would be counted twice)
+        chosen = set(decision.victims) if isinstance(decision, Preempt) else set()
+        leaving = [l.held for l in self.leases.values() if l.role == "backfill" and
+                   (l.lease_id in chosen or l.state in VICTIM) and self.tenant_of_lease(l) == tenant]
+        return (held + more - total(leaving)).fits_in(upper)
 
     def _others_backfill(self, tenant: str) -> int:
         return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)

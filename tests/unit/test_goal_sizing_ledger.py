@@ -226,12 +226,16 @@ def test_dedicated_vms_never_take_a_batch_tenant_past_its_upper_bound():
         assert held_by_science(ledger) == 8, step   # its 8 volunteers, no dedicated VM beside them
 
 
-def test_a_dedicated_vm_may_take_the_place_of_the_tenants_own_volunteers():
+@pytest.mark.parametrize("upper_mib", [8192, 2048])
+def test_a_dedicated_vm_may_take_the_place_of_the_tenants_own_volunteers(upper_mib):
     """The pool full (science's 8 volunteers at its upper bound, the built-in tenant's 8): its
-    dedicated VMs preempt volunteers of its own, and it holds 8 still (4 of them dedicated)."""
-    ledger = pool(science(None, upper=(8, 8192)), TenantRecord("backfill", "batch"))
+    dedicated VMs preempt volunteers of its own, and it holds 8 still (4 of them dedicated).
+    With 2048 MiB, its 8 volunteers of 256 MiB fill the bound's memory too: a victim on notice
+    still holds its memory, and is not counted against the next dedicated VM."""
+    ledger = pool(science(None, upper=(8, upper_mib)), TenantRecord("backfill", "batch"))
     confirm(ledger, ledger.fill(T0), T0)
-    ledger.set_tenants([science(deadline(40, 2), upper=(8, 8192)), TenantRecord("backfill", "batch")])
+    assert sum(l.memory_mib for l in science_vms(ledger)) == 2048
+    ledger.set_tenants([science(deadline(40, 2), upper=(8, upper_mib)), TenantRecord("backfill", "batch")])
     ledger._residual_for = lambda tenant, now: 0.0   # a forecast of no residual from now on
     confirm(ledger, ledger.fill(T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
     assert len([l for l in science_vms(ledger, "running") if l.role == "on_demand"]) == 4
