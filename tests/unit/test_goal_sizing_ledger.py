@@ -240,3 +240,29 @@ def test_a_dedicated_vm_may_take_the_place_of_the_tenants_own_volunteers(upper_m
     confirm(ledger, ledger.fill(T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
     assert len([l for l in science_vms(ledger, "running") if l.role == "on_demand"]) == 4
     assert held_by_science(ledger) == 8
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_whatever_the_forecast_says_a_goal_tenant_stays_within_its_upper_bound(seed):
+    """A property: the residual forecast drawn at random each minute (0 to 16 vCPUs), volunteers
+    of either tenant ending at random, the pool sometimes full and sometimes not: after every
+    fill, science's volunteers and dedicated VMs fit its upper bound of 8 vCPUs and 2,048 MiB."""
+    import random
+    draw = random.Random(seed)
+    others = TenantRecord("backfill", "batch", backfill='{"max_instances": 6}')
+    ledger = pool(science(None, upper=(8, 2048)), others)
+    confirm(ledger, ledger.fill(T0), T0)
+    ledger.set_tenants([science(deadline(40, 2), upper=(8, 2048)), others])
+    ledger._residual_for = lambda tenant, now: float(draw.randint(0, 16))
+    bought = 0
+    for step in range(1, 31):
+        now = T0 + step * GOAL_INTERVAL_S
+        for lease in [l for l in ledger.leases.values() if l.role == "backfill" and l.state == "running"]:
+            if draw.random() < 0.15:
+                confirm(ledger, ledger.release(lease.lease_id, False, now)[1], now)
+        effects = ledger.fill(now)
+        bought += len(launched(effects, "science", "on_demand"))
+        confirm(ledger, effects, now)
+        live = [l for l in science_vms(ledger) if l.state not in ("stopping", "on_notice", "preempting")]
+        assert sum(l.vcpus for l in live) <= 8 and sum(l.memory_mib for l in live) <= 2048, step
+    assert bought   # the forecast made it buy: the bound was tested, not idle
