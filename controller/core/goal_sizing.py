@@ -76,6 +76,7 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
+        self._held_back: dict[str, int] = {}   # tenant -> dedicated vCPUs its upper bound kept from its last sizing
         # tenants whose job is done (stored: Write.goals_done): the guests that said so are gone
         # with their VMs, and the progress book lives in memory, so after a restart only this says it
         self.jobs_done: set[str] = set()
@@ -148,6 +149,11 @@ class GoalSizing:
             return self._job_done(tenant.name, sizing, progress, now)
         self.sizings[tenant.name] = sizing
         effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
+        held_back = self._held_back.get(tenant.name)
+        if held_back:   # tenant show says why it holds fewer than the sizing wants
+            sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
+                f"{sizing.explain}; {held_back} of those dedicated vCPUs wait: its volunteers fill its upper bound "
+                f"({tenant.upper.vcpus} vCPUs, {tenant.upper.memory_mib} MiB)"))
         if before is None or before.on_track != sizing.on_track:
             effects.append(Write(events=(Audit("tenant.goal_on_track" if sizing.on_track else "tenant.goal_at_risk",
                                                detail=dict(tenant=tenant.name, explain=sizing.explain,
@@ -257,6 +263,7 @@ class GoalSizing:
         mine = self._dedicated(tenant)
         held = sum(l.vcpus for l in mine)
         effects: list[Effect] = []
+        self._held_back.pop(tenant, None)
         if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
             return effects
         while held < vcpus:
@@ -266,7 +273,8 @@ class GoalSizing:
             if isinstance(decision, Reject):
                 break   # no room, or past its lower bound: asked again at the next sizing
             if not self._within_upper(tenant, Size(config.vcpus, config.memory_mb), decision):
-                break   # its volunteers fill its upper bound: asked again when they leave room
+                self._held_back[tenant] = vcpus - held   # asked again when its volunteers leave room
+                break
             effects += self.request(ask, now)
             held += config.vcpus
         wanted_fewer = self._wanted_fewer.get(tenant, False)

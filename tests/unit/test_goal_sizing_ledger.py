@@ -224,6 +224,8 @@ def test_dedicated_vms_never_take_a_batch_tenant_past_its_upper_bound():
         confirm(ledger, ledger.fill(now), now)
         assert ledger.sizings["science"].dedicated_vcpus == 4
         assert held_by_science(ledger) == 8, step   # its 8 volunteers, no dedicated VM beside them
+        assert ledger.sizings["science"].explain.endswith(
+            "; 4 of those dedicated vCPUs wait: its volunteers fill its upper bound (8 vCPUs, 8192 MiB)")
 
 
 @pytest.mark.parametrize("upper_mib", [8192, 2048])
