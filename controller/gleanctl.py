@@ -566,17 +566,13 @@ def follow_events(stub, args, first) -> None:
     after = first.last_seq
     while True:
         request = controller_pb2.FollowEventsRequest(after_seq=after, kind=args.kind, max_seconds=FOLLOW_CALL_SECONDS)
-        call = stub.FollowEvents(request, timeout=FOLLOW_CALL_SECONDS + 30)
         try:
-            for batch in call:
+            for batch in stub.FollowEvents(request, timeout=FOLLOW_CALL_SECONDS + 30):
                 print_events(batch.events, args)
                 after = batch.last_seq
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
-        except KeyboardInterrupt:
-            call.cancel()   # an open stream left to the interpreter's exit can hold the process up
-            raise
 
 
 def print_events(events, args, header: bool = False) -> None:

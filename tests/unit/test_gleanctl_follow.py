@@ -35,9 +35,12 @@ class Follower:
     """`gleanctl events --follow ...` running, its output lines read as they come."""
 
     def __init__(self, controller: ControllerProcess, *args: str) -> None:
+        # Ctrl-C's default action in gleanctl, whatever the test run's own: a run started in the
+        # background (`pytest ... &` in a script) ignores SIGINT, and its children inherit that
         self.process = subprocess.Popen([sys.executable, "-m", "controller.gleanctl", *controller.gleanctl_args(),
                                          "events", "--follow", *args], cwd=REPO, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(l.rstrip("\n")) for l in self.process.stdout],
                          daemon=True).start()
