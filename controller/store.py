@@ -171,7 +171,7 @@ class Store:
         self.caller: Callable[[], str] = lambda: ""
         # settings rows of names that were not a JSON list when read (key -> the row, cut short):
         # read as no names; the service warns of them when it loads the books
-        self.unreadable: dict[str, str] = {}
+        self._unreadable: dict[str, str] = {}
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._check_integrity()
@@ -405,7 +405,7 @@ class Store:
         """The settings rows of names last read as none because they were not a JSON list (key ->
         the row, cut short), for the service to warn of."""
         with self._lock:
-            return dict(self.unreadable)
+            return dict(self._unreadable)
 
     def _names(self, key: str) -> list[str]:   # under the store's lock
         """A settings row holding a JSON list of names (none, or not such a list: no names)."""
@@ -415,9 +415,9 @@ class Store:
         except ValueError:
             values = None
         if not isinstance(values, list):
-            self.unreadable[key] = str(row["value"])[:200]
+            self._unreadable[key] = str(row["value"])[:200]
             return []
-        self.unreadable.pop(key, None)
+        self._unreadable.pop(key, None)
         return [v for v in values if isinstance(v, str)]
 
     def hints(self) -> list[Hint]:

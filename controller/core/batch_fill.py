@@ -131,8 +131,7 @@ class BatchFilling:
     def current_grants(self, now: float) -> list[Grant]:
         """The grants a fill would make now (goal_sizing's residual reads them too)."""
         self._refresh_views()
-        held = {name: self.backfill_usage.get(name, ZERO) + self.tenant_usage.get(name, ZERO)
-                for name in self._tenant_names}
+        held = {name: self.tenant_held(name) for name in self._tenant_names}
         counts: dict[str, int] = {}
         for lease in self.leases.values():
             if lease.role == "backfill" and lease.state != HIBERNATED:

@@ -116,6 +116,11 @@ class TenantBounds:
     def tenant_of_lease(self, lease: Lease) -> str:
         return tenant_of(lease, self._tenant_names)
 
+    def tenant_held(self, name: str) -> Size:
+        """What the tenant's VMs hold now: its backfill and its non-preemptible VMs (what its upper
+        bound caps)."""
+        return self.backfill_usage.get(name, ZERO) + self.tenant_usage.get(name, ZERO)
+
     # -- the kernel's hooks ----------------------------------------------------------------------
 
     def _view_lease(self, lease: Lease) -> None:

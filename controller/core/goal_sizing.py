@@ -76,7 +76,6 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
-        self._held_back: dict[str, int] = {}   # tenant -> dedicated vCPUs its upper bound kept from its last sizing
         # tenants whose job is done (stored: Write.goals_done): the guests that said so are gone
         # with their VMs, and the progress book lives in memory, so after a restart only this says it
         self.jobs_done: set[str] = set()
@@ -148,8 +147,7 @@ class GoalSizing:
         if sizing.done:
             return self._job_done(tenant.name, sizing, progress, now)
         self.sizings[tenant.name] = sizing
-        effects = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
-        held_back = self._held_back.get(tenant.name)
+        effects, held_back = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
             sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
                 f"{sizing.explain}; {held_back} of those dedicated vCPUs wait: its volunteers fill its upper bound "
@@ -242,8 +240,8 @@ class GoalSizing:
         dedicated VM of `more` placed by `decision` (a VM that preempts the tenant's own
         volunteers takes their place). The sizing keeps dedicated plus volunteers under the bound
         by its forecast of the residual; this holds it whatever that forecast says."""
-        upper = next(t.upper for t in self.tenants if t.name == tenant)
-        held = self.backfill_usage.get(tenant, ZERO) + self.tenant_usage.get(tenant, ZERO)
+        upper = self.tenant_named(tenant).upper
+        held = self.tenant_held(tenant)
         # its volunteers on their way out: this placement's victims, and earlier ones (a victim on
         # notice still holds its memory until it stops, and would be counted twice)
         chosen = set(decision.victims) if isinstance(decision, Preempt) else set()
@@ -254,18 +252,19 @@ class GoalSizing:
     def _others_backfill(self, tenant: str) -> int:
         return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)
 
-    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> list[Effect]:
+    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> tuple[list[Effect], int]:
         """Request or release the tenant's dedicated VMs (on-demand VMs it owns, of its backfill
         size) until they hold `vcpus`, in whole VMs within its lower bound. A request is made only
         when placement would take it now (none is queued or refused each interval), and never
-        while one of its goal requests still waits for room."""
+        while one of its goal requests still waits for room. Also returns the vCPUs of them its
+        upper bound keeps back (its volunteers fill it)."""
         config = self.tenant_configs()[tenant]
         mine = self._dedicated(tenant)
         held = sum(l.vcpus for l in mine)
         effects: list[Effect] = []
-        self._held_back.pop(tenant, None)
+        held_back = 0
         if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
-            return effects
+            return effects, 0
         while held < vcpus:
             self._dedicated_seq += 1
             ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"goal-{tenant}-{int(now)}-{self._dedicated_seq}")
@@ -273,14 +272,14 @@ class GoalSizing:
             if isinstance(decision, Reject):
                 break   # no room, or past its lower bound: asked again at the next sizing
             if not self._within_upper(tenant, Size(config.vcpus, config.memory_mb), decision):
-                self._held_back[tenant] = vcpus - held   # asked again when its volunteers leave room
+                held_back = vcpus - held   # asked again when its volunteers leave room
                 break
             effects += self.request(ask, now)
             held += config.vcpus
         wanted_fewer = self._wanted_fewer.get(tenant, False)
         self._wanted_fewer[tenant] = held > vcpus
         if not wanted_fewer:   # released only when two sizings in a row want fewer: a dip of the
-            return effects     # residual for one interval would otherwise stop dedicated VMs' jobs
+            return effects, held_back   # residual for one interval would otherwise stop dedicated VMs' jobs
         for lease in reversed(mine):   # the youngest first
             if held - lease.vcpus < vcpus:
                 break
@@ -288,7 +287,7 @@ class GoalSizing:
                 _lease, released = self.release(lease.lease_id, False, now)
                 effects += released
                 held -= lease.vcpus
-        return effects
+        return effects, held_back
 
 
 def _finite(value: float) -> float | None:

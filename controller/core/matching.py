@@ -139,7 +139,7 @@ class ReportMatching:
                                getattr(vm, "progress_for_s", 0.0), now)
             tenants.add(tenant)
         for tenant in tenants:
-            held = self.backfill_usage.get(tenant, ZERO).vcpus + self.tenant_usage.get(tenant, ZERO).vcpus
+            held = self.tenant_held(tenant).vcpus
             self.progress.sample(tenant, held, now)
 
     def _node_event(self, kind: str, node: NodeState, **detail) -> Write:

@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.goals import Sizing
-from ..core.records import BACKFILL_TENANT, ZERO, BackfillConfig, Size, TenantRecord
+from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord
 from .engine import Simulation
 from .jobs import JobLevelWork, Run
 from .tenant_config import (TenantsConfig, TenantsError, TenantSpec, assign_jobs, assign_requests, bag_of_jobs,
@@ -242,7 +242,7 @@ class TenantSimulation(Simulation):
                 return sized(tenant, goal, now)
             ledger.sizings[tenant.name] = Sizing(tenant.upper.vcpus, vcpus, math.inf, True,
                                                  f"pinned: {vcpus} dedicated vCPUs and every volunteer")
-            return ledger._dedicated_to(tenant.name, vcpus, now)
+            return ledger._dedicated_to(tenant.name, vcpus, now)[0]   # its effects
         ledger._size = size
 
     def _vm_tenant(self, vm: SimVm) -> str:
@@ -300,7 +300,7 @@ class TenantSimulation(Simulation):
                     ledger.progress.note(vm.lease_id, name, done, total, 0.0, self.now)
                     said = True
             if said:
-                held = ledger.backfill_usage.get(name, ZERO).vcpus + ledger.tenant_usage.get(name, ZERO).vcpus
+                held = ledger.tenant_held(name).vcpus
                 ledger.progress.sample(name, held, self.now)
 
     # -- the hooks into the engine -----------------------------------------------------------------
