@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from .records import (BLANK_LEASE, HIBERNATED, IN_TRANSIT, TERMINAL, ZERO, BackfillConfig, Lease,
-                      LedgerSettings, RequestRecord, Size, VmRole, reacts, replace)
+                      LedgerSettings, RequestRecord, Size, VmRole, is_on_demand_vm, reacts, replace)
+from .departures import LIFETIMES_KEPT
 
 
 ROLES = {role.value: role for role in VmRole}   # VmRole(value), without the enum's lookup per call
@@ -82,6 +83,9 @@ class Books:
         self.retired: OrderedDict[str, tuple[Lease, float]] = OrderedDict()   # vm name -> (its ended lease, when)
         self.retired_ids: OrderedDict[str, str] = OrderedDict()             # lease id -> its node
         self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
+        # seconds each recent on-demand VM lived, launch to end (not goal sizing's dedicated VMs,
+        # whose ends the books choose): a forecast of the residual from on-demand departures
+        self.on_demand_lifetimes: deque[float] = deque(maxlen=LIFETIMES_KEPT)
         self.lease_version: dict[str, int] = {}   # node -> changes to its books
         self._books_version = 0                   # counts changes to any node's books
 
@@ -185,6 +189,8 @@ class Books:
 
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
+        if is_on_demand_vm(lease) and lease.launched_at is not None:
+            self.on_demand_lifetimes.append(max(0.0, (lease.ended_at or now) - lease.launched_at))
         self.retired_ids[lease.lease_id] = lease.node_id
         for table in (self.retired, self.retired_ids):
             while len(table) > 100_000:

@@ -27,9 +27,11 @@ from typing import Any
 from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
-from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, report_lag, size_for_goal
+from .departures import residual_forecast
+from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, project, report_lag, size_for_goal
 from .policy import Decision, Preempt, Reject
-from .records import BACKFILL_TENANT, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write
+from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
+                      is_dedicated, is_on_demand_vm)
 from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
@@ -146,6 +148,8 @@ class GoalSizing:
         before = self.sizings.get(tenant.name)
         if sizing.done:
             return self._job_done(tenant.name, sizing, progress, now)
+        # volunteers within its upper bound: the forecast says what it may hold, reachable now or not
+        sizing = self._with_departures(goal, progress, now, residual, rate, tenant.upper.vcpus, sizing)
         self.sizings[tenant.name] = sizing
         effects, held_back = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
@@ -160,6 +164,24 @@ class GoalSizing:
                                                            volunteer_vcpus=sizing.volunteer_vcpus,
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
         return effects
+
+    def _with_departures(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
+                         upper: int, sizing: Sizing) -> Sizing:
+        """The sizing with its projected finish counting the on-demand VMs expected to leave
+        (controller.core.departures); what it buys stays sized on the residual now."""
+        alive = [(max(0.0, now - (l.launched_at if l.launched_at is not None else l.created_at)), l.vcpus)
+                 for l in self.leases.values() if l.state in HOLDS_ALL and is_on_demand_vm(l)]
+        forecast = residual_forecast(residual, now, alive, self.on_demand_lifetimes)
+        if len(forecast) == 1:
+            return sizing   # too few on-demand VMs ended yet to know how long they live
+        finish = project(goal, progress, now, forecast, rate, sizing.dedicated_vcpus, upper_bound_vcpus=upper).finish_s
+        if finish >= sizing.projected_finish_s:
+            return sizing
+        freed = max(vcpus for at, vcpus in forecast if at <= finish) - residual   # the forecast only rises
+        return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
+            f"{sizing.explain}; projected to finish {_clock(finish - now)} from now, counting the {freed:.0f} "
+            f"on-demand vCPUs expected to leave by then (the lifetimes of the last {len(self.on_demand_lifetimes)} "
+            "on-demand VMs that ended); sized as if none leave"))
 
     def goals_done(self) -> set[str]:
         """The goal-driven tenants whose job is done: granted nothing more until a new goal."""
@@ -188,7 +210,7 @@ class GoalSizing:
         effects: list[Effect] = [Write(goals_done=tuple(sorted(self.jobs_done)), events=(Audit(
             "tenant.goal_done", detail=dict(tenant=tenant, progress=said, explain=explain)),))]
         mine = [l for l in self.leases.values() if l.state not in STOPS and self.tenant_of_lease(l) == tenant
-                and (l.role == "backfill" or l.request_id.startswith("goal-"))]
+                and (l.role == "backfill" or is_dedicated(l))]
         for lease in sorted(mine, key=lambda l: l.lease_id):
             if lease.state == "running":
                 effects += self._stop(lease, self.backfill.grace_seconds, now, f"its tenant's goal is done ({said})")
@@ -201,7 +223,7 @@ class GoalSizing:
         drained) are released: nothing would ever size them again."""
         effects: list[Effect] = []
         for lease in list(self.leases.values()):
-            if lease.role == "on_demand" and lease.request_id.startswith("goal-") and lease.state in ("running", "waiting") \
+            if is_dedicated(lease) and lease.state in ("running", "waiting") \
                     and (lease.owner not in self.tenant_goals or lease.owner in self.draining):
                 effects += self.release(lease.lease_id, False, now)[1]
         return effects
@@ -229,7 +251,7 @@ class GoalSizing:
     def _dedicated(self, tenant: str) -> list:
         """The tenant's dedicated VMs (goal- requests' leases not being stopped), oldest first."""
         return sorted((l for l in self.leases.values() if l.role == "on_demand" and l.owner == tenant
-                       and l.request_id.startswith("goal-") and l.state not in STOPS),
+                       and is_dedicated(l) and l.state not in STOPS),
                       key=lambda l: (l.created_at, l.lease_id))
 
     def _dedicated_held(self, tenant: str) -> int:
@@ -263,11 +285,11 @@ class GoalSizing:
         held = sum(l.vcpus for l in mine)
         effects: list[Effect] = []
         held_back = 0
-        if any(r.startswith(f"goal-{tenant}-") for r in self.waiting):
+        if any(r.startswith(f"{GOAL_REQUEST_PREFIX}{tenant}-") for r in self.waiting):
             return effects, 0
         while held < vcpus:
             self._dedicated_seq += 1
-            ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"goal-{tenant}-{int(now)}-{self._dedicated_seq}")
+            ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"{GOAL_REQUEST_PREFIX}{tenant}-{int(now)}-{self._dedicated_seq}")
             decision = self._place(ask, self.snapshot(now))
             if isinstance(decision, Reject):
                 break   # no room, or past its lower bound: asked again at the next sizing
@@ -288,6 +310,12 @@ class GoalSizing:
                 effects += released
                 held -= lease.vcpus
         return effects, held_back
+
+
+def _clock(seconds: float) -> str:
+    """A span as an admin reads it: 1 h 05 min, 12 min."""
+    minutes = max(0, round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _finite(value: float) -> float | None:

@@ -84,7 +84,7 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:
         """The books as the store had them: unfinished business is asked again when its node reports."""
-        for lease in ended:
+        for lease in sorted(ended, key=lambda l: l.ended_at or 0.0):   # oldest first: the bounded tables drop the oldest
             self._retire(lease, lease.ended_at or 0.0)
         for lease in leases:
             self._book(lease, now=0.0)

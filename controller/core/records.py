@@ -467,6 +467,19 @@ def stop_event(lease: Lease) -> str:
     return next((kind for prefix, kind in STOP_EVENTS if lease.end_reason.startswith(prefix)), "vm.stopped")
 
 
+GOAL_REQUEST_PREFIX = "goal-"   # the request ids of goal sizing's dedicated VMs begin so (goal_sizing)
+
+
+def is_dedicated(lease: Lease) -> bool:
+    """A goal-driven tenant's dedicated VM: on-demand, asked for and released by its goal's sizing."""
+    return lease.role == "on_demand" and lease.request_id.startswith(GOAL_REQUEST_PREFIX)
+
+
+def is_on_demand_vm(lease: Lease) -> bool:
+    """An on-demand VM a tenant asked for (not a goal's dedicated VM, whose end the books choose)."""
+    return lease.role == "on_demand" and not lease.request_id.startswith(GOAL_REQUEST_PREFIX)
+
+
 def reacts(lease: Lease) -> bool:
     """Whether a report showing the lease's VM acts on it: recovers it (lost), stops it
     (cancelling), or confirms its save (a victim being hibernated, whose answer may be lost)."""

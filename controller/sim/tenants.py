@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.goals import Sizing
-from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord
+from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord, is_dedicated
 from .engine import Simulation
 from .jobs import JobLevelWork, Run
 from .tenant_config import (TenantsConfig, TenantsError, TenantSpec, assign_jobs, assign_requests, bag_of_jobs,
@@ -317,8 +317,7 @@ class TenantSimulation(Simulation):
     def _launched(self, arg) -> None:
         super()._launched(arg)
         lease, answer = arg
-        if answer.ok and lease.role == "on_demand" and lease.request_id.startswith("goal-") \
-                and lease.vm_name not in self.dedicated:
+        if answer.ok and is_dedicated(lease) and lease.vm_name not in self.dedicated:
             vm = self.nodes[lease.node_id].vms.get(lease.vm_name)
             if vm is not None and vm.lease_id == lease.lease_id:
                 self.dedicated.add(lease.vm_name)

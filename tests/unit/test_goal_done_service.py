@@ -159,3 +159,25 @@ def test_a_malformed_row_of_jobs_done_is_read_as_none_and_the_admin_is_warned(se
     finally:
         again.close()
         again.store.close()
+
+
+def test_on_demand_lifetimes_come_back_from_the_store_after_a_restart(tmp_path):
+    """The projected finish's departures (controller.core.departures) learn from how long on-demand
+    VMs lived: the books read it from the store's ended leases when they load."""
+    clock, agents = Clock(), RecordingAgents()
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, host_headroom_mib=128)
+    service = PoolService(config, Store(config.store_path), agents, clock=clock)
+    try:
+        service.ingest(report([]))
+        result = service.request(1, 256, "tiny", "web", "r1", wait_seconds=0)
+        drained(service)
+        clock.now += 900
+        service.release(result.lease.lease_id, wait_seconds=0)
+        drained(service)
+        assert list(service.ledger.on_demand_lifetimes) == [900.0]
+        service = restarted(service, clock)
+        assert list(service.ledger.on_demand_lifetimes) == [900.0]
+    finally:
+        service.close()
+        service.store.close()

@@ -12,7 +12,8 @@ import pytest
 from controller.core.goal_sizing import GOAL_INTERVAL_S, goal_from_dict
 from controller.core.goals import Deadline, LeastCost
 from controller.core.ledger import Ledger
-from controller.core.records import Ask, Launch, TenantRecord, Write
+from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
+from controller.core.records import Ask, Launch, Lease, Stop, TenantRecord, Write
 from controller.core.tenancy import TenancySettings
 from gleaner_common.ids import InvalidField
 
@@ -29,10 +30,11 @@ def science(goal: dict | None, lower=(4, 2048), upper=(16, 16384), enabled: bool
                         goal=json.dumps(goal) if goal else None, backfill=None if enabled else '{"enabled": false}')
 
 
-def crowded_then_goal(goal: dict) -> Ledger:
+def crowded_then_goal(goal: dict, ended: list | None = None) -> Ledger:
     """Others' on-demand VMs hold 12 of 16 vCPUs and the built-in tenant's backfill the other 4
-    (science's guarantee among them) before science's backfill and goal are on."""
-    ledger = pool(science(goal, enabled=False))
+    (science's guarantee among them) before science's backfill and goal are on. `ended`: leases
+    the store had as ended when the books were loaded."""
+    ledger = pool(science(goal, enabled=False), ended=ended or [])
     for i in range(6):
         confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
     confirm(ledger, ledger.fill(T0), T0)
@@ -40,8 +42,8 @@ def crowded_then_goal(goal: dict) -> Ledger:
     return ledger
 
 
-def pool(*tenants: TenantRecord) -> Ledger:
-    ledger = Ledger(SETTINGS, BACKFILL, {}, counter(), tenants=tenants, tenancy=TenancySettings())
+def pool(*tenants: TenantRecord, ended: list | None = None) -> Ledger:
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter(), ended=ended or [], tenants=tenants, tenancy=TenancySettings())
     for node_id, (cpus, memory) in NODES.items():
         ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), T0)
     ledger.select(T0, evaluation=True)
@@ -268,3 +270,59 @@ def test_whatever_the_forecast_says_a_goal_tenant_stays_within_its_upper_bound(s
         live = [l for l in science_vms(ledger) if l.state not in ("stopping", "on_notice", "preempting")]
         assert sum(l.vcpus for l in live) <= 8 and sum(l.memory_mib for l in live) <= 2048, step
     assert bought   # the forecast made it buy: the bound was tested, not idle
+
+
+# -- the projected finish counts the on-demand VMs expected to leave (controller.core.departures)
+
+def ended_on_demand(count: int, lived: float, first_end: float = T0 - 10_000) -> list[Lease]:
+    """On-demand leases that ended (as the store gives them: the latest end first), each having
+    lived `lived` seconds plus its index (so that each is told apart)."""
+    leases = [Lease(f"old{i}", "on_demand", "n1", f"old-vm{i}", 2, 512, "tiny", "web", "ended", first_end + i - lived - 5,
+                    launched_at=first_end + i - lived - i, ended_at=first_end + i) for i in range(count)]
+    return sorted(leases, key=lambda l: -l.ended_at)
+
+
+def test_the_books_keep_how_long_on_demand_vms_lived_and_not_dedicated_or_backfill_vms():
+    ledger = crowded_then_goal(deadline(40, 2))
+    web = sorted((l for l in ledger.leases.values() if l.owner == "web"), key=lambda l: l.lease_id)
+    _lease, stops = ledger.release(web[0].lease_id, False, T0 + 600)
+    confirm(ledger, stops, T0 + 610)
+    assert list(ledger.on_demand_lifetimes) == [610.0]   # launched at T0, its stop confirmed at T0 + 610
+    confirm(ledger, ledger.fill(T0 + 700), T0 + 700)      # science's dedicated VMs
+    ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 790)
+    confirm(ledger, ledger.fill(T0 + 800), T0 + 900)      # its job done: its dedicated VMs and volunteers stop
+    assert not [l for l in ledger.leases.values() if l.owner == "science"]
+    assert list(ledger.on_demand_lifetimes) == [610.0]
+
+
+def test_books_loaded_keep_the_newest_lifetimes_and_forget_the_oldest_ends_first():
+    ended = ended_on_demand(LIFETIMES_KEPT + 10, 3600)   # latest end first, as Store.recently_ended gives them
+    ledger = pool(ended=ended)
+    assert list(ledger.on_demand_lifetimes) == [3600.0 + i for i in range(10, LIFETIMES_KEPT + 10)]
+    assert next(iter(ledger.retired)) == "old-vm0"   # the oldest end is the first the bounded table drops
+
+
+def sized(ended: list[Lease]):
+    ledger = crowded_then_goal(deadline(6, 2), ended)
+    effects = ledger.fill(T0 + 1)
+    return ledger.sizings["science"], effects
+
+
+def test_the_projected_finish_counts_on_demand_vms_expected_to_leave_and_buys_as_if_none_do():
+    """web's 12 vCPUs were launched at T0; every on-demand VM seen lived about 20 minutes. Without
+    that history science waits for volunteers with a projection at the deadline; with it, the
+    same decision, and a finish projected from the vCPUs expected to be freed."""
+    flat, flat_effects = sized([])
+    history, effects = sized(ended_on_demand(MIN_LIFETIMES, 1200))
+    assert (history.dedicated_vcpus, history.volunteer_vcpus, history.on_track) == \
+        (flat.dedicated_vcpus, flat.volunteer_vcpus, flat.on_track)
+    assert [type(e) for e in effects] == [type(e) for e in flat_effects]
+    assert T0 + 1200 < history.projected_finish_s < flat.projected_finish_s
+    assert "expected to leave" in history.explain and "sized as if none leave" in history.explain
+    assert f"the last {MIN_LIFETIMES} on-demand VMs" in history.explain
+
+
+def test_too_few_on_demand_lifetimes_leave_the_projection_as_the_sizing_made_it():
+    flat, _ = sized([])
+    few, _ = sized(ended_on_demand(MIN_LIFETIMES - 1, 1200))
+    assert few == flat
