@@ -13,7 +13,7 @@ from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
 from .checks import MAX_NODE_CPUS, MAX_NODE_MEMORY_MIB
-from .core.tenancy import owner_tenant as tenant_of_owner, tenant_of
+from .core.tenancy import booking_limit, owner_tenant as tenant_of_owner, tenant_of
 from .core.records import (BACKFILL_TENANT, BUILT_IN_TENANTS, DEFAULT_TENANT, TENANT_KINDS, ZERO, Lease, Size,
                            TenantRecord, VmRole)
 
@@ -144,7 +144,7 @@ def admission_problem(existing: Sequence[TenantRecord], new: TenantRecord, capac
     the batch tenants' shares, not admission (accepted here for the core's rule to come)."""
     del urr
     uppers = sum((booked(t) for t in (*existing, new)), ZERO)
-    limit = Size(int(capacity.vcpus * rbt), int(capacity.memory_mib * rbt))
+    limit = booking_limit(capacity, rbt)   # the core's rounding: 100 x 1.15 books 115, not 114
     upper_ok = uppers.fits_in(limit)
     lower_ok = new.lower.fits_in(idle)
     if upper_ok and lower_ok:

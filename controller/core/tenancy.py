@@ -120,6 +120,11 @@ def total(sizes: Iterable[Size]) -> Size:
     return out
 
 
+def booking_limit(capacity: Size, rbt: float) -> Size:
+    """What the upper bounds may sum to: capacity x RBT, rounded down in each dimension."""
+    return Size(_floor(capacity.vcpus * rbt), _floor(capacity.memory_mib * rbt))
+
+
 def _floor(value: float) -> int:
     """Round down, forgiving the float error of a product such as 10 x 1.1 (11.000000000000002)
     or 100 x 1.15 (114.99999999999999): an admin who books 115 of 100 x 1.15 means 115."""
@@ -170,7 +175,7 @@ def admit(existing: Sequence[Tenant], new: Sequence[Tenant], capacity: Size, idl
             return _refuse_name(existing, new, capacity, idle, settings, tenant.name)
         names.append(tenant.name)
     upper_sum = total(t.upper for t in (*existing, *new))
-    limit = Size(_floor(capacity.vcpus * settings.rbt), _floor(capacity.memory_mib * settings.rbt))
+    limit = booking_limit(capacity, settings.rbt)
     lower_sum = total(t.lower for t in new)
     uppers_ok, lowers_ok = upper_sum.fits_in(limit), lower_sum.fits_in(idle)
     figures = (f"sum of upper bounds {show(upper_sum)} against capacity x RBT {settings.rbt:g} = {show(limit)} "
@@ -185,7 +190,7 @@ def _refuse_name(existing: Sequence[Tenant], new: Sequence[Tenant], capacity: Si
                  settings: TenancySettings, name: str) -> Admission:
     """A refusal for a name already taken, with the figures still given."""
     upper_sum = total(t.upper for t in (*existing, *new))
-    limit = Size(_floor(capacity.vcpus * settings.rbt), _floor(capacity.memory_mib * settings.rbt))
+    limit = booking_limit(capacity, settings.rbt)
     return Admission(False, upper_sum, limit, total(t.lower for t in new), idle,
                      f"refused: tenant name {name!r} is already taken")
 

@@ -36,6 +36,16 @@ def test_the_upper_bounds_past_capacity_times_rbt_are_refused_with_both_figures(
     assert tenancy.admission_problem([DEFAULT, a], new, CAPACITY, CAPACITY, 1.5, 1.0) is None   # 9 <= 12
 
 
+def test_capacity_times_rbt_is_rounded_as_the_core_rounds_it():
+    """100 x 1.15 is 114.99999999999999 in floating point: an admin who books 115 of it means 115,
+    as the simulator's admission (core.tenancy.admit) reads it."""
+    capacity = Size(100, 102400)
+    new = tenant("a", "on_demand", Size(0, 0), Size(115, 1024))
+    assert tenancy.admission_problem([DEFAULT], new, capacity, capacity, 1.15, 1.0) is None
+    assert "over capacity" in tenancy.admission_problem([DEFAULT], tenant("b", "batch", Size(0, 0), Size(116, 1024)),
+                                                        capacity, capacity, 1.15, 1.0)
+
+
 def test_a_lower_bound_must_fit_what_is_idle():
     new = tenant("b", "batch", Size(3, 1024), Size(3, 1024))
     problem = tenancy.admission_problem([DEFAULT], new, CAPACITY, Size(2, 16384), 1.0, 1.0)
