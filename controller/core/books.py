@@ -83,9 +83,10 @@ class Books:
         self.retired: OrderedDict[str, tuple[Lease, float]] = OrderedDict()   # vm name -> (its ended lease, when)
         self.retired_ids: OrderedDict[str, str] = OrderedDict()             # lease id -> its node
         self.said: OrderedDict[str, None] = OrderedDict()                   # audit events said once
-        # seconds each recent on-demand VM lived, launch to end (not goal sizing's dedicated VMs,
-        # whose ends the books choose): a forecast of the residual from on-demand departures
-        self.on_demand_lifetimes: deque[float] = deque(maxlen=LIFETIMES_KEPT)
+        # (launched_at, ended_at) of the last on-demand VMs that ended, in the order they ended
+        # (not goal sizing's dedicated VMs, whose ends the books choose): the residual's forecast
+        # from on-demand departures (departures.py)
+        self.on_demand_lives: deque[tuple[float, float]] = deque(maxlen=LIFETIMES_KEPT)
         self.lease_version: dict[str, int] = {}   # node -> changes to its books
         self._books_version = 0                   # counts changes to any node's books
 
@@ -190,7 +191,7 @@ class Books:
     def _retire(self, lease: Lease, now: float) -> None:
         self.retired[lease.vm_name] = (lease, now)
         if is_on_demand_vm(lease) and lease.launched_at is not None:
-            self.on_demand_lifetimes.append(max(0.0, (lease.ended_at or now) - lease.launched_at))
+            self.on_demand_lives.append((lease.launched_at, max(lease.launched_at, lease.ended_at or now)))
         self.retired_ids[lease.lease_id] = lease.node_id
         for table in (self.retired, self.retired_ids):
             while len(table) > 100_000:

@@ -27,7 +27,7 @@ from typing import Any
 from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
-from .departures import residual_forecast
+from .departures import forecast_offsets, freed_vcpus, residual_forecast
 from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, project, report_lag, size_for_goal
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
@@ -78,6 +78,9 @@ class GoalSizing:
         self._sized_at: dict[str, float] = {}
         self._dedicated_seq = 0
         self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
+        # departures.freed_vcpus as last worked out, and for which (now, books' version): one
+        # answer for every goal tenant sized at once
+        self._freed: tuple[tuple[float, int], list[float] | None] = ((-1.0, -1), None)
         # tenants whose job is done (stored: Write.goals_done): the guests that said so are gone
         # with their VMs, and the progress book lives in memory, so after a restart only this says it
         self.jobs_done: set[str] = set()
@@ -148,8 +151,7 @@ class GoalSizing:
         before = self.sizings.get(tenant.name)
         if sizing.done:
             return self._job_done(tenant.name, sizing, progress, now)
-        # volunteers within its upper bound: the forecast says what it may hold, reachable now or not
-        sizing = self._with_departures(goal, progress, now, residual, rate, tenant.upper.vcpus, sizing)
+        sizing = self._with_departures(goal, progress, now, residual, rate, upper, sizing)
         self.sizings[tenant.name] = sizing
         effects, held_back = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
@@ -168,20 +170,34 @@ class GoalSizing:
     def _with_departures(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
                          upper: int, sizing: Sizing) -> Sizing:
         """The sizing with its projected finish counting the on-demand VMs expected to leave
-        (controller.core.departures); what it buys stays sized on the residual now."""
-        alive = [(max(0.0, now - (l.launched_at if l.launched_at is not None else l.created_at)), l.vcpus)
-                 for l in self.leases.values() if l.state in HOLDS_ALL and is_on_demand_vm(l)]
-        forecast = residual_forecast(residual, now, alive, self.on_demand_lifetimes)
-        if len(forecast) == 1:
-            return sizing   # too few on-demand VMs ended yet to know how long they live
-        finish = project(goal, progress, now, forecast, rate, sizing.dedicated_vcpus, upper_bound_vcpus=upper).finish_s
-        if finish >= sizing.projected_finish_s:
+        (controller.core.departures), within the same cap on what the tenant can hold; what it
+        buys stays sized on the residual now. A projection that cannot be made leaves the
+        sizing's own: it must never stop a fill."""
+        try:
+            forecast = residual_forecast(residual, now, self._freed_by(now))
+            if len(forecast) == 1:
+                return sizing   # too few on-demand VMs ended yet to know how long they live
+            projection = project(goal, progress, now, forecast, rate, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
+        except (InvalidField, ValueError, ArithmeticError):
             return sizing
-        freed = max(vcpus for at, vcpus in forecast if at <= finish) - residual   # the forecast only rises
-        return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
-            f"{sizing.explain}; projected to finish {_clock(finish - now)} from now, counting the {freed:.0f} "
-            f"on-demand vCPUs expected to leave by then (the lifetimes of the last {len(self.on_demand_lifetimes)} "
-            "on-demand VMs that ended); sized as if none leave"))
+        if projection.finish_s >= sizing.projected_finish_s:
+            return sizing
+        freed = max(vcpus for at, vcpus in forecast if at <= projection.finish_s) - residual   # the forecast only rises
+        return dataclasses.replace(
+            sizing, projected_finish_s=projection.finish_s, cost=projection.cost if sizing.cost is not None else None,
+            explain=(f"{sizing.explain}; projected to finish {_clock(projection.finish_s - now)} from now, counting "
+                     f"the pool's {freed:.0f} on-demand vCPUs expected to leave by then (by the lives of the last "
+                     f"{len(self.on_demand_lives)} on-demand VMs that ended); sized as if none leave"))
+
+    def _freed_by(self, now: float) -> list[float] | None:
+        """departures.freed_vcpus for the pool now, once for every goal tenant sized at `now`
+        with the books unchanged (an ended lease changes their version too)."""
+        key = (now, self._books_version)
+        if self._freed[0] != key:
+            alive = [(l.launched_at if l.launched_at is not None else l.created_at, l.vcpus)
+                     for l in self.leases.values() if l.state in HOLDS_ALL and is_on_demand_vm(l)]
+            self._freed = (key, freed_vcpus(alive, self.on_demand_lives, now, forecast_offsets()))
+        return self._freed[1]
 
     def goals_done(self) -> set[str]:
         """The goal-driven tenants whose job is done: granted nothing more until a new goal."""

@@ -161,7 +161,7 @@ def test_a_malformed_row_of_jobs_done_is_read_as_none_and_the_admin_is_warned(se
         again.store.close()
 
 
-def test_on_demand_lifetimes_come_back_from_the_store_after_a_restart(tmp_path):
+def test_on_demand_lives_come_back_from_the_store_after_a_restart(tmp_path):
     """The projected finish's departures (controller.core.departures) learn from how long on-demand
     VMs lived: the books read it from the store's ended leases when they load."""
     clock, agents = Clock(), RecordingAgents()
@@ -175,9 +175,10 @@ def test_on_demand_lifetimes_come_back_from_the_store_after_a_restart(tmp_path):
         clock.now += 900
         service.release(result.lease.lease_id, wait_seconds=0)
         drained(service)
-        assert list(service.ledger.on_demand_lifetimes) == [900.0]
+        [(launched, ended)] = service.ledger.on_demand_lives
+        assert ended - launched == 900.0
         service = restarted(service, clock)
-        assert list(service.ledger.on_demand_lifetimes) == [900.0]
+        assert list(service.ledger.on_demand_lives) == [(launched, ended)]
     finally:
         service.close()
         service.store.close()

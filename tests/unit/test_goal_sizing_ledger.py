@@ -275,10 +275,10 @@ def test_whatever_the_forecast_says_a_goal_tenant_stays_within_its_upper_bound(s
 # -- the projected finish counts the on-demand VMs expected to leave (controller.core.departures)
 
 def ended_on_demand(count: int, lived: float, first_end: float = T0 - 10_000) -> list[Lease]:
-    """On-demand leases that ended (as the store gives them: the latest end first), each having
-    lived `lived` seconds plus its index (so that each is told apart)."""
-    leases = [Lease(f"old{i}", "on_demand", "n1", f"old-vm{i}", 2, 512, "tiny", "web", "ended", first_end + i - lived - 5,
-                    launched_at=first_end + i - lived - i, ended_at=first_end + i) for i in range(count)]
+    """On-demand leases that ended 10 s apart (as the store gives them: the latest end first),
+    each having lived `lived` seconds plus its index (so that each is told apart)."""
+    leases = [Lease(f"old{i}", "on_demand", "n1", f"old-vm{i}", 2, 512, "tiny", "web", "ended", first_end + 9 * i - lived - 5,
+                    launched_at=first_end + 9 * i - lived, ended_at=first_end + 10 * i) for i in range(count)]
     return sorted(leases, key=lambda l: -l.ended_at)
 
 
@@ -287,42 +287,78 @@ def test_the_books_keep_how_long_on_demand_vms_lived_and_not_dedicated_or_backfi
     web = sorted((l for l in ledger.leases.values() if l.owner == "web"), key=lambda l: l.lease_id)
     _lease, stops = ledger.release(web[0].lease_id, False, T0 + 600)
     confirm(ledger, stops, T0 + 610)
-    assert list(ledger.on_demand_lifetimes) == [610.0]   # launched at T0, its stop confirmed at T0 + 610
-    confirm(ledger, ledger.fill(T0 + 700), T0 + 700)      # science's dedicated VMs
+    assert list(ledger.on_demand_lives) == [(T0, T0 + 610)]   # launched at T0, its stop confirmed at T0 + 610
+    confirm(ledger, ledger.fill(T0 + 700), T0 + 700)          # science's dedicated VMs
     ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 790)
-    confirm(ledger, ledger.fill(T0 + 800), T0 + 900)      # its job done: its dedicated VMs and volunteers stop
+    confirm(ledger, ledger.fill(T0 + 800), T0 + 900)          # its job done: its dedicated VMs and volunteers stop
     assert not [l for l in ledger.leases.values() if l.owner == "science"]
-    assert list(ledger.on_demand_lifetimes) == [610.0]
+    assert list(ledger.on_demand_lives) == [(T0, T0 + 610)]
 
 
-def test_books_loaded_keep_the_newest_lifetimes_and_forget_the_oldest_ends_first():
+def test_books_loaded_keep_the_newest_lives_and_forget_the_oldest_ends_first():
     ended = ended_on_demand(LIFETIMES_KEPT + 10, 3600)   # latest end first, as Store.recently_ended gives them
     ledger = pool(ended=ended)
-    assert list(ledger.on_demand_lifetimes) == [3600.0 + i for i in range(10, LIFETIMES_KEPT + 10)]
+    newest = sorted(ended, key=lambda l: l.ended_at)[10:]
+    assert list(ledger.on_demand_lives) == [(l.launched_at, l.ended_at) for l in newest]
     assert next(iter(ledger.retired)) == "old-vm0"   # the oldest end is the first the bounded table drops
 
 
-def sized(ended: list[Lease]):
-    ledger = crowded_then_goal(deadline(6, 2), ended)
+def sized(goal: dict, ended: list[Lease]):
+    ledger = crowded_then_goal(goal, ended)
     effects = ledger.fill(T0 + 1)
-    return ledger.sizings["science"], effects
+    return ledger, ledger.sizings["science"], effects
+
+
+def launches(effects) -> list:
+    return [e.lease for e in effects if isinstance(e, Launch)]
 
 
 def test_the_projected_finish_counts_on_demand_vms_expected_to_leave_and_buys_as_if_none_do():
     """web's 12 vCPUs were launched at T0; every on-demand VM seen lived about 20 minutes. Without
-    that history science waits for volunteers with a projection at the deadline; with it, the
-    same decision, and a finish projected from the vCPUs expected to be freed."""
-    flat, flat_effects = sized([])
-    history, effects = sized(ended_on_demand(MIN_LIFETIMES, 1200))
+    that history science waits for volunteers (5 vCPU-hours on its lower bound bought later would
+    still do) and projects the deadline; with it, the same decision and explanation, and a finish
+    projected from the 4 vCPUs it can reach once web's VMs are expected gone (by T0 + 30 min)."""
+    _, flat, flat_effects = sized(deadline(5, 2), [])
+    _, history, effects = sized(deadline(5, 2), ended_on_demand(MIN_LIFETIMES, 1200))
     assert (history.dedicated_vcpus, history.volunteer_vcpus, history.on_track) == \
         (flat.dedicated_vcpus, flat.volunteer_vcpus, flat.on_track)
-    assert [type(e) for e in effects] == [type(e) for e in flat_effects]
-    assert T0 + 1200 < history.projected_finish_s < flat.projected_finish_s
-    assert "expected to leave" in history.explain and "sized as if none leave" in history.explain
-    assert f"the last {MIN_LIFETIMES} on-demand VMs" in history.explain
+    assert history.explain.startswith(flat.explain + "; ") and flat.explain.startswith("waiting")
+    assert launches(effects) == launches(flat_effects)
+    # the lives seen were 1200 to 1229 s: 2 of 30 ended by age 1201, so 12 x 2/30 vCPUs are
+    # expected free 20 minutes on, all 12 at 30 (science reaches 4 of them)
+    assert history.projected_finish_s == pytest.approx(T0 + 1 + 1800 + (5 * HOUR - 12 * 2 / 30 * 600) / 4)
+    assert flat.projected_finish_s == T0 + 2 * HOUR - 120   # the padded deadline
+    assert "the pool's 12 on-demand vCPUs expected to leave" in history.explain
+    assert "sized as if none leave" in history.explain and f"the last {MIN_LIFETIMES} on-demand VMs" in history.explain
 
 
-def test_too_few_on_demand_lifetimes_leave_the_projection_as_the_sizing_made_it():
-    flat, _ = sized([])
-    few, _ = sized(ended_on_demand(MIN_LIFETIMES - 1, 1200))
+def test_dedicated_vms_are_bought_as_if_no_on_demand_vm_leaves():
+    _, flat, flat_effects = sized(deadline(7.8, 2), [])
+    _, history, effects = sized(deadline(7.8, 2), ended_on_demand(MIN_LIFETIMES, 1200))
+    assert flat.dedicated_vcpus == history.dedicated_vcpus == 4
+    assert launches(effects) == launches(flat_effects) and len(launches(effects)) == 4
+    assert history.explain.startswith(flat.explain)
+
+
+def test_too_few_on_demand_lives_leave_the_projection_as_the_sizing_made_it():
+    _, flat, _ = sized(deadline(5, 2), [])
+    _, few, _ = sized(deadline(5, 2), ended_on_demand(MIN_LIFETIMES - 1, 1200))
     assert few == flat
+
+
+def test_a_projection_that_cannot_be_made_leaves_the_sizing_and_the_fill_goes_on():
+    """Lives the estimator refuses (one that ended before it began): never an error out of a fill."""
+    ledger = crowded_then_goal(deadline(5, 2), ended_on_demand(MIN_LIFETIMES, 1200))
+    ledger.on_demand_lives.append((T0, T0 - 1))
+    ledger.fill(T0 + 1)
+    _, flat, _ = sized(deadline(5, 2), [])
+    assert ledger.sizings["science"] == flat
+
+
+def test_a_plan_to_buy_later_keeps_its_finish_when_departures_would_not_meet_the_deadline():
+    """6 vCPU-hours: science waits, its lower bound bought later meeting the padded deadline. The
+    4 vCPUs it can reach once web's VMs are gone would finish 2 minutes past it, so the plan's
+    finish (buying later) stands, not the later one of volunteers alone."""
+    _, flat, _ = sized(deadline(6, 2), [])
+    _, history, _ = sized(deadline(6, 2), ended_on_demand(MIN_LIFETIMES, 1200))
+    assert flat.explain.startswith("waiting") and history == flat
