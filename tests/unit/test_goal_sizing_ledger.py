@@ -362,3 +362,13 @@ def test_a_plan_to_buy_later_keeps_its_finish_when_departures_would_not_meet_the
     _, flat, _ = sized(deadline(6, 2), [])
     _, history, _ = sized(deadline(6, 2), ended_on_demand(MIN_LIFETIMES, 1200))
     assert flat.explain.startswith("waiting") and history == flat
+
+
+def test_a_least_cost_goal_projects_its_finish_and_cost_with_departures_and_buys_the_same():
+    goal = {"kind": "least_cost", "work_vcpu_hours": 5, "price_per_dedicated_vcpu_hour": 1.0,
+            "price_per_volunteer_vcpu_hour": 0.1}
+    _, flat, flat_effects = sized(goal, [])
+    _, history, effects = sized(goal, ended_on_demand(MIN_LIFETIMES, 1200))
+    assert history.dedicated_vcpus == flat.dedicated_vcpus and launches(effects) == launches(flat_effects)
+    assert history.projected_finish_s < flat.projected_finish_s and history.cost < flat.cost
+    assert history.explain.startswith(flat.explain + "; ")
