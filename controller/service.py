@@ -39,6 +39,7 @@ from . import tenants as tenancy
 from .agents import AgentCallFailed, AgentLinks, Stopped
 from .bulkheads import Bulkheads, Lane, NodeBusy
 from .config import ControllerConfig, intake_settings, ledger_settings
+from .core.departures import LIFETIMES_KEPT
 from .core.explain import FillAnswer
 from .core.bounds import UNBOUNDED
 from .core.goal_sizing import goal_from_dict
@@ -146,7 +147,7 @@ class PoolService:
                         history=history if history is not None else store.history(),
                         reserved_nodes=store.reserved_nodes(), tenants=store.tenants(),
                         tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr),
-                        goals_done=store.goals_done())
+                        goals_done=store.goals_done(), on_demand_lives=store.on_demand_lives(LIFETIMES_KEPT))
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         for tenant, what, text in ledger.unreadable_settings:
             log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.records import Audit, BackfillConfig, Lease, RequestRecord, Reserve, TenantRecord, Write
+from .core.records import GOAL_REQUEST_PREFIX, Audit, BackfillConfig, Lease, RequestRecord, Reserve, TenantRecord, Write
 from .core.reserves import DemandHistory
 from .core.reserve_settings import MAX_HINTS, Hint
 
@@ -322,6 +322,16 @@ class Store:
         """The leases that ended last: a VM still running under one of them is not adopted."""
         rows = self._rows("SELECT * FROM leases WHERE ended_at IS NOT NULL ORDER BY ended_at DESC LIMIT ?", (limit,))
         return [Lease(**dict(r)) for r in rows]
+
+    def on_demand_lives(self, limit: int) -> list[tuple[float, float]]:
+        """(launched_at, ended_at) of the last `limit` on-demand VMs that ended after a launch (not
+        goals' dedicated VMs), oldest end first: the departures forecast's lifetimes
+        (controller.core.departures). Asked apart from recently_ended, whose window backfill's
+        ends may fill."""
+        rows = self._rows("SELECT launched_at, ended_at FROM leases WHERE ended_at IS NOT NULL AND role = 'on_demand' "
+                          "AND launched_at IS NOT NULL AND substr(request_id, 1, ?) != ? ORDER BY ended_at DESC LIMIT ?",
+                          (len(GOAL_REQUEST_PREFIX), GOAL_REQUEST_PREFIX, limit))
+        return [(float(r["launched_at"]), float(r["ended_at"])) for r in reversed(rows)]
 
     def pending_requests(self) -> list[RequestRecord]:
         return [self._request(r) for r in self._rows("SELECT * FROM requests WHERE outcome = 'pending'")]

@@ -56,7 +56,7 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
                  history: DemandHistory | None = None, reserved_nodes: Iterable[str] = (),
                  tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings(),
-                 goals_done: Iterable[str] = ()) -> None:
+                 goals_done: Iterable[str] = (), on_demand_lives: Iterable[tuple[float, float]] | None = None) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
@@ -66,7 +66,9 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         reserves (controller.core.reserves): with the defaults nothing is reserved; `reserved_nodes`
         are the nodes they kept free when the controller stopped. `tenants` are the pool's tenants
         (controller.core.bounds; none given: only the built-in, unbounded ones), `tenancy` the pool's
-        RBT and URR, `goals_done` the tenants whose goal's job was done (granted nothing until a new goal)."""
+        RBT and URR, `goals_done` the tenants whose goal's job was done (granted nothing until a new goal),
+        `on_demand_lives` the (launched_at, ended_at) of the last on-demand VMs that ended, oldest
+        end first (None: those among `ended`)."""
         self._init_books(settings, backfill, new_id)
         self._init_idleness(backfill)
         self._init_filling(reserves, reserve_settings, hints, history, reserved_nodes)
@@ -78,6 +80,9 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         self._init_volunteers()
         self._init_matching()
         self._load(list(leases), list(requests), list(ended))
+        if on_demand_lives is not None:   # the store's own answer: `ended` may hold fewer of them
+            self.on_demand_lives.clear()
+            self.on_demand_lives.extend(on_demand_lives)
         self.tenancy_settings = tenancy
         self.set_tenants(tenants)
         self._load_goals_done(goals_done)

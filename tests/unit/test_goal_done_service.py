@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from controller.config import ControllerConfig
-from controller.core.records import BackfillConfig, Policy, Size
+from controller.core.records import BackfillConfig, Lease, Policy, Size
 from controller.service import PoolService
 from controller.store import Store
 from gleaner_common.config import TlsConfig
@@ -179,6 +179,31 @@ def test_on_demand_lives_come_back_from_the_store_after_a_restart(tmp_path):
         assert ended - launched == 900.0
         service = restarted(service, clock)
         assert list(service.ledger.on_demand_lives) == [(launched, ended)]
+        # backfill's ends fill the window of ended leases the books load: the store's own answer still has it
+        service.store.put_leases([Lease(f"b{i}", "backfill", "n2", f"bf{i}", 1, 256, "tiny", "backfill", "ended",
+                                        clock.now, launched_at=clock.now, ended_at=clock.now + 1 + i)
+                                  for i in range(100_000)])
+        service = restarted(service, clock)
+        assert list(service.ledger.on_demand_lives) == [(launched, ended)]
     finally:
         service.close()
         service.store.close()
+
+
+def test_the_store_gives_on_demand_lives_apart_from_other_ends(tmp_path):
+    """Store.on_demand_lives: on-demand VMs that ran and ended, oldest end first, the newest
+    `limit` of them; not backfill, not goals' dedicated VMs, not a launch that never ran.
+    Apart from recently_ended, whose window backfill's ends may fill."""
+    store = Store(tmp_path / "state.db")
+    try:
+        def ended(i: int, role: str, request_id: str = "", launched: bool = True) -> Lease:
+            return Lease(f"l{i}", role, "n1", f"vm{i}", 1, 256, "tiny", "web", "ended", 100.0 + i,
+                         launched_at=110.0 + i if launched else None, ended_at=1000.0 + i, request_id=request_id)
+        store.put_leases([ended(0, "on_demand", "r0"), ended(1, "backfill"), ended(2, "on_demand", "goal-science-1"),
+                          ended(3, "on_demand", "r3", launched=False), ended(4, "on_demand", "r4"),
+                          ended(5, "on_demand", "r5"), *[ended(6 + i, "backfill") for i in range(10)]])
+        assert store.on_demand_lives(10) == [(110.0, 1000.0), (114.0, 1004.0), (115.0, 1005.0)]
+        assert store.on_demand_lives(2) == [(114.0, 1004.0), (115.0, 1005.0)]
+        assert not [l for l in store.recently_ended(10) if l.role == "on_demand"]   # backfill filled that window
+    finally:
+        store.close()
