@@ -30,14 +30,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gleaner_common import ids
 from gleaner_common.ids import InvalidField
+
+from .goals import MAX_TIME_S as MAX_SECONDS, MAX_VCPUS   # the sizing's bounds: a forecast it takes stays within them
 
 MIN_LIFETIMES = 30            # fewer ended on-demand VMs than this: no forecast (the residual stays flat)
 LIFETIMES_KEPT = 5_000        # the books keep the most recent on-demand lives, no more
 HORIZON_S = 12 * 3600.0       # the forecast's reach: past it, the residual stays at its last value
 STEP_S = 600.0                # one forecast point every ten minutes
-MAX_SECONDS = 1e12            # epoch seconds, as goals.MAX_TIME_S
-MAX_VCPUS = 1_000_000         # as goals.MAX_VCPUS: a forecast never says more
 
 
 def survival(deaths: Sequence[tuple[float, float]], censored: Sequence[tuple[float, float]]
@@ -137,6 +138,6 @@ def _seconds(values: Sequence[float], field: str) -> np.ndarray:
 
 
 def _vcpus(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_VCPUS:
-        raise InvalidField("alive vcpus", f"{value!r} is not a whole number of vCPUs, 0 to {MAX_VCPUS}")
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidField("alive vcpus", f"{value!r} is not a whole number of vCPUs")
+    return int(ids.bounded(value, 0, MAX_VCPUS, "alive vcpus", "vCPUs"))

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..core.departures import survival as product_limit   # the controller's estimator, every VM watched from 0
+
 
 def kaplan_meier(durations: Sequence[float], ended: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
     """The Kaplan-Meier survival curve of `durations` (seconds each VM ran), `ended[i]` saying
@@ -26,16 +28,8 @@ def kaplan_meier(durations: Sequence[float], ended: Sequence[bool]) -> tuple[np.
         raise ValueError(f"durations and ended must be two lists of the same length, got {d.shape} and {e.shape}")
     if np.isnan(d).any() or (d < 0).any():
         raise ValueError("durations must be numbers of seconds, none negative")
-    event_times = np.unique(d[e])
-    if not len(event_times):
-        return np.array([0.0]), np.array([1.0])
-    ordered = np.sort(d)
-    # at risk just before t: the durations >= t
-    at_risk = len(d) - np.searchsorted(ordered, event_times, side="left")
-    ending = np.searchsorted(np.sort(d[e]), event_times, side="right") - \
-        np.searchsorted(np.sort(d[e]), event_times, side="left")
-    survival = np.cumprod(1.0 - ending / at_risk)
-    return np.concatenate(([0.0], event_times)), np.concatenate(([1.0], survival))
+    times, survival = product_limit([(0.0, x) for x in d[e]], [(0.0, x) for x in d[~e]])
+    return np.concatenate(([0.0], times)), np.concatenate(([1.0], survival))
 
 
 def survival_at(times: np.ndarray, survival: np.ndarray, t: float) -> float:
