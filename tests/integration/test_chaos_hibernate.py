@@ -1,7 +1,7 @@
 """The chaos bench's hibernation checks (tests/bench/chaos.py) against a real pool: they pass on a
 pool that has settled with a saved VM, and fail when they should. A state file planted in the
 agent's hibernation directory with no hibernated lease is an orphan and keeps the pool from
-settling; a saved VM still hibernated after the release is not counted as resumed; once the
+settling (one with a gone domain's name only until the agent's reaper removes it); a saved VM still hibernated after the release is not counted as resumed; once the
 release brings its resume, the checks pass again with the VM running.
 
 Real controller and agent processes, mutual TLS, real libvirt: two backfill VMs (interruption =
@@ -49,15 +49,24 @@ def test_the_hibernation_checks_pass_on_a_settled_pool_and_fail_on_an_orphan_sta
     assert chaos.victim_outcome(controller, victim.lease_id) == "waiting: hibernated"
     assert not chaos.settled(controller, agent, True, [victim.lease_id])
 
-    # an orphan: a complete-looking state file whose name no hibernated lease has
-    orphan = agent.state_dir / "hibernation" / f"{victim.vm_name}x.save"
-    orphan.write_bytes(chaos.SAVE_MAGIC + b"\0" * 64)
+    # an orphan the agent leaves alone (no domain's name, so not the agent's to judge) is seen by
+    # every check for as long as it is there
+    foreign = agent.state_dir / "hibernation" / "copied-by-hand.save.bak"
+    foreign.write_bytes(chaos.SAVE_MAGIC + b"\0" * 64)
     try:
         assert chaos.hibernate_faults(controller, agent)["orphan_state_files"] == 1
         assert not chaos.settled(controller, agent, True, [])
         assert chaos.leftovers(controller, agent, True)["orphan_state_files"] == 1
     finally:
-        orphan.unlink(missing_ok=True)
+        foreign.unlink(missing_ok=True)
+
+    # a complete-looking state file of a domain that does not exist: the agent's reaper
+    # removes it (every reap_interval_seconds; the checks above, read meanwhile, once raced it), and
+    # the pool settles again
+    orphan = agent.state_dir / "hibernation" / f"{victim.vm_name}x.save"
+    orphan.write_bytes(chaos.SAVE_MAGIC + b"\0" * 64)
+    wait_for(lambda: not orphan.exists(), 60, "the reaper to remove the orphan state file", interval=0.5)
+    assert chaos.settled(controller, agent, True, [])
 
     chaos.release_on_demand(controller)
     wait_for(lambda: chaos.settled(controller, agent, True, [victim.lease_id]), SETTLE_SECONDS,
