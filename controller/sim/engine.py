@@ -16,8 +16,9 @@ How the live controller is mirrored (controller/service.py and controller/cli.py
   called; at a stop's the VM is gone and ``ledger.stop_done`` is called. The ideal agents (the
   default) answer every launch ``launch_seconds`` later and every stop ``stop_seconds`` later
   capped by its grace; the modelled ones fail some launches and draw the times.
-- ``ledger.fill`` runs every backfill ``retry_seconds`` and right after any Write carrying one of
-  the ledger's FILL_EVENTS (a release, a stop, a preemption...), as the live launcher does.
+- ``ledger.fill`` runs right after any Write carrying one of the ledger's FILL_EVENTS (a release,
+  a stop, a preemption...), and ``retry_seconds`` after the last fill when nothing asked for one
+  meanwhile, as the live launcher's one scheduler job does.
 - ``ledger.select(evaluation=True)`` runs every ``selection_interval_seconds`` (backfill enabled).
 - Reports: a node reports when its VMs change (its foreground CPU being its on-demand vCPUs), or,
   with demand series, every ``report_seconds`` as well (all nodes in one event). The agent model
@@ -248,6 +249,7 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         self.events_run = 0
         self.checks_dropped = 0   # deadline checks dropped as moot (DeadlineChecks): events too, not run
         self.fill_at: float | None = None     # a fill asked for and not yet run
+        self.filled_at: float | None = None   # when the last fill ran (the periodic one counts from it)
         self._answer_at: dict[str, float] = {}   # lease -> when its launch asked in this apply is answered
         self.cpu_turned: dict[str, set[str]] = {}   # node -> its VMs that turned idle or busy since its last report
         # what the requests became
@@ -503,14 +505,21 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
 
     def _fill(self, _arg: Any = None) -> None:
         self.fill_at = None
+        self.filled_at = self.now
         self.apply(self.ledger.fill(self.now))
 
     def _periodic_fill(self, _arg: Any) -> None:
-        if self.fill_at is None:
+        """Live, periodic and asked fills are one APScheduler interval job (an ask moves its next
+        run to now; each run sets the next to it + retry_seconds): this one runs only after
+        retry_seconds without a fill, and an asked fill on its way is the run."""
+        retry = self.ledger.backfill.retry_seconds
+        if self.fill_at is not None:
+            self.at(self.fill_at + retry, self._periodic_fill)
+        elif self.filled_at is not None and self.now < self.filled_at + retry:
+            self.at(self.filled_at + retry, self._periodic_fill)
+        else:
             self._fill()
-        else:   # a fill asked for is on its way: it still runs, and serves what asks meanwhile
-            self.apply(self.ledger.fill(self.now))
-        self.at(self.now + self.ledger.backfill.retry_seconds, self._periodic_fill)
+            self.at(self.now + retry, self._periodic_fill)
 
     def _evaluate(self, _arg: Any) -> None:
         if self.reserve_planner is not None:

@@ -319,16 +319,30 @@ def test_backfill_launches_take_their_own_times_and_on_demand_launches_keep_thei
 # -- the launcher's delay -------------------------------------------------------------------------------
 
 class FillsAsked(Simulation):
-    """The simulation, noting when each fill was scheduled and for when (an event asked for it)."""
+    """The simulation, noting when each fill was scheduled and for when (an event asked for it),
+    and when each fill ran, periodic or asked."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.scheduled: list[tuple[float, float]] = []
+        self.ran: list[tuple[float, bool]] = []   # (when, periodic)
+        self._periodic_now = False
 
     def at(self, when, callback, arg=None) -> None:
-        if getattr(callback, "__func__", None) is Simulation._fill:
+        if getattr(callback, "__name__", "") == "_fill":
             self.scheduled.append((self.now, when))
         super().at(when, callback, arg)
+
+    def _fill(self, arg=None) -> None:
+        self.ran.append((self.now, self._periodic_now))
+        super()._fill(arg)
+
+    def _periodic_fill(self, arg) -> None:
+        self._periodic_now = True
+        try:
+            super()._periodic_fill(arg)
+        finally:
+            self._periodic_now = False
 
 
 def fills_asked(delay: float) -> FillsAsked:
@@ -351,9 +365,20 @@ def test_a_fill_runs_the_launchers_delay_after_it_is_asked_and_serves_what_asks_
     assert ModelledAgents(SimSettings(agents="modelled")).fill_delay == ModelledParams().fill_delay_seconds > 0
 
 
-def test_the_periodic_fill_leaves_a_fill_on_its_way_to_serve_what_asks_meanwhile(azure):
-    """The launcher's periodic fill runs beside a fill already asked for; events that ask while
-    that one is on its way are served by it, not by one more."""
-    slow = fills_asked(30.0)   # a long delay: periodic fills come while asked ones wait
-    assert len(slow.scheduled) > 10
-    assert all(later[0] >= earlier[1] for earlier, later in zip(slow.scheduled, slow.scheduled[1:]))
+def test_the_periodic_fill_comes_retry_seconds_after_the_last_fill_as_live(azure):
+    """Live, the periodic fill and an asked one are one scheduler job: each run sets the next to
+    that run + retry_seconds. So a periodic fill comes only after retry_seconds without a fill,
+    never beside a fill asked for and on its way (which is that run: it serves what asks
+    meanwhile), and no gap between fills is longer than retry_seconds (and the launcher's delay,
+    when an ask came just before the period ended)."""
+    for delay in (0.0056, 30.0):   # 30 s: asked fills are often on their way when the period ends
+        sim = fills_asked(delay)
+        retry = sim.ledger.backfill.retry_seconds
+        periodic = [i for i, (_when, is_periodic) in enumerate(sim.ran) if is_periodic]
+        assert len(periodic) > 3 and len(sim.ran) > 10 * len(periodic)
+        assert all(sim.ran[i][0] - sim.ran[i - 1][0] >= retry - 1e-6 for i in periodic if i)
+        assert all(b[0] - a[0] <= retry + delay + 1e-6 for a, b in zip(sim.ran, sim.ran[1:]))
+        # an asked fill is never scheduled while another is on its way
+        assert all(later[0] >= earlier[1] for earlier, later in zip(sim.scheduled, sim.scheduled[1:]))
+
+
