@@ -24,6 +24,7 @@ from gleaner_common.rpc import RunningServer, reload_on_sighup
 
 from .agents import AgentLinks
 from .config import ControllerConfig, load_config, with_overrides
+from .core.goal_sizing import GOAL_INTERVAL_S
 from .core.records import BackfillConfig
 from .server import build_server
 from .service import PoolService
@@ -116,6 +117,9 @@ def start_controller(config: ControllerConfig) -> RunningController:
                       max_instances=2, coalesce=True, next_run_time=datetime.now())
     scheduler.add_job(logged(watchdog.beating(pool.tick, "scheduler", config.liveness_check_seconds), "liveness"), "interval", seconds=config.liveness_check_seconds,
                       id="liveness", max_instances=1, coalesce=True)
+    # goal-driven tenants sized at even times, not in fills (which come right after dips)
+    scheduler.add_job(logged(pool.size_goals, "goals"), "interval", seconds=GOAL_INTERVAL_S, id="goals",
+                      max_instances=1, coalesce=True)
     scheduler.add_job(logged(lambda: evaluate(pool), "selection"), "interval",
                       seconds=config.selection_interval_seconds, id="selection", max_instances=1, coalesce=True)
 

@@ -586,6 +586,13 @@ class PoolService:
             log_event(log, "backfill.launching", count=launched)
         return launched
 
+    def size_goals(self) -> None:
+        """Size the goal-driven batch tenants due (the scheduler's goals job, every GOAL_INTERVAL_S)."""
+        with self.lock:
+            effects = self.ledger.size_goals(self.clock())
+            self._apply(effects)
+            self.recorder.job("goals", effects)
+
     def select(self, evaluation: bool) -> None:
         with self.lock:
             effects = self.ledger.select(self.clock(), evaluation)
@@ -827,6 +834,7 @@ class PoolService:
                           before_upper=f"{old.upper_vcpus},{old.upper_memory_mib}")
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
             self.ledger.set_tenants(self.store.tenants())
+            self._apply(self.ledger.size_goals(self.clock()))   # bounds steer the sizing
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return new
@@ -841,7 +849,7 @@ class PoolService:
                 raise tenancy.TenantRefused(f"tenant {name!r} is the built-in batch tenant and takes no goal: create "
                                             "a batch tenant for goal-driven work (gleanctl tenant create NAME --kind batch)")
         value = json.dumps(dict(goal), sort_keys=True) if goal is not None else None
-        return self._change_batch_tenant(name, "goal", lambda _old: value, unset="none", size_goals=True)
+        return self._change_batch_tenant(name, "goal", lambda _old: value, unset="none", job_begins=True)
 
     def _batch_tenant(self, name: str) -> TenantRecord:
         """The stored batch tenant `name` (TenantNotFound, or TenantRefused for an on-demand one)."""
@@ -867,22 +875,23 @@ class PoolService:
         return self._change_batch_tenant(name, "backfill", merged, unset="pool-wide")
 
     def _change_batch_tenant(self, name: str, field: str, value: Callable[[TenantRecord], str | None],
-                             unset: str, size_goals: bool = False) -> TenantRecord:
+                             unset: str, job_begins: bool = False) -> TenantRecord:
         """Batch tenant `name` with its JSON `field` (goal or backfill) set to `value(old)`, which
         runs under the lock and may refuse. Stored with a tenant.changed event naming the field
         before and after (`unset` standing for none) before the books are told: a change is
-        durable before the grants it allows; `size_goals` sizes the goals at once."""
+        durable before the grants it allows. The goals are sized at once (the goals job would
+        wait up to a minute); `job_begins` (a goal set) starts its tenant's job afresh."""
         with self.lock:
             old = self._batch_tenant(name)
             new = replace(old, **{field: value(old)})
             detail = dict(_tenant_detail(new), **{field: getattr(new, field) or unset,
                                                   f"before_{field}": getattr(old, field) or unset})
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock(),
-                                  job_begins=size_goals)
+                                  job_begins=job_begins)
             self.ledger.set_tenants(self.store.tenants())
-            if size_goals:
+            if job_begins:
                 self.ledger.new_goal(name)
-                self._apply(self.ledger.size_goals(self.clock(), force=True))
+            self._apply(self.ledger.size_goals(self.clock()))
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return new

@@ -109,7 +109,6 @@ class BatchFilling:
         for vm_id in plan_backfill(pool, pool_config, []).recycles:
             effects += self._stop(self.leases[vm_id], pool_config.grace_seconds, now,
                                   f"recycled after {pool_config.duration_seconds} s")
-        effects += self.size_goals(now)   # goal-driven tenants: their dedicated VMs first
         configs = self.tenant_configs()
         for grant in self.current_grants(now):
             if grant.vms <= 0:

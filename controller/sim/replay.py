@@ -397,6 +397,8 @@ class ReplaySimulation(Simulation):
             self.apply(self.ledger.fill(self.now))
         elif name == "select":
             self.apply(self.ledger.select(self.now, evaluation=True))
+        elif name == "goals":
+            self.apply(self.ledger.size_goals(self.now))
         elif name == "tick":
             self.apply(self.ledger.tick(self.now))
 

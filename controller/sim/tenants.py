@@ -58,6 +58,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..core.goal_sizing import GOAL_INTERVAL_S
 from ..core.goals import Sizing
 from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord, is_dedicated
 from .engine import Simulation
@@ -250,6 +251,7 @@ class TenantSimulation(Simulation):
 
     def run(self) -> dict[str, Any]:
         self.at(TICK_S, self._tenant_tick)
+        self.at(GOAL_INTERVAL_S, self._size_goals)
         for spec in self.tenancy.tenants:
             if spec.batch and (spec.start_s > 0 or spec.goal is not None):
                 self.at(spec.start_s, self._tenant_start, spec.name)
@@ -272,6 +274,7 @@ class TenantSimulation(Simulation):
         self.started[name] = predicted_residual(self.ledger, name, self.now)
         self.set_tenant_records(records(self.tenancy, self.now, self.started))
         self.tenant_book.started(name, self.now, self.started[name], self.ledger.tenant_goals.get(name))
+        self.apply(self.ledger.size_goals(self.now))   # as `gleanctl tenant set NAME goal=...` does
         self.apply(self.ledger.fill(self.now))
 
     def set_tenant_records(self, tenant_records: Sequence[TenantRecord]) -> None:
@@ -283,6 +286,11 @@ class TenantSimulation(Simulation):
         self._report_progress()
         self.tenant_book.tick(self.now, self.allocated.on_demand + self.allocated.backfill, self.settings.pool_vcpus)
         self.at(self.now + TICK_S, self._tenant_tick)
+
+    def _size_goals(self, _arg: Any = None) -> None:
+        """The controller's goals job: every GOAL_INTERVAL_S (controller/cli.py)."""
+        self.apply(self.ledger.size_goals(self.now))
+        self.at(self.now + GOAL_INTERVAL_S, self._size_goals)
 
     def _report_progress(self) -> None:
         """Each goal-driven tenant's completed vCPU-seconds, as its running backfill VMs' agents

@@ -39,8 +39,9 @@ modelled agents, each run with its own seed):
 - ``wall_seconds``: the wall time of the whole bench (traces read once; --processes goal runs at
   once, 2 by default).
 
-Backfill in every run: 1-vCPU, 4 GiB VMs (one job each), retry_seconds 60 (the books size goals inside a fill,
-every 60 s at most) and interruption=terminate (a hibernated VM's jobs stand still while it
+Backfill in every run: 1-vCPU, 4 GiB VMs (one job each), retry_seconds 60 (the launcher's period
+when nothing asks for a fill; goals are sized by their own job every 60 s, as live) and
+interruption=terminate (a hibernated VM's jobs stand still while it
 sleeps, up to hibernate_wait_seconds: a deadline cannot wait for that).
 """
 from __future__ import annotations

@@ -3,14 +3,16 @@ test:/// driver (32 vCPUs). A batch tenant's deadline that 4 volunteers would me
 volunteer it is granted (up to its upper bound) and `gleanctl tenant show` says on track with the
 projected finish; once other backfill fills the pool, a deadline it cannot meet gets dedicated
 (on-demand) VMs of its own within its lower bound, in the place of that backfill, and says at
-risk."""
+risk; the controller's goals job sizes it again every interval on its own."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
 
+from controller.core.goal_sizing import GOAL_INTERVAL_S
 from tests.agentproc import wait_for
 from tests.controllerproc import fake_driver_pool, run_gleanctl as gleanctl
 
@@ -52,6 +54,11 @@ def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_whe
         assert "at risk, finish 20" in shown and "dedicated 4 vCPUs" in shown, shown
         risk = [json.loads(e.detail_json) for e in controller.events("tenant.goal_at_risk")]
         assert risk and risk[-1]["tenant"] == "science" and risk[-1]["dedicated_vcpus"] == 4
+        # the controller's goals job sizes it again within its interval, with no command or
+        # fill asking (no progress said: its projected finish moves on with the clock)
+        finish = lambda: re.search(r"finish (\S+)", gleanctl(controller, "tenant", "show", "science").stdout)[1]  # noqa: E731
+        before = finish()
+        wait_for(lambda: finish() != before, GOAL_INTERVAL_S + 30, "the goals job's next sizing", interval=2)
 
         gleanctl(controller, "tenant", "goal", "science", "--clear")
         assert "GOAL" in gleanctl(controller, "tenant", "show").stdout

@@ -44,6 +44,7 @@ def service(tmp_path):
     service.ingest(report([]))
     service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
     service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))
+    service.size_goals()
     service.fill()
     drained(service)
     yield service, clock
@@ -66,6 +67,7 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
     clock.now += 30
     service.ingest(report([(running[0], 7200, 7200), (running[1], 7000, 7200)]))   # the job is done
     clock.now += 60
+    service.size_goals()
     service.fill()
     drained(service)
     assert not science(service)   # both stopped (the stand-in agents answer at once)
@@ -76,6 +78,7 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
     assert [g.tenant for g in grants if g.vms] == ["backfill"]   # the room goes to the other batch tenant
     service.set_tenant_goal("science", dict(GOAL, deadline_s=clock.now + 7200))   # the next job
     clock.now += 600
+    service.size_goals()
     service.fill()
     drained(service)
     assert len(science(service)) == 2
@@ -101,12 +104,14 @@ def test_a_job_done_stays_done_across_a_restart_until_its_goal_is_set_again(serv
     clock.now += 30
     service.ingest(report([(l, 7200, 7200) for l in running]))
     clock.now += 60
+    service.size_goals()
     service.fill()
     drained(service)
     assert not science(service) and service.store.goals_done() == ["science"]
     service = restarted(service, clock)
     try:
         clock.now += 600
+        service.size_goals()
         service.fill()
         drained(service)
         assert not science(service)   # granted nothing: the job is done
@@ -118,6 +123,7 @@ def test_a_job_done_stays_done_across_a_restart_until_its_goal_is_set_again(serv
         assert service.store.goals_done() == []   # forgotten with the goal, in its transaction
         service = restarted(service, clock)
         clock.now += 600
+        service.size_goals()
         service.fill()
         drained(service)
         assert len(science(service)) == 2
@@ -131,6 +137,7 @@ def test_a_tenant_made_again_under_a_done_tenants_name_starts_afresh(service):
     clock.now += 30
     service.ingest(report([(l, 7200, 7200) for l in science(service)]))
     clock.now += 60
+    service.size_goals()
     service.fill()
     drained(service)
     assert service.store.goals_done() == ["science"]

@@ -37,7 +37,7 @@ def crowded_then_goal(goal: dict, ended: list | None = None) -> Ledger:
     ledger = pool(science(goal, enabled=False), ended=ended or [])
     for i in range(6):
         confirm(ledger, ledger.request(Ask(2, 512, "tiny", "web", f"w{i}"), T0), T0)
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     ledger.set_tenants([science(goal)])
     return ledger
 
@@ -54,6 +54,11 @@ def deadline(work: float, hours: float) -> dict:
     return {"kind": "deadline", "work_vcpu_hours": work, "deadline_s": T0 + hours * HOUR}
 
 
+def sized_fill(ledger: Ledger, now: float) -> list:
+    """The controller's goals job, then its launcher, at `now` (both run every interval)."""
+    return ledger.size_goals(now) + ledger.fill(now)
+
+
 def launched(effects, owner: str, role: str = "backfill") -> list:
     return [e.lease for e in effects if isinstance(e, Launch) and e.lease.owner == owner and e.lease.role == role]
 
@@ -66,7 +71,7 @@ def test_a_deadline_volunteers_meet_takes_every_volunteer_it_is_granted():
     """7 vCPU-hours in 2 hours (less the padding): 4 volunteers would do it, and it takes the 16
     it is granted (its PSF share is all of it: the built-in tenant's lower bound is 0)."""
     ledger = pool(science(deadline(7, 2)), TenantRecord("backfill", "batch"))
-    effects = ledger.fill(T0)
+    effects = sized_fill(ledger, T0)
     assert len(launched(effects, "science")) == 16
     sizing = ledger.sizings["science"]
     assert sizing.on_track and sizing.dedicated_vcpus == 0 and sizing.volunteer_vcpus == 16
@@ -80,18 +85,18 @@ def test_dedicated_vms_wait_while_the_lower_bound_bought_later_would_still_meet_
     bound of 4 vCPUs, so it waits for volunteers; 7.8 by 2 h (1.95 h, the deadline padded by 2
     minutes) cannot wait 3 minutes."""
     ledger = crowded_then_goal(deadline(6, 2))
-    effects = ledger.fill(T0 + 1)
+    effects = sized_fill(ledger, T0 + 1)
     assert not launched(effects, "science", "on_demand")
     assert ledger.sizings["science"].on_track and "waiting" in ledger.sizings["science"].explain
     ledger = crowded_then_goal(deadline(7.8, 2))
-    dedicated = launched(ledger.fill(T0 + 1), "science", "on_demand")
+    dedicated = launched(sized_fill(ledger, T0 + 1), "science", "on_demand")
     assert len(dedicated) == 4 and ledger.sizings["science"].dedicated_vcpus == 4
 
 
 def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bound_and_is_at_risk():
     ledger = crowded_then_goal(deadline(40, 2))
     first: list = []
-    effects = ledger.fill(T0 + 1)   # science's guarantee: dedicated VMs in the place of others' backfill
+    effects = sized_fill(ledger, T0 + 1)   # science's guarantee: dedicated VMs in the place of others' backfill
     dedicated = launched(effects, "science", "on_demand")
     assert len(dedicated) == 4 and all(l.request_id.startswith("goal-science-") for l in dedicated)
     sizing = ledger.sizings["science"]
@@ -99,7 +104,7 @@ def test_a_deadline_residual_cannot_meet_gets_dedicated_vms_within_the_lower_bou
     [risk] = events(first + effects, "tenant.goal_at_risk")
     assert risk.detail["tenant"] == "science" and "at risk" in risk.detail["explain"]
     confirm(ledger, effects, T0 + 2 + GOAL_INTERVAL_S)
-    again = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)
+    again = sized_fill(ledger, T0 + 2 + 2 * GOAL_INTERVAL_S)
     assert not launched(again, "science", "on_demand")          # it holds its 4 already
     assert not events(again, "tenant.goal_at_risk")              # said once
 
@@ -110,10 +115,10 @@ def science_vms(ledger: Ledger, state: str | None = None) -> list:
 
 def test_a_job_done_releases_its_dedicated_vms_at_once():
     ledger = crowded_then_goal(deadline(40, 2))
-    confirm(ledger, ledger.fill(T0 + 1), T0 + 1)
+    confirm(ledger, sized_fill(ledger, T0 + 1), T0 + 1)
     assert len([l for l in science_vms(ledger) if l.role == "on_demand"]) == 4
     ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 90)   # its guests say the job is done
-    effects = ledger.fill(T0 + 2 + 2 * GOAL_INTERVAL_S)   # no second sizing waited for: not a dip
+    effects = sized_fill(ledger, T0 + 2 + 2 * GOAL_INTERVAL_S)   # no second sizing waited for: not a dip
     stopping = [l for l in science_vms(ledger, "stopping") if l.role == "on_demand"]
     assert len(stopping) == 4 and ledger.sizings["science"].on_track and ledger.sizings["science"].done
     [done] = events(effects, "tenant.goal_done")
@@ -135,7 +140,7 @@ def test_books_loaded_with_a_job_done_grant_that_tenant_nothing_until_a_new_goal
     for node_id, (cpus, memory) in NODES.items():
         ledger.report(Report(node_id, f"{node_id}:1", cpus, memory, []), T0)
     ledger.select(T0, evaluation=True)
-    effects = ledger.fill(T0)
+    effects = sized_fill(ledger, T0)
     assert not launched(effects, "science") and len(launched(effects, "backfill")) == 16
     ledger.set_tenants([science(deadline(7, 3)), TenantRecord("backfill", "batch")])
     ledger.new_goal("science")
@@ -146,40 +151,40 @@ def test_a_job_done_stops_its_volunteers_and_the_other_batch_tenant_takes_the_ro
     """RHIC releases a job's cluster when the job ends: idle volunteers would hold the pool's
     residual from the other batch tenants for as long as no on-demand VM needed it."""
     ledger = pool(science(deadline(7, 2)), TenantRecord("backfill", "batch"))
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     assert len(science_vms(ledger, "running")) == 16
     ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 100, 100, 0.0, T0 + 30)
-    effects = ledger.fill(T0 + GOAL_INTERVAL_S)
+    effects = sized_fill(ledger, T0 + GOAL_INTERVAL_S)
     assert len(science_vms(ledger, "stopping")) == 16
     assert all(l.end_reason == "its tenant's goal is done (100/100)" for l in science_vms(ledger))
     assert len(events(effects, "tenant.goal_done")) == 1
     confirm(ledger, effects, T0 + GOAL_INTERVAL_S)
     assert not science_vms(ledger)
-    later = ledger.fill(T0 + 3 * GOAL_INTERVAL_S)
+    later = sized_fill(ledger, T0 + 3 * GOAL_INTERVAL_S)
     assert not launched(later, "science") and not events(later, "tenant.goal_done")   # said once
     assert len(launched(later, "backfill")) == 16
 
 
 def test_a_new_goal_after_a_job_done_is_a_new_job():
     ledger = pool(science(deadline(7, 2)))
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 100, 100, 0.0, T0 + 30)
     ledger.progress.sample("science", 16, T0 + 30)   # as a report's statements are read: kept past its VMs
-    confirm(ledger, ledger.fill(T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
+    confirm(ledger, sized_fill(ledger, T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
     assert not science_vms(ledger) and ledger.goals_done() == {"science"}
     assert not [g for g in ledger.current_grants(T0 + 2 * GOAL_INTERVAL_S) if g.tenant == "science" and g.vms]
     ledger.set_tenants([science(deadline(7, 3))])   # as the service sets a goal: new_goal before sizing
     ledger.new_goal("science")
-    effects = ledger.fill(T0 + 2 * GOAL_INTERVAL_S)
+    effects = sized_fill(ledger, T0 + 2 * GOAL_INTERVAL_S)
     assert len(launched(effects, "science")) == 16 and not ledger.sizings["science"].done
     assert ledger.progress.progress("science") is None   # the old job's word is gone
 
 
 def test_a_new_goal_mid_job_keeps_its_progress():
     ledger = pool(science(deadline(7, 2)))
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     ledger.progress.note(science_vms(ledger)[0].lease_id, "science", 40, 100, 0.0, T0 + 30)
-    ledger.fill(T0 + GOAL_INTERVAL_S)
+    sized_fill(ledger, T0 + GOAL_INTERVAL_S)
     ledger.set_tenants([science(deadline(7, 3))])
     ledger.new_goal("science")
     assert ledger.progress.progress("science").done == 40 and not science_vms(ledger, "stopping")
@@ -187,7 +192,7 @@ def test_a_new_goal_mid_job_keeps_its_progress():
 
 def test_a_tenant_without_a_goal_is_not_sized_and_a_removed_goal_drops_its_sizing():
     ledger = pool(science(deadline(7, 2)))
-    ledger.fill(T0)
+    sized_fill(ledger, T0)
     assert set(ledger.sizings) == {"science"}
     ledger.set_tenants([science(None)])
     assert ledger.sizings == {} and ledger.tenant_goals == {}
@@ -217,13 +222,13 @@ def test_dedicated_vms_never_take_a_batch_tenant_past_its_upper_bound():
     its upper bound)."""
     others = TenantRecord("backfill", "batch", backfill='{"max_instances": 4}')
     ledger = pool(science(None, upper=(8, 8192)), others)
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     assert held_by_science(ledger) == 8 and len(ledger.leases) == 12
     ledger.set_tenants([science(deadline(40, 2), upper=(8, 8192)), others])
     ledger._residual_for = lambda tenant, now: 4.0   # a forecast below the 8 volunteers it holds
     for step in range(1, 4):
         now = T0 + step * GOAL_INTERVAL_S
-        confirm(ledger, ledger.fill(now), now)
+        confirm(ledger, sized_fill(ledger, now), now)
         assert ledger.sizings["science"].dedicated_vcpus == 4
         assert held_by_science(ledger) == 8, step   # its 8 volunteers, no dedicated VM beside them
         assert ledger.sizings["science"].explain.endswith(
@@ -237,11 +242,11 @@ def test_a_dedicated_vm_may_take_the_place_of_the_tenants_own_volunteers(upper_m
     With 2048 MiB, its 8 volunteers of 256 MiB fill the bound's memory too: a victim on notice
     still holds its memory, and is not counted against the next dedicated VM."""
     ledger = pool(science(None, upper=(8, upper_mib)), TenantRecord("backfill", "batch"))
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     assert sum(l.memory_mib for l in science_vms(ledger)) == 2048
     ledger.set_tenants([science(deadline(40, 2), upper=(8, upper_mib)), TenantRecord("backfill", "batch")])
     ledger._residual_for = lambda tenant, now: 0.0   # a forecast of no residual from now on
-    confirm(ledger, ledger.fill(T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
+    confirm(ledger, sized_fill(ledger, T0 + GOAL_INTERVAL_S), T0 + GOAL_INTERVAL_S)
     assert len([l for l in science_vms(ledger, "running") if l.role == "on_demand"]) == 4
     assert held_by_science(ledger) == 8
 
@@ -255,7 +260,7 @@ def test_whatever_the_forecast_says_a_goal_tenant_stays_within_its_upper_bound(s
     draw = random.Random(seed)
     others = TenantRecord("backfill", "batch", backfill='{"max_instances": 6}')
     ledger = pool(science(None, upper=(8, 2048)), others)
-    confirm(ledger, ledger.fill(T0), T0)
+    confirm(ledger, sized_fill(ledger, T0), T0)
     ledger.set_tenants([science(deadline(40, 2), upper=(8, 2048)), others])
     ledger._residual_for = lambda tenant, now: float(draw.randint(0, 16))
     bought = 0
@@ -264,7 +269,7 @@ def test_whatever_the_forecast_says_a_goal_tenant_stays_within_its_upper_bound(s
         for lease in [l for l in ledger.leases.values() if l.role == "backfill" and l.state == "running"]:
             if draw.random() < 0.15:
                 confirm(ledger, ledger.release(lease.lease_id, False, now)[1], now)
-        effects = ledger.fill(now)
+        effects = sized_fill(ledger, now)
         bought += len(launched(effects, "science", "on_demand"))
         confirm(ledger, effects, now)
         live = [l for l in science_vms(ledger) if l.state not in ("stopping", "on_notice", "preempting")]
@@ -288,9 +293,9 @@ def test_the_books_keep_how_long_on_demand_vms_lived_and_not_dedicated_or_backfi
     _lease, stops = ledger.release(web[0].lease_id, False, T0 + 600)
     confirm(ledger, stops, T0 + 610)
     assert list(ledger.on_demand_lives) == [(T0, T0 + 610)]   # launched at T0, its stop confirmed at T0 + 610
-    confirm(ledger, ledger.fill(T0 + 700), T0 + 700)          # science's dedicated VMs
+    confirm(ledger, sized_fill(ledger, T0 + 700), T0 + 700)          # science's dedicated VMs
     ledger.progress.note("any", "science", 100, 100, 0.0, T0 + 790)
-    confirm(ledger, ledger.fill(T0 + 800), T0 + 900)          # its job done: its dedicated VMs and volunteers stop
+    confirm(ledger, sized_fill(ledger, T0 + 800), T0 + 900)          # its job done: its dedicated VMs and volunteers stop
     assert not [l for l in ledger.leases.values() if l.owner == "science"]
     assert list(ledger.on_demand_lives) == [(T0, T0 + 610)]
 
@@ -305,7 +310,7 @@ def test_books_loaded_keep_the_newest_lives_and_forget_the_oldest_ends_first():
 
 def sized(goal: dict, ended: list[Lease]):
     ledger = crowded_then_goal(goal, ended)
-    effects = ledger.fill(T0 + 1)
+    effects = sized_fill(ledger, T0 + 1)
     return ledger, ledger.sizings["science"], effects
 
 
@@ -350,7 +355,7 @@ def test_a_projection_that_cannot_be_made_leaves_the_sizing_and_the_fill_goes_on
     """Lives the estimator refuses (one that ended before it began): never an error out of a fill."""
     ledger = crowded_then_goal(deadline(5, 2), ended_on_demand(MIN_LIFETIMES, 1200))
     ledger.on_demand_lives.append((T0, T0 - 1))
-    ledger.fill(T0 + 1)
+    sized_fill(ledger, T0 + 1)
     _, flat, _ = sized(deadline(5, 2), [])
     assert ledger.sizings["science"] == flat
 
@@ -372,3 +377,13 @@ def test_a_least_cost_goal_projects_its_finish_and_cost_with_departures_and_buys
     assert history.dedicated_vcpus == flat.dedicated_vcpus and launches(effects) == launches(flat_effects)
     assert history.projected_finish_s < flat.projected_finish_s and history.cost < flat.cost
     assert history.explain.startswith(flat.explain + "; ")
+
+
+def test_a_fill_sizes_no_goal_the_goals_job_does():
+    """The launcher's fill grants volunteers and sizes nothing (it runs right after dips: the
+    controller sizes goals by a job of its own); size_goals sizes, and buys the dedicated VMs."""
+    ledger = crowded_then_goal(deadline(7.8, 2))   # needs its 4 dedicated vCPUs at once (above)
+    effects = ledger.fill(T0 + 1)
+    assert "science" not in ledger.sizings and not launched(effects, "science", "on_demand")
+    effects = ledger.size_goals(T0 + 1)
+    assert ledger.sizings["science"].dedicated_vcpus == 4 and len(launched(effects, "science", "on_demand")) == 4

@@ -3,6 +3,7 @@ and goal sizing, driven by the simulator, keep every tenant within its bounds an
 from __future__ import annotations
 
 from controller.config import ControllerConfig, ledger_settings
+from controller.core.goal_sizing import GOAL_INTERVAL_S
 from controller.core.records import ZERO, BackfillConfig
 from controller.sim.engine import HOUR, SimSettings
 from controller.sim.tenants import TenantSimulation, TenantJobs, tenants_config
@@ -107,3 +108,30 @@ def test_a_pinned_tenant_holds_its_dedicated_vcpus_from_its_start_and_every_volu
     assert sim.ledger.sizings["science"].dedicated_vcpus == 6 and "pinned" in sim.ledger.sizings["science"].explain
     _sim, plain = simulate()
     assert plain["tenants"]["science"]["goal"]["dedicated_vcpu_hours"] == 0.0
+
+
+def test_goals_are_sized_by_their_own_job_at_even_times_not_in_the_fills():
+    """As the controller's scheduler does (controller/cli.py, the goals job): sized when the goal
+    is set (its start, forced) and every GOAL_INTERVAL_S on the clock, never at a fill's instant,
+    which comes right after what asked for it (a dip in the residual)."""
+    tenants = tenants_config(config())
+    sim = TenantSimulation(tenants, requests(), SimSettings(nodes=NODES, days=4 * HOUR / 86400, progress_seconds=0.0),
+                           BACKFILL, ledger_settings(ControllerConfig()), trace_jobs=bulk_jobs())
+    sized_at, fills = [], []
+    real_size, real_fill = sim.ledger._size, sim.ledger.fill
+
+    def size(tenant, goal, now):
+        sized_at.append(now)
+        return real_size(tenant, goal, now)
+
+    def fill(now, *args):
+        fills.append(now)
+        return real_fill(now, *args)
+
+    sim.ledger._size, sim.ledger.fill = size, fill
+    sim.run()
+    assert sized_at[0] == HOUR and len(sized_at) >= 20   # from its start, every minute until its job is done
+    assert all(t % GOAL_INTERVAL_S == 0 for t in sized_at)
+    gaps = [b - a for a, b in zip(sized_at, sized_at[1:])]
+    assert set(gaps) <= {0.0, GOAL_INTERVAL_S} and gaps.count(0.0) <= 1   # at its start: the goal set, and the job
+    assert len([t for t in fills if t % GOAL_INTERVAL_S]) > len(sized_at)   # fills came between, sizing none

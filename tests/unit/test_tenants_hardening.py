@@ -12,7 +12,7 @@ from controller.core.ledger import Ledger
 from controller.core.records import Ask, Launch, TenantRecord as TR
 from controller.core.reserve_settings import ReserveSettings
 
-from .test_goal_sizing_ledger import T0, deadline, events, pool
+from .test_goal_sizing_ledger import T0, deadline, events, pool, sized_fill
 from .test_ledger import BACKFILL, SETTINGS, counter
 from .test_ledger_reserves import confirm
 
@@ -46,7 +46,7 @@ def crowded(record: TR, web=((2, 6),), *others: TR) -> Ledger:
 def intervals(ledger: Ledger, count: int = 5) -> list:
     out = []
     for k in range(count):
-        effects = ledger.fill(T0 + 1 + k * INTERVAL)
+        effects = sized_fill(ledger, T0 + 1 + k * INTERVAL)
         confirm(ledger, effects, T0 + 1 + k * INTERVAL)
         out += effects
     return out
@@ -98,7 +98,7 @@ def test_a_batch_tenant_being_drained_is_granted_nothing_more():
     ledger.draining.add("science")
     for lease in [l for l in ledger.leases.values() if l.owner == "science" and l.state == "running"]:
         confirm(ledger, ledger.release(lease.lease_id, False, T0 + 2)[1], T0 + 2)
-    effects = ledger.fill(T0 + 3 + INTERVAL)
+    effects = sized_fill(ledger, T0 + 3 + INTERVAL)
     assert not [e for e in effects if isinstance(e, Launch) and e.lease.owner == "science"]
 
 
