@@ -727,7 +727,22 @@ def goal_state_text(tenant) -> str:
         return "done"
     finish = "never" if not tenant.goal_projected_finish else \
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tenant.goal_projected_finish))
-    return f"{tenant.goal_state.replace('_', ' ')}, finish {finish}"
+    text = f"{tenant.goal_state.replace('_', ' ')}, finish {finish}"
+    deadline = _deadline_s(tenant.goal_json)
+    if tenant.goal_state == "at_risk" and tenant.goal_projected_finish and deadline is not None and \
+            tenant.goal_projected_finish <= deadline:
+        # sized as if no on-demand VM leaves (at risk), projected with those expected to leave
+        text += " (by the deadline only if on-demand VMs leave as they have)"
+    return text
+
+
+def _deadline_s(goal_json: str) -> float | None:
+    """A stored goal's deadline (None for a least-cost goal, or one that does not parse)."""
+    try:
+        deadline = json.loads(goal_json).get("deadline_s")
+    except (ValueError, AttributeError):
+        return None
+    return float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
 
 
 def goal_request(args) -> controller_pb2.SetTenantGoalRequest:

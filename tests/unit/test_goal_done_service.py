@@ -5,6 +5,7 @@ old job's progress would otherwise say done at once."""
 from __future__ import annotations
 
 
+import json
 import logging
 
 import pytest
@@ -214,3 +215,19 @@ def test_the_store_gives_on_demand_lives_apart_from_other_ends(tmp_path):
         assert not [l for l in store.recently_ended(10) if l.role == "on_demand"]   # backfill filled that window
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("state, finish, goal, said", [
+    ("at_risk", 5000.0, {"kind": "deadline", "deadline_s": 6000.0}, "(by the deadline only if on-demand VMs leave"),
+    ("at_risk", 7000.0, {"kind": "deadline", "deadline_s": 6000.0}, None),
+    ("on_track", 5000.0, {"kind": "deadline", "deadline_s": 6000.0}, None),
+    ("at_risk", 5000.0, {"kind": "least_cost", "price_per_dedicated_vcpu_hour": 1}, None),
+    ("at_risk", 0.0, {"kind": "deadline", "deadline_s": 6000.0}, None),   # never finishes
+])
+def test_show_says_when_an_at_risk_goal_is_projected_in_time_only_by_departures(state, finish, goal, said):
+    """At risk is sized as if no on-demand VM leaves; the finish shown counts those expected to
+    leave: one before the deadline is said to rest on them, not left to look on track."""
+    shown = goal_state_text(controller_pb2.Tenant(goal_state=state, goal_projected_finish=finish,
+                                                  goal_json=json.dumps(goal)))
+    assert shown.startswith(state.replace("_", " "))
+    assert (said in shown) if said else "(by the deadline" not in shown
