@@ -289,8 +289,8 @@ class Recorder:
 
     @_guarded
     def job(self, name: str, effects: Sequence[Effect]) -> None:
-        """A periodic job ran (a tick or a goals sizing only when it did something)."""
-        if name not in ("tick", "goals") or effects:
+        """A periodic job ran (a tick only when it did something)."""
+        if name != "tick" or effects:
             self._emit("job", name=name, effects=len(effects))
 
     # -- the books' decisions --------------------------------------------------------------------

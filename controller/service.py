@@ -591,7 +591,8 @@ class PoolService:
         with self.lock:
             effects = self.ledger.size_goals(self.clock())
             self._apply(effects)
-            self.recorder.job("goals", effects)
+            if self.ledger.tenant_goals:   # a sizing that changed nothing still steers the next (the replay runs it)
+                self.recorder.job("goals", effects)
 
     def select(self, evaluation: bool) -> None:
         with self.lock:

@@ -336,3 +336,30 @@ def test_the_service_records_a_repeated_report_that_found_a_vm_lost(tmp_path):
     reports = [l for l in lines if l["kind"] == "report" and l["t"] <= lost["t"]]
     assert reports[-1]["vms"] == [] and lost["t"] - reports[-1]["t"] < 0.5   # the report that found it
     assert reports[-1]["skipped"] >= 1
+
+
+def test_the_goals_job_is_recorded_while_a_tenant_has_a_goal_even_when_it_changed_nothing(tmp_path):
+    """A sizing that asks for nothing still steers the next one (two in a row before dedicated VMs
+    go): the recording keeps every goals job while a goal is set, and none without one."""
+    from controller.core.records import Policy, Size
+    from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents
+    clock, path = BooksClock(), tmp_path / "record.jsonl"
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, record_path=path)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=256, termination_policy=Policy.MOST_RECENT))
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    try:
+        service.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=1024,
+                                                 images=["tiny"], min_memory_mib=32))
+        service.size_goals()   # no goal: not recorded
+        service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
+        service.set_tenant_goal("science", {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": clock.now + 36000})
+        for _ in range(3):
+            clock.now += 60
+            service.size_goals()   # volunteers meet it: nothing asked
+    finally:
+        service.close()
+        store.close()
+    jobs = [line for line in read_recording(path) if line["kind"] == "job" and line["name"] == "goals"]
+    assert len(jobs) == 3 and all(line["effects"] == 0 for line in jobs)
