@@ -41,6 +41,7 @@ from protos.words import LEASE_STATE, VM_ROLE, from_wire
 from . import checks, pkicmd
 from . import tenants as tenancy
 from .checks import parse_backfill_setting
+from .core.goals import Deadline, goal_from_dict
 from .core.records import INTERRUPTIONS, BackfillConfig, Policy
 from .core.tenancy import TENANT_BACKFILL_KEYS
 
@@ -739,10 +740,10 @@ def goal_state_text(tenant) -> str:
 def _deadline_s(goal_json: str) -> float | None:
     """A stored goal's deadline (None for a least-cost goal, or one that does not parse)."""
     try:
-        deadline = json.loads(goal_json).get("deadline_s")
-    except (ValueError, AttributeError):
+        goal = goal_from_dict(json.loads(goal_json))
+    except ValueError:   # InvalidField too
         return None
-    return float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
+    return goal.deadline_s if isinstance(goal, Deadline) else None
 
 
 def goal_request(args) -> controller_pb2.SetTenantGoalRequest:

@@ -42,7 +42,7 @@ from .config import ControllerConfig, intake_settings, ledger_settings
 from .core.departures import LIFETIMES_KEPT
 from .core.explain import FillAnswer
 from .core.bounds import UNBOUNDED
-from .core.goal_sizing import goal_from_dict
+from .core.goals import goal_from_dict
 from .core.tenancy import TenancySettings
 from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
@@ -587,7 +587,7 @@ class PoolService:
         return launched
 
     def size_goals(self) -> None:
-        """Size the goal-driven batch tenants due (the scheduler's goals job, every GOAL_INTERVAL_S)."""
+        """Size the goal-driven batch tenants (the scheduler's goals job, every GOAL_INTERVAL_S)."""
         with self.lock:
             effects = self.ledger.size_goals(self.clock())
             self._apply(effects)

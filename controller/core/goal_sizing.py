@@ -28,21 +28,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import Deadline, Goal, LeastCost, Progress, Sizing, progress_rate, project, report_lag, size_for_goal
+from .goals import Goal, Progress, Sizing, goal_from_dict, progress_rate, project, report_lag, size_for_goal
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
 from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
-GOAL_KINDS = ("deadline", "least_cost")
 # RHIC pads its estimate by the average task length against stragglers; Gleaner pads by the
 # first task its guests said (goals.report_lag), and at least by what its own reaction costs: a
 # sizing a minute, and a launch.
@@ -51,29 +48,6 @@ GOAL_PADDING_S = 2 * GOAL_INTERVAL_S
 # the deadline (three sizings): volunteers granted meanwhile need less of it. Measured against
 # 300 and 600 s in docs/simulator.md ("Tenants").
 GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
-
-
-def goal_from_dict(values: Mapping[str, Any]) -> Goal:
-    """A goal as stored (JSON): {"kind": "deadline", "work_vcpu_hours", "deadline_s"} or
-    {"kind": "least_cost", "work_vcpu_hours", "price_per_dedicated_vcpu_hour",
-    "price_per_volunteer_vcpu_hour"?, "fixed_cost_per_hour"?}. InvalidField names what is wrong."""
-    if not isinstance(values, Mapping):
-        raise InvalidField("goal", f"{values!r} is not a table of the goal's figures")
-    kind = values.get("kind")
-    figures = {k: v for k, v in values.items() if k != "kind"}
-    try:
-        if kind == "deadline":
-            return Deadline(**figures)
-        if kind == "least_cost":
-            return LeastCost(**figures)
-    except TypeError as exc:   # a figure missing or unknown
-        raise InvalidField("goal", f"{kind}: {exc}") from None
-    raise InvalidField("goal.kind", f"{kind!r} is not one of {', '.join(GOAL_KINDS)}")
-
-
-def goal_to_dict(goal: Goal) -> dict[str, Any]:
-    kind = "deadline" if isinstance(goal, Deadline) else "least_cost"
-    return {"kind": kind, **goal.__dict__}
 
 
 class GoalSizing:

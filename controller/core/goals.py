@@ -37,7 +37,8 @@ clock, no I/O, no numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from gleaner_common import ids
@@ -95,6 +96,25 @@ class LeastCost:
 
 
 Goal = Deadline | LeastCost
+GOAL_KINDS = ("deadline", "least_cost")
+
+
+def goal_from_dict(values: Mapping[str, Any]) -> Goal:
+    """A goal as stored (JSON): {"kind": "deadline", "work_vcpu_hours", "deadline_s"} or
+    {"kind": "least_cost", "work_vcpu_hours", "price_per_dedicated_vcpu_hour",
+    "price_per_volunteer_vcpu_hour"?, "fixed_cost_per_hour"?}. InvalidField names what is wrong."""
+    if not isinstance(values, Mapping):
+        raise InvalidField("goal", f"{values!r} is not a table of the goal's figures")
+    kind = values.get("kind")
+    figures = {k: v for k, v in values.items() if k != "kind"}
+    try:
+        if kind == "deadline":
+            return Deadline(**figures)
+        if kind == "least_cost":
+            return LeastCost(**figures)
+    except TypeError as exc:   # a figure missing or unknown
+        raise InvalidField("goal", f"{kind}: {exc}") from None
+    raise InvalidField("goal.kind", f"{kind!r} is not one of {', '.join(GOAL_KINDS)}")
 
 
 @dataclass(frozen=True)

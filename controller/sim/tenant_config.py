@@ -15,7 +15,7 @@ from typing import Any
 
 from gleaner_common.ids import InvalidField
 
-from ..core.goal_sizing import goal_from_dict
+from ..core.goals import goal_from_dict
 from ..core.records import BACKFILL_TENANT, DEFAULT_TENANT, Size, TenantRecord
 from ..core.tenancy import TENANT_BACKFILL_KEYS, Tenant, TenancySettings, admit, check_size, show
 from . import swf

@@ -218,11 +218,11 @@ def test_the_store_gives_on_demand_lives_apart_from_other_ends(tmp_path):
 
 
 @pytest.mark.parametrize("state, finish, goal, said", [
-    ("at_risk", 5000.0, {"kind": "deadline", "deadline_s": 6000.0}, "(by the deadline only if on-demand VMs leave"),
-    ("at_risk", 7000.0, {"kind": "deadline", "deadline_s": 6000.0}, None),
-    ("on_track", 5000.0, {"kind": "deadline", "deadline_s": 6000.0}, None),
-    ("at_risk", 5000.0, {"kind": "least_cost", "price_per_dedicated_vcpu_hour": 1}, None),
-    ("at_risk", 0.0, {"kind": "deadline", "deadline_s": 6000.0}, None),   # never finishes
+    ("at_risk", 5000.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0}, "(by the deadline only if on-demand VMs leave"),
+    ("at_risk", 7000.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0}, None),
+    ("on_track", 5000.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0}, None),
+    ("at_risk", 5000.0, {"kind": "least_cost", "work_vcpu_hours": 1.0, "price_per_dedicated_vcpu_hour": 1}, None),
+    ("at_risk", 0.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0}, None),   # never finishes
 ])
 def test_show_says_when_an_at_risk_goal_is_projected_in_time_only_by_departures(state, finish, goal, said):
     """At risk is sized as if no on-demand VM leaves; the finish shown counts those expected to

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from controller.core.goal_sizing import GOAL_INTERVAL_S, goal_from_dict
-from controller.core.goals import Deadline, LeastCost
+from controller.core.goal_sizing import GOAL_INTERVAL_S
+from controller.core.goals import Deadline, LeastCost, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
 from controller.core.records import Ask, Launch, Lease, Stop, TenantRecord, Write

@@ -112,7 +112,7 @@ def test_a_pinned_tenant_holds_its_dedicated_vcpus_from_its_start_and_every_volu
 
 def test_goals_are_sized_by_their_own_job_at_even_times_not_in_the_fills():
     """As the controller's scheduler does (controller/cli.py, the goals job): sized when the goal
-    is set (its start, forced) and every GOAL_INTERVAL_S on the clock, never at a fill's instant,
+    is set (its start) and every GOAL_INTERVAL_S on the clock, never at a fill's instant,
     which comes right after what asked for it (a dip in the residual)."""
     tenants = tenants_config(config())
     sim = TenantSimulation(tenants, requests(), SimSettings(nodes=NODES, days=4 * HOUR / 86400, progress_seconds=0.0),
