@@ -1,8 +1,9 @@
 """The chaos bench's hibernation checks (tests/bench/chaos.py) against a real pool: they pass on a
 pool that has settled with a saved VM, and fail when they should. A state file planted in the
 agent's hibernation directory with no hibernated lease is an orphan and keeps the pool from
-settling (one with a gone domain's name only until the agent's reaper removes it); a saved VM still hibernated after the release is not counted as resumed; once the
-release brings its resume, the checks pass again with the VM running.
+settling (one with a gone domain's name only until the agent's reaper removes it); a saved VM
+still hibernated after the release is not counted as resumed; once the release brings its
+resume, the checks pass again with the VM running.
 
 Real controller and agent processes, mutual TLS, real libvirt: two backfill VMs (interruption =
 hibernate, set explicitly), and an on-demand request that saves one of them."""
