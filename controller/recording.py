@@ -6,14 +6,23 @@ file's cap) in the controller's configuration. Each line is one JSON object with
 controller's clock, seconds since the epoch) and `kind`:
 
     start         a recording begins (the controller started): the format, the ledger's
-                  settings, backfill and reserve settings in force
+                  settings, backfill and reserve settings in force, the tenants as stored
+                  (`tenants`, each TenantRecord's fields), the pool's RBT and URR (`tenancy`) and
+                  the goal-driven tenants whose job was done (`goals_done`)
     backfill      the backfill settings were changed (gleanctl backfill set)
+    tenants       the tenants were changed (gleanctl tenant create, set, delete): all of them as
+                  stored now; `goal_begins`, the tenant whose goal was set (its job begins
+                  afresh); `sized`, whether the goals were sized at once (a batch tenant changed)
     request       an on-demand request came (rid, vcpus, memory_mib, image, owner)
     release       a lease was released (key, lease, force)
     report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
-                  state, vcpus, memory_mib, cpu_cores], saved: its hibernated VMs [name, lease,
-                  vcpus, memory_mib, image], hibernation_budget_bytes); only when the node's VMs,
-                  their states, its saved VMs, budget, size or images changed since its last
+                  state, vcpus, memory_mib, cpu_cores, cpu_sampled, work_state, work_for_s,
+                  progress_done, progress_total, progress_for_s] (the guest's word on its work
+                  channel; lines written before these were kept end at cpu_cores), saved: its
+                  hibernated VMs [name, lease, vcpus, memory_mib, image],
+                  hibernation_budget_bytes); only when the node's VMs, their states, whether
+                  their CPU was sampled, their guests' word (work state, progress), its saved
+                  VMs, budget, size or images changed since its last
                   recorded report (its CPU figures are not compared; `skipped`: how many were left
                   out since), when the books acted on it, when any other line about
                   the node came since (the same report then matches other leases: one sent before a
@@ -53,7 +62,8 @@ from typing import IO, Any
 
 from gleaner_common.logs import log_event
 
-from .core.records import Audit, BackfillConfig, Effect, Launch, Lease, LedgerSettings, Stop, Write
+from .core.records import Audit, BackfillConfig, Effect, Launch, Lease, LedgerSettings, Stop, TenantRecord, Write
+from .core.tenancy import TenancySettings
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +228,21 @@ class Recorder:
     # -- the controller's inputs -----------------------------------------------------------------
 
     @_guarded
-    def started(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Any]) -> None:
+    def started(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Any],
+                tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings | None = None,
+                goals_done: Iterable[str] = ()) -> None:
         self._emit("start", format=RECORD_FORMAT, ledger=asdict(settings), backfill=backfill.as_dict(),
-                   reserves=dict(reserves))
+                   reserves=dict(reserves), tenants=[asdict(t) for t in tenants],
+                   tenancy=asdict(tenancy or TenancySettings()), goals_done=sorted(goals_done))
 
     @_guarded
     def backfill(self, config: BackfillConfig) -> None:
         self._emit("backfill", backfill=config.as_dict())
+
+    @_guarded
+    def tenants(self, records: Iterable[TenantRecord], goal_begins: str | None = None, sized: bool = False) -> None:
+        """The tenants as stored after a change (all of them: a replay sets them as the books were set)."""
+        self._emit("tenants", tenants=[asdict(t) for t in records], goal_begins=goal_begins, sized=sized)
 
     @_guarded
     def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:
@@ -236,13 +254,14 @@ class Recorder:
 
     @_guarded
     def report(self, report: Any) -> None:
-        vms = [[vm.name, vm.lease_id, vm.role, getattr(vm, "state", ""), vm.vcpus, vm.memory_mib,
-                round(vm.cpu_cores, 3)] for vm in report.vms]
+        vms = [_reported_vm(vm) for vm in report.vms]
         saved = [[vm.name, vm.lease_id, vm.vcpus, vm.memory_mib, vm.image]
                  for vm in getattr(report, "hibernated", ())]   # an agent that hibernates lists them
         budget = int(getattr(report, "hibernation_budget_bytes", 0) or 0)
+        # what a repeat must show again: the VMs, their states, whether sampled, their guests' word
         said = (report.cpus, report.memory_mib, tuple(report.images),
-                tuple((vm[0], vm[2], vm[3]) for vm in vms), tuple(vm[0] for vm in saved), budget)
+                tuple((vm[0], vm[2], vm[3], vm[7], vm[8], vm[10], vm[11]) for vm in vms), tuple(vm[0] for vm in saved),
+                budget)
         fields = dict(node=report.node_id, cpus=report.cpus, memory_mib=report.memory_mib,
                       fg=round(report.foreground_cpu_cores, 3), images=list(report.images),
                       min_memory_mib=report.min_memory_mib, vms=vms, saved=saved, hibernation_budget_bytes=budget)
@@ -336,6 +355,15 @@ class Recorder:
             self.keys.end(event.lease_id)
             self.asked.pop(event.lease_id, None)
             self.after.pop(event.lease_id, None)
+
+
+def _reported_vm(vm: Any) -> list[Any]:
+    """A reported VM as a report line keeps it (the module's doc: `vms`). The guest's word is read
+    with getattr: the simulator's VMs and older agents' have none of it."""
+    return [vm.name, vm.lease_id, vm.role, getattr(vm, "state", ""), vm.vcpus, vm.memory_mib, round(vm.cpu_cores, 3),
+            bool(getattr(vm, "cpu_sampled", True)), getattr(vm, "work_state", "") or "",
+            round(float(getattr(vm, "work_for_s", 0.0) or 0.0), 3), int(getattr(vm, "progress_done", 0) or 0),
+            int(getattr(vm, "progress_total", 0) or 0), round(float(getattr(vm, "progress_for_s", 0.0) or 0.0), 3)]
 
 
 def read_recording(path: Path) -> list[dict[str, Any]]:

@@ -134,7 +134,8 @@ class PoolService:
         self.intake = ReportIntake(intake_settings(config))
         self._crash_at = set(filter(None, os.environ.get("GLEANER_CRASH_AT", "").split(",")))
         self.recorder = Recorder.open(config.record_path, config.record_max_mib, clock)   # [record]: off by default
-        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict())
+        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict(),
+                              store.tenants(), self.ledger.tenancy_settings, self.ledger.goals_done())
         log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
                   store=str(store.path), schema_version=store.schema_version)
 
@@ -811,7 +812,7 @@ class PoolService:
             self._admit(existing, record)
             self.store.put_tenant(record, Audit("tenant.created", detail=_tenant_detail(record)), new=True,
                                   at=self.clock())
-            self.ledger.set_tenants(self.store.tenants())
+            self._tenants_changed()
         log_event(log, "tenant.created", **_tenant_detail(record))
         self.request_fill()   # the launcher grants by the tenants now
         return record
@@ -834,8 +835,7 @@ class PoolService:
             detail = dict(_tenant_detail(new), before_lower=f"{old.lower_vcpus},{old.lower_memory_mib}",
                           before_upper=f"{old.upper_vcpus},{old.upper_memory_mib}")
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock())
-            self.ledger.set_tenants(self.store.tenants())
-            self._apply(self.ledger.size_goals(self.clock()))   # bounds steer the sizing
+            self._tenants_changed(sized=True)   # bounds steer the sizing
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return new
@@ -889,10 +889,7 @@ class PoolService:
                                                   f"before_{field}": getattr(old, field) or unset})
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock(),
                                   job_begins=job_begins)
-            self.ledger.set_tenants(self.store.tenants())
-            if job_begins:
-                self.ledger.new_goal(name)
-            self._apply(self.ledger.size_goals(self.clock()))
+            self._tenants_changed(goal_begins=name if job_begins else None, sized=True)
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return new
@@ -931,11 +928,23 @@ class PoolService:
                 self.ledger.draining.discard(name)
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
-            self.ledger.set_tenants(self.store.tenants())
+            self._tenants_changed()
             self.ledger.progress.forget_tenant(name)   # a tenant made again under the name starts afresh
         log_event(log, "tenant.deleted", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return record, leases
+
+    def _tenants_changed(self, goal_begins: str | None = None, sized: bool = False) -> None:
+        """Under the lock, the store's tenants just written: the books take them (and a job begins
+        for `goal_begins`, whose goal was set), the recording notes them, and with `sized` the
+        goals are sized at once (a batch tenant changed: the goals job would wait up to a minute)."""
+        records = self.store.tenants()
+        self.ledger.set_tenants(records)
+        if goal_begins is not None:
+            self.ledger.new_goal(goal_begins)
+        self.recorder.tenants(records, goal_begins, sized)
+        if sized:
+            self._apply(self.ledger.size_goals(self.clock()))
 
     def tenant_summary(self) -> tuple[dict[str, int], Size, float]:
         """(tenants per kind, the sum of the bounded upper bounds, RBT) for `gleanctl status`."""

@@ -65,7 +65,7 @@ class GoalSizing:
         # with their VMs, and the progress book lives in memory, so after a restart only this says it
         self.jobs_done: set[str] = set()
 
-    def _load_goals_done(self, names) -> None:
+    def load_goals_done(self, names) -> None:
         """The tenants whose job was done when the controller stopped (the store's), after the
         tenants: each is shown done until its goal is set again."""
         for name in names:

@@ -85,7 +85,7 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
             self.on_demand_lives.extend(on_demand_lives)
         self.tenancy_settings = tenancy
         self.set_tenants(tenants)
-        self._load_goals_done(goals_done)
+        self.load_goals_done(goals_done)
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:
         """The books as the store had them: unfinished business is asked again when its node reports."""

@@ -6,6 +6,9 @@ controller) on the recording's inputs, at their recorded times (seconds since th
 - the nodes join when their first recorded report came, with the size and images it gave;
 - on-demand requests and releases (a release names its lease by its stable key, LeaseKeys);
 - the backfill settings in force, and their changes;
+- the tenants as stored, the pool's RBT and URR and the jobs done at the start, and every change
+  of the tenants at its time (a goal set begins its tenant's job afresh; a batch tenant changed
+  sizes the goals at once, as the service does);
 - the periodic jobs that ran: every fill and volunteer selection, and every tick that did
   something (jobs="recorded"; the simulator's own schedule is not used then, so a fill runs when
   the live launcher's did). jobs="simulated" keeps the simulator's own schedule instead;
@@ -20,9 +23,10 @@ controller) on the recording's inputs, at their recorded times (seconds since th
 It records itself as it goes, with the same Recorder, so the replay's decisions and the live
 ones read alike (controller/sim/replay_compare.py compares them one by one).
 
-`predict(recording)` runs the same requests, releases and node arrivals with the simulator's own
-agents ("modelled", fitted to the recording by model_settings) and its own schedule of jobs, for
-the aggregate figures (replay_compare.aggregates).
+`predict(recording)` runs the same requests, releases and node arrivals (and tenants) with the
+simulator's own agents ("modelled", fitted to the recording by model_settings) and its own
+schedule of jobs (the goals job every GOAL_INTERVAL_S among them), for the aggregate figures
+(replay_compare.aggregates). Its guests say no progress: a goal is sized on the work it states.
 
 What a replay leaves out:
 - a VM of a recorded report whose key the replay's books placed on another node or never made
@@ -33,8 +37,13 @@ What a replay leaves out:
   whose matching depends on the time (a VM missing past `lost_after` is found lost), which the
   recorder keeps when the books acted on them. Each live report is a foreground sample: those left
   out count as samples at the last recorded figure (`skipped`), which a repeat need not have had;
-- what the recording keeps no figure of: the guests' word on the work channel and whether a CPU
-  figure was sampled yet (a recorded figure counts as sampled);
+- from recordings written before report lines kept them: the guests' word on the work channel
+  (work state, progress) and whether a CPU figure was sampled yet (a recorded figure then counts
+  as sampled, and no guest said anything);
+- the lives of the on-demand VMs that ended before the recording began (the live books load the
+  last ones from their store): the projected finish of a goal (controller/core/departures.py)
+  counts departures only once the replay has seen enough VMs end; what the books buy is not
+  sized on it;
 - a node's silence: the replay's books never find a node suspect or down, as in every simulation
   (with repeated reports left out, a recorded silence is not a silence live);
 - a controller restart within a recording (use the recording's last segment: each start begins one).
@@ -50,8 +59,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.records import BackfillConfig, Lease, LedgerSettings, Write
+from ..core.goal_sizing import GOAL_INTERVAL_S
+from ..core.records import BackfillConfig, Lease, LedgerSettings, TenantRecord, Write
 from ..core.reserve_settings import ReserveSettings
+from ..core.tenancy import TenancySettings
 from ..recording import LeaseKeys, Recorder, read_recording
 from . import agents as agents_module
 from .agents import MODELS, AgentModel, LaunchAnswer, StopAnswer, agent_model
@@ -86,6 +97,10 @@ class Recording:
     releases: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     backfill_changes: list[tuple[float, BackfillConfig]] = field(default_factory=list)
+    tenants: list[TenantRecord] = field(default_factory=list)   # as stored at the start
+    tenancy: TenancySettings = TenancySettings()
+    goals_done: list[str] = field(default_factory=list)
+    tenant_changes: list[dict[str, Any]] = field(default_factory=list)   # the `tenants` lines
     launch_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stop_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     reports: list[dict[str, Any]] = field(default_factory=list)
@@ -122,7 +137,8 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     t0 = start["t"]
     rel = [{**line, "t": max(line["t"] - t0, 0.0)} for line in part]
     rec = Recording(rel, t0, LedgerSettings(**start["ledger"]), BackfillConfig.from_dict(start["backfill"]),
-                    ReserveSettings.from_dict(start["reserves"]))
+                    ReserveSettings.from_dict(start["reserves"]), tenants=_tenant_records(start.get("tenants", [])),
+                    tenancy=TenancySettings(**start.get("tenancy", {})), goals_done=list(start.get("goals_done", [])))
     seen: set[str] = set()
     for line in rel:
         kind = line["kind"]
@@ -142,6 +158,8 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
             rec.jobs.append(line)
         elif kind == "backfill":
             rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
+        elif kind == "tenants":
+            rec.tenant_changes.append({**line, "tenants": _tenant_records(line["tenants"])})
         elif kind == "launch_answer":
             rec.launch_answers.setdefault(line["key"], []).append(line)
         elif kind == "stop_answer":
@@ -151,6 +169,11 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     if not rec.nodes:
         raise ValueError("the recording has no report: no node to replay on")
     return rec
+
+
+def _tenant_records(rows: Sequence[Mapping[str, Any]]) -> list[TenantRecord]:
+    """The tenants of a `start` or `tenants` line (a TenantRecord's fields each)."""
+    return [TenantRecord(**row) for row in rows]
 
 
 # -- the agents ---------------------------------------------------------------------------------
@@ -224,16 +247,20 @@ class RecordedAgents(AgentModel):
 
 class RecordedVm:
     """A VM of a recorded report (controller.core.records.ReportedVmLike), named as the replay's
-    books name its lease. The recording keeps no guest word and no "not sampled yet": a figure
-    it gives counts as sampled."""
+    books name its lease, with its guest's word as recorded (`guest`: cpu_sampled, work_state,
+    work_for_s, progress_done, progress_total, progress_for_s; a line from before the recorder
+    kept them gives none: sampled, nothing said)."""
     __slots__ = ("name", "lease_id", "role", "vcpus", "memory_mib", "launched_at", "cpu_cores",
-                 "cpu_sampled", "image", "work_state", "work_for_s")
+                 "cpu_sampled", "image", "work_state", "work_for_s", "progress_done", "progress_total",
+                 "progress_for_s")
 
     def __init__(self, name: str, lease_id: str, role: str, vcpus: int, memory_mib: int, cpu_cores: float,
-                 image: str) -> None:
+                 image: str, guest: Sequence[Any] = ()) -> None:
         self.name, self.lease_id, self.role = name, lease_id, role
         self.vcpus, self.memory_mib, self.cpu_cores, self.image = vcpus, memory_mib, cpu_cores, image
-        self.launched_at, self.cpu_sampled, self.work_state, self.work_for_s = 0.0, True, "", 0.0
+        self.launched_at = 0.0
+        (self.cpu_sampled, self.work_state, self.work_for_s, self.progress_done, self.progress_total,
+         self.progress_for_s) = guest if len(guest) == 6 else (True, "", 0.0, 0, 0, 0.0)
 
 
 class RecordedReport:
@@ -278,15 +305,15 @@ class RecordedReports:
     def report(self, line: Mapping[str, Any], address: str, images: Mapping[str, str], budget_bytes: int
                ) -> RecordedReport:
         """The report of `line`; `images`: the image of each role's VMs (the recording keeps none)."""
-        vms = [vm for name, lease_id, role, _state, vcpus, memory_mib, cpu, *_ in line["vms"]
-               if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, "")))]
+        vms = [vm for name, lease_id, role, _state, vcpus, memory_mib, cpu, *guest in line["vms"]
+               if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, ""), guest))]
         # the books read these as matching.SavedVm (hibernated, no CPU figure): reported_vms wraps them
         saved = [vm for name, lease_id, vcpus, memory_mib, image in line.get("saved", ())
                  if (vm := self._renamed(line, name, lease_id, "backfill", vcpus, memory_mib, 0.0, image))]
         return RecordedReport(line, address, vms, saved, budget_bytes)
 
     def _renamed(self, line: Mapping[str, Any], name: str, lease_id: str, role: str, vcpus: int, memory_mib: int,
-                 cpu: float, image: str) -> RecordedVm | None:
+                 cpu: float, image: str, guest: Sequence[Any] = ()) -> RecordedVm | None:
         """The reported VM as the replay names it, or None (left out, counted)."""
         key = self.live_keys.get(lease_id)
         if key is not None and not key.startswith("adopted:"):   # an adoption, live: passed on as it is
@@ -296,7 +323,7 @@ class RecordedReports:
                                 f"the replay made it on {made[2]}")
                 return None
             name, lease_id = made[0], made[1]
-        return RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image)
+        return RecordedVm(name, lease_id, role, vcpus, memory_mib, cpu, image, guest)
 
     def _leave_out(self, line: Mapping[str, Any], key: str, why: str) -> None:
         self.left_out += 1
@@ -347,23 +374,31 @@ class ReplaySimulation(Simulation):
         self.absent = set(self.nodes)
         self.agents.bind(settings, list(self.nodes))
         self.ledger.new_id = _live_ids(recording, self.ledger.new_id)
+        self.ledger.tenancy_settings = recording.tenancy
+        self.ledger.set_tenants(recording.tenants)
+        self.ledger.load_goals_done(recording.goals_done)
         self.released_unknown: list[tuple[float, str]] = []   # releases of leases the replay never made
         self._periodic = False   # the simulator's own periodic jobs started (jobs="simulated")
         self._schedule()
 
     def _schedule(self) -> None:
         self._periodic = self.recording.backfill.enabled   # run() starts them then
-        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict())
+        self.recorder.started(self.ledger.settings, self.ledger.backfill, self.ledger.reserve_settings.as_dict(),
+                              self.recording.tenants, self.recording.tenancy, self.ledger.goals_done())
         for node in self.recording.nodes:
             self.at(node.at, self._scripted, Scripted(node.at, "join", node.node_id))
         for at, config in self.recording.backfill_changes:
             self.at(at, self._set_backfill, config)
+        for line in self.recording.tenant_changes:
+            self.at(line["t"], self._set_tenants, line)
         for line in self.recording.releases:
             self.at(line["t"], self._recorded_release, line)
         if self.jobs == "recorded":
             self.fill_at = math.inf   # never None: the engine schedules no fill of its own
             for line in self.recording.jobs:
                 self.at(line["t"], self._recorded_job, line["name"])
+        else:   # the controller's goals job, on the simulator's clock (controller/cli.py)
+            self.at(GOAL_INTERVAL_S, self._goals_job)
         if self.recorded_reports is not None:
             for line in self.recording.reports:
                 self.at(line["t"], self._recorded_report, line)
@@ -392,6 +427,11 @@ class ReplaySimulation(Simulation):
         if self.jobs == "simulated":
             super()._evaluate(arg)
 
+    def _goals_job(self, _arg: Any = None) -> None:
+        if self.ledger.tenant_goals:
+            self.apply(self.ledger.size_goals(self.now))
+        self.at(self.now + GOAL_INTERVAL_S, self._goals_job)
+
     def _recorded_job(self, name: str) -> None:
         if name == "fill":
             self.apply(self.ledger.fill(self.now))
@@ -411,6 +451,15 @@ class ReplaySimulation(Simulation):
             self._periodic = True
             self.at(self.now, self._periodic_fill)
             self.at(self.now + self.settings.selection_interval_seconds, self._evaluate)
+
+    def _set_tenants(self, line: Mapping[str, Any]) -> None:
+        """A `tenants` line: as the service's _tenants_changed does."""
+        self.ledger.set_tenants(line["tenants"])
+        if line.get("goal_begins"):
+            self.ledger.new_goal(line["goal_begins"])
+        self.recorder.tenants(line["tenants"], line.get("goal_begins"), bool(line.get("sized")))
+        if line.get("sized"):
+            self.apply(self.ledger.size_goals(self.now))
 
     def _recorded_release(self, line: Mapping[str, Any]) -> None:
         lease_id = self.keys.leases.get(line["key"])

@@ -10,6 +10,7 @@ import heapq
 import io
 import itertools
 import json
+import random
 import uuid
 import zlib
 from collections.abc import Callable
@@ -347,3 +348,159 @@ def test_a_recorded_reports_hibernated_vms_budget_and_left_out_repeats_reach_the
     older = {k: v for k, v in line.items() if k not in ("saved", "hibernation_budget_bytes", "skipped")}
     report = reports.report(older, "n0:1", {"backfill": "tiny", "on_demand": "tiny"}, budget_bytes=1 << 20)
     assert report.hibernation_budget_bytes == 1 << 20 and reported_vms(report) == [] and report.held_samples == 0
+
+
+# -- a pool with tenants: a goal-driven batch tenant, its guests' progress, a tenant changed -------
+
+GOAL_TENANT = "science"
+UPPER = 24
+SEED = 0
+
+
+class GuestVm(SimVm):
+    """A backfill VM whose guest says its tenant's progress (`progress DONE TOTAL`) and that it is busy."""
+    __slots__ = ("progress_done", "progress_total", "progress_for_s")
+
+    def __init__(self, lease, now: float) -> None:
+        super().__init__(lease, now)
+        self.progress_done = self.progress_total = 0
+        self.progress_for_s = 0.0
+
+
+class TenantDriver(LedgerDriver):
+    """LedgerDriver with tenants: `science`, a batch tenant whose goal is set a while in (the
+    tenants changed as the service changes them, recorded), its guests saying the job's progress
+    (vCPU-seconds its volunteers ran since the goal), and the goals job every 60 s."""
+
+    def __init__(self, work_vcpu_hours: float, deadline_after_s: float, seed: int) -> None:
+        super().__init__()
+        ids = random.Random(seed)   # random lease ids, as live, but the same run each time: the
+        self.ledger.new_id = lambda prefix: f"{prefix}-{ids.getrandbits(48):012x}"   # victims' ties are by id
+        self.work_vcpu_hours, self.deadline_after_s = work_vcpu_hours, deadline_after_s
+        self.worked, self.worked_at = 0.0, None   # vCPU-seconds of its volunteers since the goal, and when counted
+
+    def set_tenants(self, goal: bool) -> None:
+        from controller.core.records import TenantRecord
+        text = json.dumps(dict(kind="deadline", work_vcpu_hours=self.work_vcpu_hours,
+                               deadline_s=self.now + self.deadline_after_s)) if goal else None
+        records = [TenantRecord(GOAL_TENANT, "batch", 4, 4 * 1024, UPPER, UPPER * 1024, goal=text)]
+        self.ledger.set_tenants(records)
+        if goal:
+            self.ledger.new_goal(GOAL_TENANT)
+            self.worked_at = self.now
+        self.recorder.tenants(records, GOAL_TENANT if goal else None, sized=goal)
+        if goal:   # a batch tenant changed: sized at once (a tenant created is not)
+            self.apply(self.ledger.size_goals(self.now))
+        self.at(self.now + 0.004, self.fill)
+
+    def goals(self) -> None:
+        effects = self.ledger.size_goals(self.now)
+        self.apply(effects)
+        self.recorder.job("goals", effects)
+        self.at(self.now + 60.0, self.goals)
+
+    def launched(self, lease) -> None:
+        if lease.role == "backfill" and self.ledger.tenant_of_lease(lease) == GOAL_TENANT:
+            self.nodes[lease.node_id].vms[lease.vm_name] = GuestVm(lease, self.now)
+            self.recorder.launch_answer(lease, True, "")
+            self.apply(self.ledger.launch_done(lease.lease_id, True, "", self.now))
+            self.report(lease.node_id)
+        else:
+            super().launched(lease)
+
+    def report(self, node_id: str, report: Report | None = None) -> None:
+        guests = [vm for node in self.nodes.values() for vm in node.vms.values() if isinstance(vm, GuestVm)]
+        if self.worked_at is not None:
+            self.worked += len(guests) * (self.now - self.worked_at)
+            self.worked_at = self.now
+            total = int(self.work_vcpu_hours * 3600)
+            for vm in guests:
+                vm.progress_done, vm.progress_total, vm.work_state = min(int(self.worked), total), total, "busy"
+        super().report(node_id, report)
+
+
+def tenant_run(work_vcpu_hours: float = 2.0, deadline_after_s: float = 400.0, seed: int = SEED
+               ) -> tuple[TenantDriver, list]:
+    driver = TenantDriver(work_vcpu_hours, deadline_after_s, seed)
+    for i, node_id in enumerate(driver.nodes):
+        driver.at(0.1 + 0.05 * i, driver.heartbeat, node_id)
+    driver.at(0.5, driver.tick)
+    driver.at(0.7, driver.set_tenants, False)
+    driver.at(1.0, driver.set_backfill, BACKFILL)
+    driver.at(20.0, driver.set_tenants, True)
+    driver.at(30.0, driver.goals)
+    for n in range(24):
+        size = LARGE if n % 3 == 1 else SMALL
+        driver.at(10.0 + 2.7 * n, driver.request, f"req-{n:02d}", size, 9.0 + (n * 7) % 25)
+    return driver, driver.run(until=400.0)
+
+
+@pytest.fixture(scope="module")
+def tenant_live() -> tuple[TenantDriver, list]:
+    return tenant_run()
+
+
+def test_a_pool_with_a_goal_driven_tenant_replays_identically(tenant_live):
+    """The tenants as set, the goal set later (its job begun), the guests' progress and work word
+    in the reports, the goals jobs: the replay's books size the goal as the live ones did and buy
+    the same dedicated VMs, on the same nodes, at the same times."""
+    driver, lines = tenant_live
+    goal_leases = [line for line in lines if line["kind"] == "lease" and line["rid"].startswith("goal-")]
+    assert goal_leases, "the live run bought no dedicated VM: the test shows nothing"
+    assert any(line["kind"] == "tenants" and line["goal_begins"] == GOAL_TENANT for line in lines)
+    guests = [vm for line in lines if line["kind"] == "report" for vm in line["vms"] if vm[11]]
+    assert guests and all(vm[8] == "busy" for vm in guests)   # progress and the work word are recorded
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.differences == [] and sim.agents.unrecorded == []
+    assert result.items >= 40
+    replayed_goal = [line for line in replayed if line["kind"] == "lease" and line["rid"].startswith("goal-")]
+    assert [(l["key"], l["node"], l["t"]) for l in replayed_goal] == \
+        [(l["key"], l["node"], pytest.approx(l["t"] - recording.t0, abs=1e-6)) for l in goal_leases]
+    assert sim.ledger.progress.progress(GOAL_TENANT) == driver.ledger.progress.progress(GOAL_TENANT)
+    assert sim.ledger.sizings[GOAL_TENANT] == driver.ledger.sizings[GOAL_TENANT]
+
+
+def test_without_the_tenants_or_the_guests_word_the_replay_decides_otherwise(tenant_live):
+    """What the recording now keeps is what the replay needs: stripped of its tenants (as a
+    recording from before they were kept), the replay buys no dedicated VM; stripped of the
+    guests' word only, its books hear no progress and size the goal on all of its work left."""
+    driver, lines = tenant_live
+    bare = [{k: v for k, v in line.items() if k not in ("tenants", "tenancy", "goals_done")}
+            for line in lines if line["kind"] != "tenants"]
+    sim, replayed = replay(load(bare))
+    assert not any(line["kind"] == "lease" and line["rid"].startswith("goal-") for line in replayed)
+    assert compare(bare, replayed, sim.agents.unrecorded).differences
+    wordless = [{**line, "vms": [vm[:7] for vm in line["vms"]]} if line["kind"] == "report" else line
+                for line in lines]
+    sim, replayed = replay(load(wordless))
+    assert sim.ledger.progress.progress(GOAL_TENANT) is None
+    live_sizing, sizing = driver.ledger.sizings[GOAL_TENANT], sim.ledger.sizings[GOAL_TENANT]
+    assert sizing.projected_finish_s > live_sizing.projected_finish_s + 60
+
+
+def test_a_prediction_sizes_the_goals_every_interval_as_the_controllers_goals_job(tenant_live):
+    """With its own schedule of jobs the simulator runs the controller's goals job too (every
+    GOAL_INTERVAL_S on its clock), and sizes at once when the recorded tenants change."""
+    from controller.core.goal_sizing import GOAL_INTERVAL_S
+    from controller.recording import LeaseKeys
+    from controller.sim.replay import ReplaySimulation, model_settings, sim_settings
+    _driver, lines = tenant_live
+    recording = load(lines)
+    settings = sim_settings(recording, **model_settings(recording, "ideal", 0.5))
+    sim = ReplaySimulation(recording, settings, None, LeaseKeys(), "simulated", reports="simulated")
+    sized_at: list[float] = []
+    size_goals = sim.ledger.size_goals
+
+    def counted(now: float) -> list:
+        sized_at.append(now)
+        return size_goals(now)
+    sim.ledger.size_goals = counted
+    sim.run()
+    goal_set = next(line["t"] for line in recording.tenant_changes if line["goal_begins"])
+    assert sized_at[0] == pytest.approx(goal_set)   # the tenants line: sized at once
+    every = sized_at[1:]
+    assert every == pytest.approx([GOAL_INTERVAL_S * k for k in range(1, len(every) + 1)])
+    assert len(every) == int(sim.end // GOAL_INTERVAL_S)
+    assert sim.ledger.sizings[GOAL_TENANT].projected_finish_s > 0

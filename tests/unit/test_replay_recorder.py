@@ -363,3 +363,78 @@ def test_the_goals_job_is_recorded_while_a_tenant_has_a_goal_even_when_it_change
         store.close()
     jobs = [line for line in read_recording(path) if line["kind"] == "job" and line["name"] == "goals"]
     assert len(jobs) == 3 and all(line["effects"] == 0 for line in jobs)
+
+
+def test_a_report_line_keeps_the_guests_word_and_a_change_of_it_is_not_a_repeat():
+    """The guest's progress, its work word and whether the VM's CPU was sampled steer the books
+    (goal sizing, idleness): a report line keeps them, and a report whose only news is one of
+    them is written, not left out as a repeat. Their ages alone (seconds since said) are no news."""
+    from controller.core.records import Lease
+    from controller.sim.world import Report, SimNode, SimVm
+
+    class Guest(SimVm):
+        __slots__ = ("progress_done", "progress_total", "progress_for_s")
+    out, clock = io.StringIO(), Clock()
+    recorder = Recorder(out, 2**40, clock=clock)
+    node = SimNode("n1", 16, 24576, ("tiny",))
+    lease = Lease("bf-1", "backfill", "n1", "vm-bf-1", 1, 1024, "tiny", "backfill", "running", 0.0)
+    vm = node.vms[lease.vm_name] = Guest(lease, 0.0)
+    vm.progress_done, vm.progress_total, vm.progress_for_s = 3, 10, 1.25
+    vm.work_state, vm.cpu_sampled = "busy", False
+
+    def reports() -> list[dict]:
+        return [line for line in map(json.loads, out.getvalue().splitlines()) if line["kind"] == "report"]
+    recorder.report(Report(node, 0.0))
+    assert reports()[0]["vms"][0][6:] == [1.0, False, "busy", 0.0, 3, 10, 1.25]
+    vm.progress_for_s = 9.0   # older, the same word: a repeat
+    recorder.report(Report(node, 0.0))
+    assert len(reports()) == 1
+    for change in (lambda: setattr(vm, "progress_done", 4), lambda: setattr(vm, "work_state", "idle"),
+                   lambda: setattr(vm, "cpu_sampled", True), lambda: setattr(vm, "progress_total", 20)):
+        change()
+        recorder.report(Report(node, 0.0))
+    assert [r["vms"][0][7:12] for r in reports()[1:]] == [
+        [False, "busy", 0.0, 4, 10], [False, "idle", 0.0, 4, 10], [True, "idle", 0.0, 4, 10], [True, "idle", 0.0, 4, 20]]
+
+
+def test_the_service_records_its_tenants_at_start_and_each_change_of_them(tmp_path):
+    """A replay needs the tenants the books had: the start line has them as stored (here after a
+    restart, with the pool's RBT and URR and a job done), and each create, goal and delete
+    writes the tenants as stored then, saying when a goal's job begins and the goals were sized."""
+    from controller.core.records import Size
+    from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents
+    clock, path = BooksClock(), tmp_path / "record.jsonl"
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, record_path=path, tenants_rbt=1.5, tenants_urr=0.8)
+    goal = {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": clock.now + 36000}
+    store = Store(config.store_path)
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    try:
+        service.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=4, memory_mib=8192,
+                                                 images=["tiny"], min_memory_mib=32))
+        service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
+        service.set_tenant_goal("science", goal)
+        service.create_tenant("gone", "on_demand", Size(0, 0), Size(1, 256))
+        service.delete_tenant("gone", drain=False)
+        store.apply(Write(goals_done=("science",)))   # as the books write it when its guests say the job is done
+    finally:
+        service.close()
+    service = PoolService(config, store, RecordingAgents(), clock=clock)   # a restart: a new segment
+    service.close()
+    store.close()
+    lines = read_recording(path)
+    changes = [line for line in lines if line["kind"] == "tenants"]
+    built_in = {"backfill", "default"}   # the store keeps the built-in tenants too (their bounds may be set)
+
+    def named(tenants: list[dict]) -> list[str]:
+        return sorted(t["name"] for t in tenants if t["name"] not in built_in)
+    assert [(named(c["tenants"]), c["goal_begins"], c["sized"]) for c in changes] == [
+        (["science"], None, False), (["science"], "science", True), (["gone", "science"], None, False),
+        (["science"], None, False)]
+    assert json.loads(next(t for t in changes[1]["tenants"] if t["name"] == "science")["goal"]) == goal
+    first, second = [line for line in lines if line["kind"] == "start"]
+    assert named(first["tenants"]) == [] and first["goals_done"] == []
+    (science,) = [t for t in second["tenants"] if t["name"] == "science"]
+    assert (science["name"], science["kind"], science["lower_vcpus"], science["upper_memory_mib"]) == \
+        ("science", "batch", 1, 512)
+    assert second["tenancy"] == {"rbt": 1.5, "urr": 0.8} and second["goals_done"] == ["science"]
