@@ -137,7 +137,8 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     t0 = start["t"]
     rel = [{**line, "t": max(line["t"] - t0, 0.0)} for line in part]
     rec = Recording(rel, t0, LedgerSettings(**start["ledger"]), BackfillConfig.from_dict(start["backfill"]),
-                    ReserveSettings.from_dict(start["reserves"]), tenants=_tenant_records(start.get("tenants", [])),
+                    ReserveSettings.from_dict(start["reserves"]),
+                    tenants=_tenant_records(start.get("tenants", []), 0.0),
                     tenancy=TenancySettings(**start.get("tenancy", {})), goals_done=list(start.get("goals_done", [])))
     seen: set[str] = set()
     for line in rel:
@@ -159,7 +160,7 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
         elif kind == "backfill":
             rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
         elif kind == "tenants":
-            rec.tenant_changes.append({**line, "tenants": _tenant_records(line["tenants"])})
+            rec.tenant_changes.append({**line, "tenants": _tenant_records(line["tenants"], line["t"])})
         elif kind == "launch_answer":
             rec.launch_answers.setdefault(line["key"], []).append(line)
         elif kind == "stop_answer":
@@ -171,9 +172,16 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     return rec
 
 
-def _tenant_records(rows: Sequence[Mapping[str, Any]]) -> list[TenantRecord]:
-    """The tenants of a `start` or `tenants` line (a TenantRecord's fields each)."""
-    return [TenantRecord(**row) for row in rows]
+def _tenant_records(rows: Sequence[Mapping[str, Any]], t: float) -> list[TenantRecord]:
+    """The tenants of a `start` or `tenants` line at `t` (a TenantRecord's fields each);
+    ValueError naming the line and the tenant when one is not."""
+    records = []
+    for row in rows:
+        try:
+            records.append(TenantRecord(**row))
+        except TypeError as exc:   # a field missing or unknown (another version's recording)
+            raise ValueError(f"the recording's tenants at {t:.3f} s: {row.get('name', '?')!r}: {exc}") from None
+    return records
 
 
 # -- the agents ---------------------------------------------------------------------------------
@@ -306,7 +314,8 @@ class RecordedReports:
                ) -> RecordedReport:
         """The report of `line`; `images`: the image of each role's VMs (the recording keeps none)."""
         vms = [vm for name, lease_id, role, _state, vcpus, memory_mib, cpu, *guest in line["vms"]
-               if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, ""), guest))]
+               if (vm := self._renamed(line, name, lease_id, role, vcpus, memory_mib, cpu, images.get(role, ""),
+                                       guest))]
         # the books read these as matching.SavedVm (hibernated, no CPU figure): reported_vms wraps them
         saved = [vm for name, lease_id, vcpus, memory_mib, image in line.get("saved", ())
                  if (vm := self._renamed(line, name, lease_id, "backfill", vcpus, memory_mib, 0.0, image))]

@@ -308,6 +308,15 @@ def test_a_file_without_a_start_is_refused_by_name(tmp_path):
         load(path)
 
 
+def test_a_tenants_line_another_version_wrote_is_refused_naming_the_tenant_and_time(tenant_live):
+    _driver, lines = tenant_live
+    changed = next(i for i, line in enumerate(lines) if line["kind"] == "tenants" and line["goal_begins"])
+    bad = [dict(line) for line in lines]
+    bad[changed]["tenants"] = [{**bad[changed]["tenants"][0], "colour": "blue"}]
+    with pytest.raises(ValueError, match=r"tenants at 20\.000 s: 'science': .*colour"):
+        load(bad)
+
+
 def test_the_launchers_delay_is_fitted_only_to_fills_that_answered_an_ask():
     """An event that frees room asks for a fill only while backfill is on; a fill long after it is
     the periodic one. Neither is the launcher's delay (a fit of 150 s would be refused as a

@@ -416,7 +416,7 @@ def test_the_service_records_its_tenants_at_start_and_each_change_of_them(tmp_pa
         service.set_tenant_goal("science", goal)
         service.create_tenant("gone", "on_demand", Size(0, 0), Size(1, 256))
         service.delete_tenant("gone", drain=False)
-        store.apply(Write(goals_done=("science",)))   # as the books write it when its guests say the job is done
+        store.apply(Write(goals_done=("science",)))   # as the books write it when the guests say it is done
     finally:
         service.close()
     service = PoolService(config, store, RecordingAgents(), clock=clock)   # a restart: a new segment
