@@ -57,7 +57,8 @@ class GoalSizing:
         self.tenant_goals: dict[str, Goal] = {}
         self.sizings: dict[str, Sizing] = {}
         self._dedicated_seq = 0
-        self._wanted_fewer: dict[str, bool] = {}   # tenant -> its last sizing wanted fewer dedicated VMs
+        # tenant -> since when its sizings have wanted fewer dedicated VMs (absent: the last did not)
+        self._wanted_fewer: dict[str, float] = {}
         # departures.freed_vcpus as last worked out, and for which (now, books' version): one
         # answer for every goal tenant sized at once
         self._freed: tuple[tuple[float, int], list[float] | None] = ((-1.0, -1), None)
@@ -290,10 +291,15 @@ class GoalSizing:
                 break
             effects += self.request(ask, now)
             held += config.vcpus
-        wanted_fewer = self._wanted_fewer.get(tenant, False)
-        self._wanted_fewer[tenant] = held > vcpus
-        if not wanted_fewer:   # released only when two sizings in a row want fewer: a dip of the
-            return effects, held_back   # residual for one interval would otherwise stop dedicated VMs' jobs
+        if held <= vcpus:
+            self._wanted_fewer.pop(tenant, None)
+            return effects, held_back
+        # Released only once its sizings have wanted fewer across goals jobs (half an interval apart
+        # at least, for the scheduler's jitter): a dip of the residual at one sizing, or two sizings
+        # at one instant (an admin's change beside the goals job), would otherwise stop their jobs
+        since = self._wanted_fewer.setdefault(tenant, now)
+        if now - since < GOAL_INTERVAL_S / 2:
+            return effects, held_back
         for lease in reversed(mine):   # the youngest first
             if held - lease.vcpus < vcpus:
                 break

@@ -387,3 +387,26 @@ def test_a_fill_sizes_no_goal_the_goals_job_does():
     assert "science" not in ledger.sizings and not launched(effects, "science", "on_demand")
     effects = ledger.size_goals(T0 + 1)
     assert ledger.sizings["science"].dedicated_vcpus == 4 and len(launched(effects, "science", "on_demand")) == 4
+
+
+def test_dedicated_vms_go_only_when_sizings_a_goals_interval_apart_want_fewer():
+    """A tenant holding 4 dedicated VMs whose goal then needs none: the sizing that first wants
+    fewer keeps them (a dip of the residual at one sizing must not stop their jobs), and so does
+    a second one at the same instant (an admin's change sized beside the goals job); the goals
+    job an interval later releases them."""
+    ledger = crowded_then_goal(deadline(40, 2))
+    effects = sized_fill(ledger, T0 + 1)
+    assert len(launched(effects, "science", "on_demand")) == 4
+    confirm(ledger, effects, T0 + 2)
+    ledger.set_tenants([science(deadline(0.5, 2))])   # the goal lightened: lower bound bought late still meets it
+
+    def released(effects) -> list:
+        return [e.lease for e in effects if isinstance(e, Stop) and e.lease.owner == "science"
+                and e.lease.role == "on_demand"]
+    now = T0 + 2 + GOAL_INTERVAL_S
+    assert ledger.sizings["science"].dedicated_vcpus == 4
+    first = ledger.size_goals(now)
+    assert ledger.sizings["science"].dedicated_vcpus == 0 and not released(first)
+    assert not released(ledger.size_goals(now))   # the same instant: still one sizing's word
+    later = released(ledger.size_goals(now + GOAL_INTERVAL_S))
+    assert len(later) == 4 and all(l.request_id.startswith("goal-science-") for l in later)
