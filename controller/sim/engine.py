@@ -356,8 +356,14 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         fill = carry_out(effects, self)
         if self._answer_at:
             self._answer_at.clear()
-        if fill and fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)) and self.fill_at is None:
-            self.fill_at = self.now + self.agents.fill_delay   # what asks meanwhile is served by it
+        if fill:
+            self.ask_fill()
+
+    def ask_fill(self) -> None:
+        """A fill asked for, as the service's request_fill: the launcher's delay from now (none while
+        one is on its way: what asks meanwhile is served by it)."""
+        if fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)) and self.fill_at is None:
+            self.fill_at = self.now + self.agents.fill_delay
             self.at(self.fill_at, self._fill)
 
     # The carrier (controller.effects.Carrier): the rows in memory, and the simulated agents.

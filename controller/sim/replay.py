@@ -469,6 +469,8 @@ class ReplaySimulation(Simulation):
         self.recorder.tenants(line["tenants"], line.get("goal_begins"), bool(line.get("sized")))
         if line.get("sized"):
             self.apply(self.ledger.size_goals(self.now))
+        if self.jobs == "simulated":   # the launcher grants by the tenants now (recorded: its fill line)
+            self.ask_fill()
 
     def _recorded_release(self, line: Mapping[str, Any]) -> None:
         lease_id = self.keys.leases.get(line["key"])

@@ -491,7 +491,8 @@ def test_without_the_tenants_or_the_guests_word_the_replay_decides_otherwise(ten
 
 def test_a_prediction_sizes_the_goals_every_interval_as_the_controllers_goals_job(tenant_live):
     """With its own schedule of jobs the simulator runs the controller's goals job too (every
-    GOAL_INTERVAL_S on its clock), and sizes at once when the recorded tenants change."""
+    GOAL_INTERVAL_S on its clock), and sizes at once and asks for a fill when the recorded
+    tenants change, as the service does."""
     from controller.core.goal_sizing import GOAL_INTERVAL_S
     from controller.recording import LeaseKeys
     from controller.sim.replay import ReplaySimulation, model_settings, sim_settings
@@ -500,15 +501,21 @@ def test_a_prediction_sizes_the_goals_every_interval_as_the_controllers_goals_jo
     settings = sim_settings(recording, **model_settings(recording, "ideal", 0.5))
     sim = ReplaySimulation(recording, settings, None, LeaseKeys(), "simulated", reports="simulated")
     sized_at: list[float] = []
-    size_goals = sim.ledger.size_goals
+    filled_at: list[float] = []
+    size_goals, fill = sim.ledger.size_goals, sim.ledger.fill
 
     def counted(now: float) -> list:
         sized_at.append(now)
         return size_goals(now)
-    sim.ledger.size_goals = counted
+
+    def filled(now: float, *args) -> list:
+        filled_at.append(now)
+        return fill(now, *args)
+    sim.ledger.size_goals, sim.ledger.fill = counted, filled
     sim.run()
     goal_set = next(line["t"] for line in recording.tenant_changes if line["goal_begins"])
     assert sized_at[0] == pytest.approx(goal_set)   # the tenants line: sized at once
+    assert goal_set + sim.agents.fill_delay in filled_at   # and the launcher asked, as the service asks it
     every = sized_at[1:]
     assert every == pytest.approx([GOAL_INTERVAL_S * k for k in range(1, len(every) + 1)])
     assert len(every) == int(sim.end // GOAL_INTERVAL_S)
