@@ -730,10 +730,15 @@ def goal_state_text(tenant) -> str:
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tenant.goal_projected_finish))
     text = f"{tenant.goal_state.replace('_', ' ')}, finish {finish}"
     deadline = _deadline_s(tenant.goal_json)
-    if tenant.goal_state == "at_risk" and tenant.goal_projected_finish and deadline is not None and \
-            tenant.goal_projected_finish <= deadline:
+    if deadline is None:
+        return text
+    late = not tenant.goal_projected_finish or tenant.goal_projected_finish > deadline
+    if tenant.goal_state == "at_risk" and not late:
         # sized as if no on-demand VM leaves (at risk), projected with those expected to leave
         text += " (by the deadline only if on-demand VMs leave as they have)"
+    elif tenant.goal_state == "on_track" and late:
+        # sized at the rate measured, projected at no more than the goal states (goals.projection_rate)
+        text += " (on track at the rate its progress reads; at the rate its goal states, after the deadline)"
     return text
 
 

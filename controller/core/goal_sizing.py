@@ -33,7 +33,8 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import Goal, Progress, Sizing, goal_from_dict, progress_rate, project, report_lag, size_for_goal
+from .goals import (Goal, Progress, Sizing, goal_from_dict, progress_rate, project, projection_rate, report_lag,
+                    size_for_goal)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -129,7 +130,7 @@ class GoalSizing:
         before = self.sizings.get(tenant.name)
         if sizing.done:
             return self._job_done(tenant.name, sizing, progress, now)
-        sizing = self._with_departures(goal, progress, now, residual, rate, upper, sizing)
+        sizing = self._projected(goal, progress, now, residual, rate, upper, sizing)
         self.sizings[tenant.name] = sizing
         effects, held_back = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
@@ -145,27 +146,43 @@ class GoalSizing:
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
         return effects
 
-    def _with_departures(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
-                         upper: int, sizing: Sizing) -> Sizing:
-        """The sizing with its projected finish counting the on-demand VMs expected to leave
-        (controller.core.departures), within the same cap on what the tenant can hold; what it
-        buys stays sized on the residual now. A projection that cannot be made leaves the
-        sizing's own: it must never stop a fill."""
+    def _projected(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
+                   upper: int, sizing: Sizing) -> Sizing:
+        """The sizing with the finish it leads to as `tenant show` gives it: at goals.projection_rate
+        (the measured rate, never above what the goal states), and counting the on-demand VMs
+        expected to leave (controller.core.departures) when that is sooner, within the same cap on
+        what the tenant can hold; what it buys stays sized on the residual now at the measured
+        rate. A plan to buy later keeps its finish (the deadline it meets) unless departures
+        bring it sooner. A projection that cannot be made leaves the sizing's own: it must never
+        stop a fill."""
         try:
+            shown = projection_rate(goal, progress, rate)
+            slower = rate is not None and shown < rate
+            own = None if sizing.buys_later or not slower else \
+                project(goal, progress, now, [(now, residual)], shown, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
             forecast = residual_forecast(residual, now, self._freed_by(now))
-            if len(forecast) == 1:
-                return sizing   # too few on-demand VMs ended yet to know how long they live
-            projection = project(goal, progress, now, forecast, rate, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
+            leaving = None if len(forecast) == 1 else \
+                project(goal, progress, now, forecast, shown, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
         except (InvalidField, ValueError, ArithmeticError):
             return sizing
-        if projection.finish_s >= sizing.projected_finish_s:
+        finish = own.finish_s if own is not None else sizing.projected_finish_s
+        explain = sizing.explain
+        if own is not None:
+            explain += (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states "
+                        f"({progress.total:g} over {goal.work_vcpu_hours:g} vCPU-hours), not the {rate:.4g} measured "
+                        "(its guests say progress as tasks end: the rate reads high just after)")
+        if leaving is not None and leaving.finish_s < finish:
+            # the forecast only rises: its largest value by the finish is the last
+            freed = max(vcpus for at, vcpus in forecast if at <= leaving.finish_s) - residual
+            return dataclasses.replace(
+                sizing, projected_finish_s=leaving.finish_s, cost=leaving.cost if sizing.cost is not None else None,
+                explain=(f"{explain}; projected to finish {_clock(leaving.finish_s - now)} from now, counting the "
+                         f"pool's {freed:.0f} on-demand vCPUs expected to leave by then (by the lives of the last "
+                         f"{len(self.on_demand_lives)} on-demand VMs that ended); sized as if none leave"))
+        if own is None:
             return sizing
-        freed = max(vcpus for at, vcpus in forecast if at <= projection.finish_s) - residual   # the forecast only rises
-        return dataclasses.replace(
-            sizing, projected_finish_s=projection.finish_s, cost=projection.cost if sizing.cost is not None else None,
-            explain=(f"{sizing.explain}; projected to finish {_clock(projection.finish_s - now)} from now, counting "
-                     f"the pool's {freed:.0f} on-demand vCPUs expected to leave by then (by the lives of the last "
-                     f"{len(self.on_demand_lives)} on-demand VMs that ended); sized as if none leave"))
+        return dataclasses.replace(sizing, projected_finish_s=own.finish_s, explain=explain,
+                                   cost=own.cost if sizing.cost is not None else None)
 
     def _freed_by(self, now: float) -> list[float] | None:
         """departures.freed_vcpus for the pool now, once for every goal tenant sized at `now`

@@ -145,6 +145,7 @@ class Sizing:
     explain: str
     cost: float | None = None
     done: bool = False   # the job's progress says no work is left
+    buys_later: bool = False   # the plan buys its lower bound later: projected_finish_s is the deadline it meets
 
 
 # ------------------------------------------------------------------------- the progress rate
@@ -167,6 +168,16 @@ def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None
     if vcpu_hours <= 0:
         return None
     return max(0.0, samples[-1][1] - samples[0][1]) / vcpu_hours
+
+
+def projection_rate(goal: Goal, progress: Progress, measured: float | None) -> float:
+    """The rate a projected finish is made at: the measured one (progress_rate), but never above
+    what the goal states (progress TOTAL over W: what a vCPU does when no work is lost). Guests
+    that say progress as tasks end make the measured rate read high just after each wave of
+    tasks ends (by k/(k-1) after the k-th), and a projection at it comes early; a job slower than
+    stated (work lost to preemption, a W set too low) is projected at its measured rate."""
+    stated = progress.total / goal.work_vcpu_hours
+    return stated if measured is None else min(measured, stated)
 
 
 def report_lag(samples: Sequence[tuple[float, float, float]]) -> float:
@@ -342,7 +353,7 @@ def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0) 
         late = "never finish" if math.isinf(finish) else f"finish {finish - deadline:.0f} s late"
         return Sizing(volunteers, 0, deadline, True,
                       f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, but its lower bound's "
-                      f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline")
+                      f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline", buys_later=True)
     dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
     at_risk = dedicated is None
     if at_risk:   # the earliest finish within the bound, with the least dedicated capacity that gives it

@@ -410,3 +410,57 @@ def test_dedicated_vms_go_only_when_sizings_a_goals_interval_apart_want_fewer():
     assert not released(ledger.size_goals(now))   # the same instant: still one sizing's word
     later = released(ledger.size_goals(now + GOAL_INTERVAL_S))
     assert len(later) == 4 and all(l.request_id.startswith("goal-science-") for l in later)
+
+
+# -- the projected finish is made at the measured rate, never above what the goal states ------------
+
+def said(ledger: Ledger, samples: list[tuple[float, int]], total: int = 700) -> None:
+    """science's guests say `done` of `total` at each (time, done), while it holds 16 vCPUs."""
+    lease_id = science_vms(ledger)[0].lease_id
+    for at, done in samples:
+        ledger.progress.note(lease_id, "science", done, total, 0.0, at)
+        ledger.progress.sample("science", 16, at)
+
+
+@pytest.mark.parametrize("last_done, shown_rate", [(300, 100.0), (30, None)])
+def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal_states(last_done, shown_rate):
+    """7 vCPU-hours stated for 700 units: 100 units per vCPU-hour. Progress first said 600 s after
+    the volunteers began, so the rate counts their vCPU-time up to 600 s before the last word:
+    300 units read as 281 per vCPU-hour (the tasks that ended just now counted against a quarter
+    hour's vCPU-time), and the finish shown is made at 100, the decision at 281 as before; 30
+    units read as 28, slower than stated, and the finish shown is the sizing's own at 28."""
+    ledger = pool(science(deadline(7, 2)))
+    confirm(ledger, sized_fill(ledger, T0), T0)
+    said(ledger, [(T0 + 60, 0), (T0 + 660, last_done // 3), (T0 + 900, last_done)])
+    now = T0 + 960
+    effects = sized_fill(ledger, now)
+    sizing = ledger.sizings["science"]
+    measured = last_done / (16 * 240 / HOUR)
+    left = 700 - last_done
+    assert (sizing.dedicated_vcpus, sizing.volunteer_vcpus) == (0, 16) and not launched(effects, "science", "on_demand")
+    if shown_rate is None:   # slower than stated: the sizing's own finish, said as it was
+        assert sizing.projected_finish_s == pytest.approx(now + left / measured / 16 * HOUR)
+        assert "projected at" not in sizing.explain
+    else:
+        assert sizing.projected_finish_s == pytest.approx(now + left / shown_rate / 16 * HOUR)
+        assert f"projected at 100 progress units per vCPU-hour, what its goal states (700 over 7 vCPU-hours), " \
+               f"not the {measured:.4g} measured" in sizing.explain
+        # the decision's own figure is the measured rate's (the deadline padded by the 600-s report lag)
+        before = float(sizing.explain.split("finishing ")[1].split(" s before")[0])
+        assert before == pytest.approx(T0 + 2 * HOUR - 600 - (now + left / measured / 16 * HOUR), abs=1)
+
+
+def test_a_plan_to_buy_later_keeps_the_deadline_it_meets_whatever_the_rate():
+    """Waiting for volunteers (its lower bound bought later meets the deadline): the finish shown
+    is the plan's, the padded deadline, even when the measured rate reads above the goal's."""
+    ledger = crowded_then_goal(deadline(6, 2))
+    confirm(ledger, sized_fill(ledger, T0 + 1), T0 + 1)
+    ledger.set_tenants([science(deadline(6, 2))])
+    lease = next(l for l in ledger.leases.values() if l.role == "backfill")   # any lease: the word is filed by tenant
+    for at, done in [(T0 + 60, 0), (T0 + 660, 10), (T0 + 900, 30)]:
+        ledger.progress.note(lease.lease_id, "science", done, 600, 0.0, at)
+        ledger.progress.sample("science", 4, at)
+    sized_fill(ledger, T0 + 960)
+    sizing = ledger.sizings["science"]
+    assert sizing.buys_later and sizing.explain.startswith("waiting")
+    assert sizing.projected_finish_s == T0 + 2 * HOUR - 600   # padded by the 600-s report lag

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, report_lag,
+from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, projection_rate, report_lag,
                                    size_for_goal)
 from gleaner_common.ids import InvalidField
 
@@ -239,3 +239,11 @@ def test_bad_sizing_inputs_are_refused_naming_the_field(kwargs, field):
     with pytest.raises(InvalidField) as caught:
         size_for_goal(**args)
     assert caught.value.field == field
+
+
+def test_the_projection_rate_is_the_measured_one_never_above_what_the_goal_states():
+    goal, progress = Deadline(7.0, 10_000.0), Progress(100, 700)   # 700 units over 7 vCPU-hours: 100 each
+    assert projection_rate(goal, progress, None) == 100.0   # nothing measured: the goal's own figure
+    assert projection_rate(goal, progress, 281.0) == 100.0  # read high after a wave of tasks ended
+    assert projection_rate(goal, progress, 28.0) == 28.0    # slower than stated: as measured
+    assert projection_rate(LeastCost(1.0, 7.0), progress, 250.0) == 100.0
