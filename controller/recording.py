@@ -12,7 +12,8 @@ controller's clock, seconds since the epoch) and `kind`:
     backfill      the backfill settings were changed (gleanctl backfill set)
     tenants       the tenants were changed (gleanctl tenant create, set, delete): all of them as
                   stored now; `goal_begins`, the tenant whose goal was set (its job begins
-                  afresh); `sized`, whether the goals were sized at once (a batch tenant changed)
+                  afresh); `sized`, whether the goals were sized at once (a tenant's bounds, goal
+                  or backfill changed)
     request       an on-demand request came (rid, vcpus, memory_mib, image, owner)
     release       a lease was released (key, lease, force)
     report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 RECORD_FORMAT = 1
 STOPPED_LINE_BYTES = 512    # kept free under the cap for the line that says the recording stopped
 REPORT_HEARTBEAT_S = 30.0   # an unchanged report is recorded again after this long
+WORK_SINCE_BUCKET_S = 5.0   # a guest's work state said anew shows when its start moves by this much
 FLUSH_SECONDS = 1.0
 ENDED_KEYS_KEPT = 10_000    # keys of ended leases still known (a late answer may name one)
 # Audit events after which a lease holds nothing any more (controller.core.lifecycle)
@@ -259,9 +261,11 @@ class Recorder:
                  for vm in getattr(report, "hibernated", ())]   # an agent that hibernates lists them
         budget = int(getattr(report, "hibernation_budget_bytes", 0) or 0)
         # what a repeat must show again: the VMs, their states, whether sampled, their guests' word
+        # (a work state said anew, a new job's "busy", shows as another start: its age drops)
+        now = self.clock()
         said = (report.cpus, report.memory_mib, tuple(report.images),
-                tuple((vm[0], vm[2], vm[3], vm[7], vm[8], vm[10], vm[11]) for vm in vms), tuple(vm[0] for vm in saved),
-                budget)
+                tuple((vm[0], vm[2], vm[3], vm[7], vm[8], _work_began(vm, now), vm[10], vm[11]) for vm in vms),
+                tuple(vm[0] for vm in saved), budget)
         fields = dict(node=report.node_id, cpus=report.cpus, memory_mib=report.memory_mib,
                       fg=round(report.foreground_cpu_cores, 3), images=list(report.images),
                       min_memory_mib=report.min_memory_mib, vms=vms, saved=saved, hibernation_budget_bytes=budget)
@@ -364,6 +368,13 @@ def _reported_vm(vm: Any) -> list[Any]:
             bool(getattr(vm, "cpu_sampled", True)), getattr(vm, "work_state", "") or "",
             round(float(getattr(vm, "work_for_s", 0.0) or 0.0), 3), int(getattr(vm, "progress_done", 0) or 0),
             int(getattr(vm, "progress_total", 0) or 0), round(float(getattr(vm, "progress_for_s", 0.0) or 0.0), 3)]
+
+
+def _work_began(vm: list[Any], now: float) -> int:
+    """When the guest said its work state, in WORK_SINCE_BUCKET_S steps (0: it said none): a
+    state said anew starts later, while the same one's age grows with the clock. Steps, so that
+    the agent's and the controller's clocks jittering by milliseconds seldom make news."""
+    return round((now - vm[9]) / WORK_SINCE_BUCKET_S) if vm[8] else 0
 
 
 def read_recording(path: Path) -> list[dict[str, Any]]:

@@ -592,7 +592,7 @@ class PoolService:
         with self.lock:
             effects = self.ledger.size_goals(self.clock())
             self._apply(effects)
-            if self.ledger.tenant_goals:   # a sizing that changed nothing still steers the next (the replay runs it)
+            if self.ledger.tenant_goals or effects:   # a sizing that changed nothing still steers the next
                 self.recorder.job("goals", effects)
 
     def select(self, evaluation: bool) -> None:
@@ -928,8 +928,7 @@ class PoolService:
                 self.ledger.draining.discard(name)
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
-            self._tenants_changed()
-            self.ledger.progress.forget_tenant(name)   # a tenant made again under the name starts afresh
+            self._tenants_changed()   # its progress is forgotten with it (Bounds.set_tenants)
         log_event(log, "tenant.deleted", **detail)
         self.request_fill()   # the launcher grants by the tenants now
         return record, leases

@@ -81,6 +81,8 @@ class TenantBounds:
         records = list(tenants)
         given = [t if isinstance(t, Tenant) else tenant_of_record(t) for t in records]
         names = {t.name for t in given}
+        for gone in self._tenant_names - names - {t.name for t in BUILT_IN}:
+            self.progress.forget_tenant(gone)   # deleted: one made again under its name starts afresh
         self.tenants = tuple(given) + tuple(t for t in BUILT_IN if t.name not in names)
         self._tenant_names = frozenset(t.name for t in self.tenants)
         self._bounded = any(_binds(t) for t in self.tenants)

@@ -100,14 +100,17 @@ class GoalSizing:
         """Size every goal-driven tenant, and carry the answer out: the controller's goals job
         (every GOAL_INTERVAL_S), and at once when an admin changes a batch tenant."""
         effects = self._release_unsteered(now)
-        if not self.backfill.enabled:   # backfill switched off pool-wide: goals steer nothing then
-            return effects
-        configs = self.tenant_configs()
-        for tenant in self.tenants:
-            goal = self.tenant_goals.get(tenant.name)
-            if goal is None or tenant.kind is not TenantKind.BATCH or not configs[tenant.name].enabled:
-                continue   # no goal, or its backfill is off: nothing to size
-            effects += self._size(tenant, goal, now)
+        steered: set[str] = set()
+        if self.backfill.enabled:   # backfill switched off pool-wide: goals steer nothing then
+            configs = self.tenant_configs()
+            for tenant in self.tenants:
+                goal = self.tenant_goals.get(tenant.name)
+                if goal is None or tenant.kind is not TenantKind.BATCH or not configs[tenant.name].enabled:
+                    continue   # no goal, or its backfill is off: nothing to size
+                effects += self._size(tenant, goal, now)
+                steered.add(tenant.name)
+        for name in set(self._wanted_fewer) - steered:   # not sized now: its next sizing starts the clock afresh
+            del self._wanted_fewer[name]
         return effects
 
     def _size(self, tenant, goal: Goal, now: float) -> list[Effect]:
@@ -129,6 +132,7 @@ class GoalSizing:
                                upper_bound_vcpus=upper, padding_s=padding, defer_s=GOAL_DEFER_S)
         before = self.sizings.get(tenant.name)
         if sizing.done:
+            self._wanted_fewer.pop(tenant.name, None)
             return self._job_done(tenant.name, sizing, progress, now)
         sizing = self._projected(goal, progress, now, residual, rate, upper, sizing)
         self.sizings[tenant.name] = sizing
@@ -160,28 +164,30 @@ class GoalSizing:
             slower = rate is not None and shown < rate
             own = None if sizing.buys_later or not slower else \
                 project(goal, progress, now, [(now, residual)], shown, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
+        except (InvalidField, ValueError, ArithmeticError):
+            return sizing
+        try:   # apart: a departures forecast that cannot be made leaves the projection above
             forecast = residual_forecast(residual, now, self._freed_by(now))
             leaving = None if len(forecast) == 1 else \
                 project(goal, progress, now, forecast, shown, sizing.dedicated_vcpus, upper_bound_vcpus=upper)
         except (InvalidField, ValueError, ArithmeticError):
-            return sizing
+            leaving = None
         finish = own.finish_s if own is not None else sizing.projected_finish_s
-        explain = sizing.explain
-        if own is not None:
-            explain += (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states "
-                        f"({progress.total:g} over {goal.work_vcpu_hours:g} vCPU-hours), not the {rate:.4g} measured "
-                        "(its guests say progress as tasks end: the rate reads high just after)")
+        # said wherever the finish shown was made at the goal's rate in place of the measured one
+        note = (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states ({progress.total:g} "
+                f"over {goal.work_vcpu_hours:g} vCPU-hours), not the {rate:.4g} measured (its guests say progress as "
+                "tasks end: the rate reads high just after)") if slower else ""
         if leaving is not None and leaving.finish_s < finish:
             # the forecast only rises: its largest value by the finish is the last
             freed = max(vcpus for at, vcpus in forecast if at <= leaving.finish_s) - residual
             return dataclasses.replace(
                 sizing, projected_finish_s=leaving.finish_s, cost=leaving.cost if sizing.cost is not None else None,
-                explain=(f"{explain}; projected to finish {_clock(leaving.finish_s - now)} from now, counting the "
-                         f"pool's {freed:.0f} on-demand vCPUs expected to leave by then (by the lives of the last "
-                         f"{len(self.on_demand_lives)} on-demand VMs that ended); sized as if none leave"))
+                explain=(f"{sizing.explain}{note}; projected to finish {_clock(leaving.finish_s - now)} from now, "
+                         f"counting the pool's {freed:.0f} on-demand vCPUs expected to leave by then (by the lives "
+                         f"of the last {len(self.on_demand_lives)} on-demand VMs that ended); sized as if none leave"))
         if own is None:
             return sizing
-        return dataclasses.replace(sizing, projected_finish_s=own.finish_s, explain=explain,
+        return dataclasses.replace(sizing, projected_finish_s=own.finish_s, explain=sizing.explain + note,
                                    cost=own.cost if sizing.cost is not None else None)
 
     def _freed_by(self, now: float) -> list[float] | None:
@@ -207,6 +213,7 @@ class GoalSizing:
             self.progress.forget_tenant(tenant)
         self.jobs_done.discard(tenant)
         self.sizings.pop(tenant, None)
+        self._wanted_fewer.pop(tenant, None)
 
     def _job_done(self, tenant: str, sizing: Sizing, progress: Progress, now: float) -> list[Effect]:
         """The job is done (RHIC releases a job's cluster when it ends): every VM of the tenant's
@@ -324,6 +331,8 @@ class GoalSizing:
                 _lease, released = self.release(lease.lease_id, False, now)
                 effects += released
                 held -= lease.vcpus
+        if held <= vcpus:   # all it wanted gone: a later dip starts the clock afresh
+            self._wanted_fewer.pop(tenant, None)
         return effects, held_back
 
 

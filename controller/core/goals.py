@@ -145,7 +145,9 @@ class Sizing:
     explain: str
     cost: float | None = None
     done: bool = False   # the job's progress says no work is left
-    buys_later: bool = False   # the plan buys its lower bound later: projected_finish_s is the deadline it meets
+    # the plan buys its lower bound later: its finish is the deadline that plan meets (the books
+    # show a sooner one when on-demand VMs expected to leave bring it)
+    buys_later: bool = False
 
 
 # ------------------------------------------------------------------------- the progress rate

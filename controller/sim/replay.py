@@ -46,7 +46,12 @@ What a replay leaves out:
   sized on it;
 - a node's silence: the replay's books never find a node suspect or down, as in every simulation
   (with repeated reports left out, a recorded silence is not a silence live);
-- a controller restart within a recording (use the recording's last segment: each start begins one).
+- a controller restart within a recording (use the recording's last segment: each start begins one);
+- a tenant deleted with `--drain`: live, its VMs are released (no `release` line) and it is
+  granted nothing while they stop; the replay sees the tenants line only, when it was deleted;
+- a progress sample the books took on a report the recorder left out as a repeat (the tenant's
+  vCPUs changed meanwhile): the replay takes it at the next recorded report, and the measured
+  rate may differ by that much.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.bounds import tenant_of_record
 from ..core.goal_sizing import GOAL_INTERVAL_S
 from ..core.records import BackfillConfig, Lease, LedgerSettings, TenantRecord, Write
 from ..core.reserve_settings import ReserveSettings
@@ -138,8 +144,8 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     rel = [{**line, "t": max(line["t"] - t0, 0.0)} for line in part]
     rec = Recording(rel, t0, LedgerSettings(**start["ledger"]), BackfillConfig.from_dict(start["backfill"]),
                     ReserveSettings.from_dict(start["reserves"]),
-                    tenants=_tenant_records(start.get("tenants", []), 0.0),
-                    tenancy=TenancySettings(**start.get("tenancy", {})), goals_done=list(start.get("goals_done", [])))
+                    tenants=_tenant_records(start.get("tenants", []), 0.0), tenancy=_tenancy(start.get("tenancy", {})),
+                    goals_done=_names(start.get("goals_done", []), "goals_done"))
     seen: set[str] = set()
     for line in rel:
         kind = line["kind"]
@@ -160,7 +166,7 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
         elif kind == "backfill":
             rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
         elif kind == "tenants":
-            rec.tenant_changes.append({**line, "tenants": _tenant_records(line["tenants"], line["t"])})
+            rec.tenant_changes.append({**line, "tenants": _tenant_records(line.get("tenants"), line["t"])})
         elif kind == "launch_answer":
             rec.launch_answers.setdefault(line["key"], []).append(line)
         elif kind == "stop_answer":
@@ -172,16 +178,37 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
     return rec
 
 
-def _tenant_records(rows: Sequence[Mapping[str, Any]], t: float) -> list[TenantRecord]:
-    """The tenants of a `start` or `tenants` line at `t` (a TenantRecord's fields each);
-    ValueError naming the line and the tenant when one is not."""
+def _tenant_records(rows: Any, t: float) -> list[TenantRecord]:
+    """The tenants of a `start` or `tenants` line at `t` (a TenantRecord's fields each, as the
+    books read them); ValueError naming the line and the tenant when one is not."""
+    if not isinstance(rows, list):
+        raise ValueError(f"the recording's tenants at {t:.3f} s: {rows!r:.80} is not a list of tenants")
     records = []
     for row in rows:
+        name = row.get("name", "?") if isinstance(row, Mapping) else "?"
         try:
-            records.append(TenantRecord(**row))
-        except TypeError as exc:   # a field missing or unknown (another version's recording)
-            raise ValueError(f"the recording's tenants at {t:.3f} s: {row.get('name', '?')!r}: {exc}") from None
+            if not isinstance(row, Mapping):
+                raise TypeError(f"{row!r:.80} is not a tenant's fields")
+            record = TenantRecord(**row)
+            tenant_of_record(record)   # its kind and bounds as the books take them
+        except (TypeError, ValueError) as exc:   # a field missing, unknown or out of bounds (another version's)
+            raise ValueError(f"the recording's tenants at {t:.3f} s: {name!r}: {exc}") from None
+        records.append(record)
     return records
+
+
+def _tenancy(values: Any) -> TenancySettings:
+    """The start line's RBT and URR (ValueError naming them when they are not)."""
+    try:
+        return TenancySettings(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the recording's tenancy {values!r:.80}: {exc}") from None
+
+
+def _names(values: Any, field: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"the recording's {field} {values!r:.80} is not a list of names")
+    return list(values)
 
 
 # -- the agents ---------------------------------------------------------------------------------
@@ -268,7 +295,7 @@ class RecordedVm:
         self.vcpus, self.memory_mib, self.cpu_cores, self.image = vcpus, memory_mib, cpu_cores, image
         self.launched_at = 0.0
         (self.cpu_sampled, self.work_state, self.work_for_s, self.progress_done, self.progress_total,
-         self.progress_for_s) = guest if len(guest) == 6 else (True, "", 0.0, 0, 0, 0.0)
+         self.progress_for_s) = guest[:6] if len(guest) >= 6 else (True, "", 0.0, 0, 0, 0.0)
 
 
 class RecordedReport:
@@ -437,8 +464,7 @@ class ReplaySimulation(Simulation):
             super()._evaluate(arg)
 
     def _goals_job(self, _arg: Any = None) -> None:
-        if self.ledger.tenant_goals:
-            self.apply(self.ledger.size_goals(self.now))
+        self.apply(self.ledger.size_goals(self.now))   # as live: it also releases what no goal steers
         self.at(self.now + GOAL_INTERVAL_S, self._goals_job)
 
     def _recorded_job(self, name: str) -> None:

@@ -464,3 +464,35 @@ def test_a_plan_to_buy_later_keeps_the_deadline_it_meets_whatever_the_rate():
     sizing = ledger.sizings["science"]
     assert sizing.buys_later and sizing.explain.startswith("waiting")
     assert sizing.projected_finish_s == T0 + 2 * HOUR - 600   # padded by the 600-s report lag
+
+
+def test_a_sizing_skipped_starts_the_release_clock_afresh():
+    """Wanting fewer dedicated VMs, then not sized for an hour (backfill off pool-wide): the first
+    sizing after that is one sizing's word again, not an hour's."""
+    from dataclasses import replace
+    ledger = crowded_then_goal(deadline(40, 2))
+    effects = sized_fill(ledger, T0 + 1)
+    confirm(ledger, effects, T0 + 2)
+    ledger.set_tenants([science(deadline(0.5, 2))])
+    now = T0 + 2 + GOAL_INTERVAL_S
+    ledger.size_goals(now)   # wants fewer from now
+    ledger.backfill = replace(ledger.backfill, enabled=False)
+    ledger.size_goals(now + GOAL_INTERVAL_S)   # goals steer nothing: not sized
+    ledger.backfill = replace(ledger.backfill, enabled=True)
+    stops = [e for e in ledger.size_goals(now + HOUR) if isinstance(e, Stop) and e.lease.owner == "science"]
+    assert not stops
+    stops = [e for e in ledger.size_goals(now + HOUR + GOAL_INTERVAL_S) if isinstance(e, Stop)
+             and e.lease.owner == "science"]
+    assert len(stops) == 4
+
+
+def test_a_deleted_tenants_progress_goes_with_it():
+    """A tenant made again under a deleted one's name starts afresh: its progress and history
+    go when the books' tenants no longer have it (the service and a replay alike)."""
+    ledger = pool(science(deadline(7, 2)))
+    confirm(ledger, sized_fill(ledger, T0), T0)
+    said(ledger, [(T0 + 60, 0), (T0 + 660, 100)])
+    assert ledger.progress.progress("science") is not None and ledger.progress.history("science")
+    ledger.set_tenants([])
+    ledger.set_tenants([science(deadline(7, 2))])
+    assert ledger.progress.history("science") == ()

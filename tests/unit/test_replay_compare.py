@@ -308,12 +308,33 @@ def test_a_file_without_a_start_is_refused_by_name(tmp_path):
         load(path)
 
 
-def test_a_tenants_line_another_version_wrote_is_refused_naming_the_tenant_and_time(tenant_live):
+@pytest.mark.parametrize("tamper, said", [
+    (lambda t: [{**t[0], "colour": "blue"}], r"tenants at 20\.000 s: 'science': .*colour"),
+    (lambda t: [{**t[0], "kind": "gold"}], r"tenants at 20\.000 s: 'science': .*gold"),
+    (lambda t: [{**t[0], "lower_vcpus": 99}], r"tenants at 20\.000 s: 'science': .*above its upper bound"),
+    (lambda t: ["science"], r"tenants at 20\.000 s: '\?': 'science' is not a tenant's fields"),
+    (lambda t: None, r"tenants at 20\.000 s: None is not a list of tenants"),
+])
+def test_a_tenants_line_the_books_cannot_take_is_refused_naming_the_tenant_and_time(tenant_live, tamper, said):
     _driver, lines = tenant_live
     changed = next(i for i, line in enumerate(lines) if line["kind"] == "tenants" and line["goal_begins"])
     bad = [dict(line) for line in lines]
-    bad[changed]["tenants"] = [{**bad[changed]["tenants"][0], "colour": "blue"}]
-    with pytest.raises(ValueError, match=r"tenants at 20\.000 s: 'science': .*colour"):
+    bad[changed]["tenants"] = tamper(bad[changed]["tenants"])
+    with pytest.raises(ValueError, match=said):
+        load(bad)
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("tenancy", {"rbt": 1.0, "urr": 3.0}, "tenancy .*urr"),
+    ("tenancy", {"colour": 1}, "tenancy .*colour"),
+    ("goals_done", "science", "goals_done 'science' is not a list of names"),
+])
+def test_a_start_line_with_tenancy_or_jobs_done_the_books_cannot_take_is_refused_by_name(tenant_live, field, value,
+                                                                                      said):
+    _driver, lines = tenant_live
+    bad = [dict(line) for line in lines]
+    bad[0][field] = value
+    with pytest.raises(ValueError, match=said):
         load(bad)
 
 

@@ -368,7 +368,8 @@ def test_the_goals_job_is_recorded_while_a_tenant_has_a_goal_even_when_it_change
 def test_a_report_line_keeps_the_guests_word_and_a_change_of_it_is_not_a_repeat():
     """The guest's progress, its work word and whether the VM's CPU was sampled steer the books
     (goal sizing, idleness): a report line keeps them, and a report whose only news is one of
-    them is written, not left out as a repeat. Their ages alone (seconds since said) are no news."""
+    them is written, not left out as a repeat. Ages that grow with the clock are no news; a work
+    state said anew (a new job's "busy": its age drops) is."""
     from controller.core.records import Lease
     from controller.sim.world import Report, SimNode, SimVm
 
@@ -395,6 +396,16 @@ def test_a_report_line_keeps_the_guests_word_and_a_change_of_it_is_not_a_repeat(
         recorder.report(Report(node, 0.0))
     assert [r["vms"][0][7:12] for r in reports()[1:]] == [
         [False, "busy", 0.0, 4, 10], [False, "idle", 0.0, 4, 10], [True, "idle", 0.0, 4, 10], [True, "idle", 0.0, 4, 20]]
+    vm.clock, vm.work_state, vm.work_since = clock, "busy", clock.now   # the agent times the guest's word
+    recorder.report(Report(node, 0.0))
+    count = len(reports())
+    for _ in range(3):   # still busy, a minute older each time: no news
+        clock.now += 60.0
+        recorder.report(Report(node, 0.0))
+    assert len(reports()) == count
+    vm.work_since = clock.now - 1.0   # busy said anew: a new job began
+    recorder.report(Report(node, 0.0))
+    assert len(reports()) == count + 1 and reports()[-1]["vms"][0][8:10] == ["busy", 1.0]
 
 
 def test_the_service_records_its_tenants_at_start_and_each_change_of_them(tmp_path):
