@@ -449,3 +449,38 @@ def test_the_service_records_its_tenants_at_start_and_each_change_of_them(tmp_pa
     assert (science["name"], science["kind"], science["lower_vcpus"], science["upper_memory_mib"]) == \
         ("science", "batch", 1, 512)
     assert second["tenancy"] == {"rbt": 1.5, "urr": 0.8} and second["goals_done"] == ["science"]
+
+
+def test_a_goals_job_that_released_a_dedicated_vm_no_goal_steers_is_recorded(tmp_path):
+    """The controller restarts with a dedicated VM whose tenant has no goal any more: its first
+    goals job releases it, and the recording keeps that job though no goal is set (a replay
+    without it would keep the VM)."""
+    from controller.core.records import Lease, Size
+    from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents, drained
+    clock, path = BooksClock(), tmp_path / "record.jsonl"
+    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False, record_path=path)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=256))
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    service.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=1024,
+                                             images=["tiny"], min_memory_mib=32))
+    service.create_tenant("science", "batch", Size(1, 256), Size(2, 512))
+    service.close()
+    store.put_leases([Lease("od-1", "on_demand", "n1", "vm-goal", 1, 256, "tiny", "science", "running", clock.now - 60,
+                            launched_at=clock.now - 60, request_id="goal-science-1")])
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    try:
+        report = controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=2, memory_mib=1024,
+                                           images=["tiny"], min_memory_mib=32)
+        report.vms.add(name="vm-goal", lease_id="od-1", role="on_demand", vcpus=1, memory_mib=256, state="running",
+                       image="tiny")
+        service.ingest(report)
+        assert not service.ledger.tenant_goals
+        service.size_goals()
+        drained(service)
+    finally:
+        service.close()
+        store.close()
+    jobs = [line for line in read_recording(path) if line["kind"] == "job" and line["name"] == "goals"]
+    assert [line["effects"] > 0 for line in jobs] == [True]
