@@ -353,15 +353,12 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         """The ledger's effects, carried out as the service does (controller.effects)."""
         if not effects:
             return   # most reports change nothing
-        fill = carry_out(effects, self)
-        if self._answer_at:
-            self._answer_at.clear()
-        if fill:
+        if carry_out(effects, self):
             self.ask_fill()
+        self._answer_at.clear()
 
     def ask_fill(self) -> None:
-        """A fill asked for, as the service's request_fill: the launcher's delay from now (none while
-        one is on its way: what asks meanwhile is served by it)."""
+        """A fill asked, as request_fill: the launcher's delay on (one on its way serves what asks)."""
         if fill_wanted(self.ledger.backfill.enabled, len(self.ledger.waiting)) and self.fill_at is None:
             self.fill_at = self.now + self.agents.fill_delay
             self.at(self.fill_at, self._fill)
@@ -459,8 +456,7 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         self.at(self.now + answer.seconds, self._stopped, (lease, answer))
 
     def _vcpus_given_up(self, vm: SimVm) -> None:
-        """A backfill VM's vCPUs go to the VM that preempted it (a victim on notice, or one being
-        saved): no longer counted as backfill's, once."""
+        """A backfill VM's vCPUs go to its preemptor (on notice, or being saved): not backfill's, once."""
         if not vm.noticed:
             self.allocated.integrate(self.now)
             vm.noticed = True
@@ -515,9 +511,8 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
         self.apply(self.ledger.fill(self.now))
 
     def _periodic_fill(self, _arg: Any) -> None:
-        """Live, periodic and asked fills are one APScheduler interval job (an ask moves its next
-        run to now; each run sets the next to it + retry_seconds): this one runs only after
-        retry_seconds without a fill, and an asked fill on its way is the run."""
+        """Live, periodic and asked fills are one APScheduler interval job (an ask moves its next run to
+        now, each run the next to it + retry_seconds): this runs after retry_seconds unfilled, or is the asked one."""
         retry = self.ledger.backfill.retry_seconds
         if self.fill_at is not None:
             self.at(self.fill_at + retry, self._periodic_fill)
@@ -587,8 +582,7 @@ class Simulation(SimulationResults, CpuReports, SimHibernation):
                 self.placed_at[record.lease_id] = self.now
 
     def _release(self, lease_id: str, force: bool = True) -> None:
-        """Release a lease: forced at the end of its request's lifetime; without force, a scripted
-        release (as `gleanctl release`)."""
+        """Release a lease: forced at its request's lifetime's end; else scripted (`gleanctl release`)."""
         try:
             _lease, effects = self.ledger.release(lease_id, force, self.now)
         except LeaseError:

@@ -47,11 +47,8 @@ What a replay leaves out:
 - a node's silence: the replay's books never find a node suspect or down, as in every simulation
   (with repeated reports left out, a recorded silence is not a silence live);
 - a controller restart within a recording (use the recording's last segment: each start begins one);
-- a tenant deleted with `--drain`: live, its VMs are released (no `release` line) and it is
-  granted nothing while they stop; the replay sees the tenants line only, when it was deleted;
-- a progress sample the books took on a report the recorder left out as a repeat (the tenant's
-  vCPUs changed meanwhile): the replay takes it at the next recorded report, and the measured
-  rate may differ by that much.
+- a `delete --drain`'s releases (no `release` line): the replay sees the tenants line only;
+- a progress sample taken live on a report left out as a repeat: taken at the next recorded one.
 """
 from __future__ import annotations
 
@@ -179,8 +176,7 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
 
 
 def _tenant_records(rows: Any, t: float) -> list[TenantRecord]:
-    """The tenants of a `start` or `tenants` line at `t` (a TenantRecord's fields each, as the
-    books read them); ValueError naming the line and the tenant when one is not."""
+    """A `start` or `tenants` line's tenants (at `t`), as the books take them; else ValueError naming one."""
     if not isinstance(rows, list):
         raise ValueError(f"the recording's tenants at {t:.3f} s: {rows!r:.80} is not a list of tenants")
     records = []
