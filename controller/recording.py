@@ -231,11 +231,11 @@ class Recorder:
 
     @_guarded
     def started(self, settings: LedgerSettings, backfill: BackfillConfig, reserves: Mapping[str, Any],
-                tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings | None = None,
+                tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings(),
                 goals_done: Iterable[str] = ()) -> None:
         self._emit("start", format=RECORD_FORMAT, ledger=asdict(settings), backfill=backfill.as_dict(),
-                   reserves=dict(reserves), tenants=[asdict(t) for t in tenants],
-                   tenancy=asdict(tenancy or TenancySettings()), goals_done=sorted(goals_done))
+                   reserves=dict(reserves), tenants=[asdict(t) for t in tenants], tenancy=asdict(tenancy),
+                   goals_done=sorted(goals_done))
 
     @_guarded
     def backfill(self, config: BackfillConfig) -> None:

@@ -938,12 +938,9 @@ class PoolService:
         for `goal_begins`, whose goal was set), the recording notes them, and with `sized` the
         goals are sized at once (a batch tenant changed: the goals job would wait up to a minute)."""
         records = self.store.tenants()
-        self.ledger.set_tenants(records)
-        if goal_begins is not None:
-            self.ledger.new_goal(goal_begins)
+        effects = self.ledger.tenants_changed(records, goal_begins, sized, self.clock())
         self.recorder.tenants(records, goal_begins, sized)
-        if sized:
-            self._apply(self.ledger.size_goals(self.clock()))
+        self._apply(effects)
 
     def tenant_summary(self) -> tuple[dict[str, int], Size, float]:
         """(tenants per kind, the sum of the bounded upper bounds, RBT) for `gleanctl status`."""

@@ -204,6 +204,15 @@ class GoalSizing:
         """The goal-driven tenants whose job is done: granted nothing more until a new goal."""
         return self.jobs_done.intersection(self.tenant_goals)
 
+    def tenants_changed(self, records, goal_begins: str | None, size: bool, now: float) -> list[Effect]:
+        """The store's tenants after an admin's change (the service's, and a replay of its
+        recording): the books take them, a job begins for `goal_begins` (its goal was set), and with
+        `size` the goals are sized at once (the goals job would wait up to a minute)."""
+        self.set_tenants(records)
+        if goal_begins is not None:
+            self.new_goal(goal_begins)
+        return self.size_goals(now) if size else []
+
     def new_goal(self, tenant: str) -> None:
         """An admin set `tenant`'s goal: after a job done, a new job begins (the progress said
         so far is the old job's; kept, it would say done at once and the tenant get nothing).
@@ -315,23 +324,18 @@ class GoalSizing:
                 break
             effects += self.request(ask, now)
             held += config.vcpus
-        if held <= vcpus:
-            self._wanted_fewer.pop(tenant, None)
-            return effects, held_back
         # Released only once its sizings have wanted fewer across goals jobs (half an interval apart
         # at least, for the scheduler's jitter): a dip of the residual at one sizing, or two sizings
         # at one instant (an admin's change beside the goals job), would otherwise stop their jobs
-        since = self._wanted_fewer.setdefault(tenant, now)
-        if now - since < GOAL_INTERVAL_S / 2:
-            return effects, held_back
-        for lease in reversed(mine):   # the youngest first
-            if held - lease.vcpus < vcpus:
-                break
-            if lease.state in ("running", "waiting"):   # one starting is released at the next sizing
-                _lease, released = self.release(lease.lease_id, False, now)
-                effects += released
-                held -= lease.vcpus
-        if held <= vcpus:   # all it wanted gone: a later dip starts the clock afresh
+        if held > vcpus and now - self._wanted_fewer.setdefault(tenant, now) >= GOAL_INTERVAL_S / 2:
+            for lease in reversed(mine):   # the youngest first
+                if held - lease.vcpus < vcpus:
+                    break
+                if lease.state in ("running", "waiting"):   # one starting is released at the next sizing
+                    _lease, released = self.release(lease.lease_id, False, now)
+                    effects += released
+                    held -= lease.vcpus
+        if held <= vcpus:   # none (more) wanted gone: a later dip starts the clock afresh
             self._wanted_fewer.pop(tenant, None)
         return effects, held_back
 

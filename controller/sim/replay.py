@@ -485,12 +485,10 @@ class ReplaySimulation(Simulation):
 
     def _set_tenants(self, line: Mapping[str, Any]) -> None:
         """A `tenants` line: as the service's _tenants_changed does."""
-        self.ledger.set_tenants(line["tenants"])
-        if line.get("goal_begins"):
-            self.ledger.new_goal(line["goal_begins"])
-        self.recorder.tenants(line["tenants"], line.get("goal_begins"), bool(line.get("sized")))
-        if line.get("sized"):
-            self.apply(self.ledger.size_goals(self.now))
+        begins, sized = line.get("goal_begins") or None, bool(line.get("sized"))
+        effects = self.ledger.tenants_changed(line["tenants"], begins, sized, self.now)
+        self.recorder.tenants(line["tenants"], begins, sized)
+        self.apply(effects)
         if self.jobs == "simulated":   # the launcher grants by the tenants now (recorded: its fill line)
             self.ask_fill()
 
