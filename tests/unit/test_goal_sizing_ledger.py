@@ -422,7 +422,7 @@ def said(ledger: Ledger, samples: list[tuple[float, int]], total: int = 700) -> 
         ledger.progress.sample("science", 16, at)
 
 
-@pytest.mark.parametrize("last_done, shown_rate", [(300, 100.0), (30, None)])
+@pytest.mark.parametrize("last_done, shown_rate", [(300, 100.0), (60, None)])
 def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal_states(last_done, shown_rate):
     """7 vCPU-hours stated for 700 units: 100 units per vCPU-hour. Progress first said 600 s after
     the volunteers began, so the rate counts their vCPU-time up to 600 s before the last word:
@@ -448,6 +448,26 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
         # the decision's own figure is the measured rate's (the deadline padded by the 600-s report lag)
         before = float(sizing.explain.split("finishing ")[1].split(" s before")[0])
         assert before == pytest.approx(T0 + 2 * HOUR - 600 - (now + left / measured / 16 * HOUR), abs=1)
+
+
+@pytest.mark.parametrize("done, measured", [(40, False), (60, True)])
+def test_the_measured_rate_steers_the_sizing_only_once_a_twentieth_of_the_job_is_done(done, measured):
+    """16 vCPU-hours stated for 1000 units by 3 h, on 16 volunteers. Its guests say `done` units
+    after 2.6 vCPU-hours' worth of 16 volunteers: a rate of 4 to 6 units per vCPU-hour, against
+    62.5 stated. Below 5 % of the job (40 units), that reads the first volunteers' lost work as the
+    job's pace: it is sized at the stated rate, met by its volunteers, and says so; from 5 % (60)
+    on, at the measured one, which no dedicated capacity within its lower bound can meet."""
+    ledger = pool(science(deadline(16, 3)))
+    confirm(ledger, sized_fill(ledger, T0), T0)
+    said(ledger, [(T0 + 60, 0), (T0 + 660, done // 2), (T0 + 3000, done)], total=1000)
+    sized_fill(ledger, T0 + 3060)
+    sizing = ledger.sizings["science"]
+    if measured:
+        assert not sizing.on_track and "so far" not in sizing.explain
+    else:
+        assert sizing.on_track and sizing.dedicated_vcpus == 0 and sizing.explain.startswith("met by volunteers alone")
+        assert sizing.explain.endswith("sized at the rate its goal states until its guests say 5% of the job done "
+                                       "(40/1000 so far)")
 
 
 def test_a_plan_to_buy_later_keeps_the_deadline_it_meets_whatever_the_rate():
