@@ -54,7 +54,8 @@ GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
 # the goal's own (progress TOTAL over W). A rate from the first few tasks reads the work lost with
 # the first volunteers preempted as the job's pace, and bought dedicated capacity released minutes
 # later: on the tenants bench, dedicated bought over the search's 1.41 -> 1.26, 1.61 -> 1.39, 1.37
-# -> 1.23 and 1.23 unchanged on four seed sets (docs/simulator.md, "Tenants"); at 0.10, 1.52 and 1.79.
+# -> 1.23 and 1.23 unchanged on four seed sets; at 0.10, 1.52 and 1.79 (docs/simulator.md, "The
+# rate from a twentieth of the job on").
 MEASURED_AFTER_SHARE = 0.05
 
 

@@ -453,8 +453,8 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
 @pytest.mark.parametrize("done, measured", [(40, False), (60, True)])
 def test_the_measured_rate_steers_the_sizing_only_once_a_twentieth_of_the_job_is_done(done, measured):
     """16 vCPU-hours stated for 1000 units by 3 h, on 16 volunteers. Its guests say `done` units
-    after 2.6 vCPU-hours' worth of 16 volunteers: a rate of 4 to 6 units per vCPU-hour, against
-    62.5 stated. Below 5 % of the job (40 units), that reads the first volunteers' lost work as the
+    for 10.4 vCPU-hours of its 16 volunteers (counted up to the 600-s report lag): a rate of 4 to
+    6 units per vCPU-hour, against 62.5 stated. Below 5 % of the job (40 units), that reads the first volunteers' lost work as the
     job's pace: it is sized at the stated rate, met by its volunteers, and says so; from 5 % (60)
     on, at the measured one, which no dedicated capacity within its lower bound can meet."""
     ledger = pool(science(deadline(16, 3)))
