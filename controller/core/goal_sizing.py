@@ -34,8 +34,8 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (Goal, Progress, Sizing, goal_from_dict, progress_rate, project, projection_rate, report_lag,
-                    size_for_goal)
+from .goals import (MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
+                    rate_measured_yet, report_lag, size_for_goal, sizing_rate)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -50,13 +50,6 @@ GOAL_PADDING_S = 2 * GOAL_INTERVAL_S
 # the deadline (three sizings): volunteers granted meanwhile need less of it. Measured against
 # 300 and 600 s in docs/simulator.md ("Tenants").
 GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
-# The measured rate steers the sizing once the guests say this share of the job is done; before,
-# the goal's own (progress TOTAL over W). A rate from the first few tasks reads the work lost with
-# the first volunteers preempted as the job's pace, and bought dedicated capacity released minutes
-# later: on the tenants bench, dedicated bought over the search's 1.41 -> 1.26, 1.61 -> 1.39, 1.37
-# -> 1.23 and 1.23 unchanged on four seed sets; at 0.10, 1.52 and 1.79 (docs/simulator.md, "The
-# rate from a twentieth of the job on").
-MEASURED_AFTER_SHARE = 0.05
 
 
 class GoalSizing:
@@ -125,10 +118,8 @@ class GoalSizing:
         said = self.progress.progress(tenant.name)
         progress = said if said is not None else Progress(0.0, goal.work_vcpu_hours)
         history = sorted(self.progress.history(tenant.name))
-        early = said is not None and said.done < MEASURED_AFTER_SHARE * said.total
-        rate = progress_rate(history) if said is not None and not early else None
-        if rate is not None and rate <= 0:
-            rate = None   # no progress measured yet: the goal's own work figure stands in
+        rate = sizing_rate(said, history)   # None: the goal's own work figure stands in
+        early = said is not None and not rate_measured_yet(said)
         residual = self._residual_for(tenant.name, now)
         # All it can hold: the residual, its dedicated VMs, and what they could take from other
         # tenants' backfill (dedicated VMs placed on free room or on its own backfill add nothing:

@@ -454,9 +454,10 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
 def test_the_measured_rate_steers_the_sizing_only_once_a_twentieth_of_the_job_is_done(done, measured):
     """16 vCPU-hours stated for 1000 units by 3 h, on 16 volunteers. Its guests say `done` units
     for 10.4 vCPU-hours of its 16 volunteers (counted up to the 600-s report lag): a rate of 4 to
-    6 units per vCPU-hour, against 62.5 stated. Below 5 % of the job (40 units), that reads the first volunteers' lost work as the
-    job's pace: it is sized at the stated rate, met by its volunteers, and says so; from 5 % (60)
-    on, at the measured one, which no dedicated capacity within its lower bound can meet."""
+    6 units per vCPU-hour, against 62.5 stated. Below 5 % of the job (40 units), that reads the
+    first volunteers' lost work as the job's pace: it is sized at the stated rate, met by its
+    volunteers, and says so; from 5 % (60) on, at the measured one, which no dedicated capacity
+    within its lower bound can meet."""
     ledger = pool(science(deadline(16, 3)))
     confirm(ledger, sized_fill(ledger, T0), T0)
     said(ledger, [(T0 + 60, 0), (T0 + 660, done // 2), (T0 + 3000, done)], total=1000)

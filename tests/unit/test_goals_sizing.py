@@ -9,7 +9,7 @@ import math
 import pytest
 
 from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, projection_rate, report_lag,
-                                   size_for_goal)
+                                   size_for_goal, sizing_rate)
 from gleaner_common.ids import InvalidField
 
 H = 3600.0
@@ -247,3 +247,17 @@ def test_the_projection_rate_is_the_measured_one_never_above_what_the_goal_state
     assert projection_rate(goal, progress, 281.0) == 100.0  # read high after a wave of tasks ended
     assert projection_rate(goal, progress, 28.0) == 28.0    # slower than stated: as measured
     assert projection_rate(LeastCost(1.0, 7.0), progress, 250.0) == 100.0
+
+
+@pytest.mark.parametrize("done, expected", [(4.9, None), (5.0, "measured"), (100.0, "measured")])
+def test_the_sizing_rate_is_the_measured_one_only_from_a_twentieth_of_the_job(done, expected):
+    """History of 2 vCPUs over an hour; said DONE of 100: below 5 done, no rate (the goal's own
+    stands in); from 5, progress_rate's."""
+    history = [(0.0, 0.0, 2.0), (H, done / 2, 2.0), (2 * H, done, 2.0)]
+    rate = sizing_rate(Progress(done, 100.0), history)
+    assert rate == (None if expected is None else progress_rate(history))
+
+
+def test_the_sizing_rate_is_none_when_nothing_was_said_or_no_progress_measured():
+    assert sizing_rate(None, [(0.0, 0.0, 2.0), (H, 50.0, 2.0)]) is None
+    assert sizing_rate(Progress(50.0, 100.0), [(0.0, 50.0, 2.0), (H, 50.0, 2.0)]) is None   # measured 0
