@@ -14,6 +14,8 @@ controller's clock, seconds since the epoch) and `kind`:
                   stored now; `goal_begins`, the tenant whose goal was set (its job begins
                   afresh); `sized`, whether the goals were sized at once (a tenant's bounds, goal
                   or backfill changed)
+    drain         a `tenant delete --drain` began (draining true: the launcher grants the tenant
+                  nothing; each of its VMs' releases follows as a release line) or ended (false)
     request       an on-demand request came (rid, vcpus, memory_mib, image, owner)
     release       a lease was released (key, lease, force)
     report        an agent's report (node, cpus, memory_mib, fg, images, vms: [name, lease, role,
@@ -245,6 +247,11 @@ class Recorder:
     def tenants(self, records: Iterable[TenantRecord], goal_begins: str | None = None, sized: bool = False) -> None:
         """The tenants as stored after a change (all of them: a replay sets them as the books were set)."""
         self._emit("tenants", tenants=[asdict(t) for t in records], goal_begins=goal_begins, sized=sized)
+
+    @_guarded
+    def drain(self, tenant: str, draining: bool) -> None:
+        """A `delete --drain` began (the launcher grants the tenant nothing while it drains) or ended."""
+        self._emit("drain", tenant=tenant, draining=draining)
 
     @_guarded
     def request(self, vcpus: int, memory_mib: int, image: str, owner: str, request_id: str) -> None:

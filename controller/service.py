@@ -909,12 +909,14 @@ class PoolService:
                 raise tenancy.TenantRefused(f"tenant {name!r} has {len(leases)} live VM(s): {', '.join(leases)}; "
                                             f"release them, or delete it with --drain to release them first")
             self.ledger.draining.add(name)   # while it drains, the launcher grants it nothing more
+            self.recorder.drain(name, True)
             try:
                 for lease_id in leases:
                     try:
                         _lease, effects = self.ledger.release(lease_id, False, self.clock())
                     except LeaseError:   # ended meanwhile, or already stopping: waited for below
                         continue
+                    self.recorder.release(_lease, False)
                     self._apply(effects)
                 wait = self.release_wait() if wait_seconds is None else wait_seconds
                 while self.tenant_rows(name)[0][2] and time.monotonic() - started < wait:
@@ -926,6 +928,7 @@ class PoolService:
                                                 "have stopped")
             finally:
                 self.ledger.draining.discard(name)
+                self.recorder.drain(name, False)
             detail = dict(_tenant_detail(record), drained=",".join(leases))
             self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
             self._tenants_changed()   # its progress is forgotten with it (Bounds.set_tenants)

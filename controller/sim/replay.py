@@ -8,7 +8,8 @@ controller) on the recording's inputs, at their recorded times (seconds since th
 - the backfill settings in force, and their changes;
 - the tenants as stored, the pool's RBT and URR and the jobs done at the start, and every change
   of the tenants at its time (a goal set begins its tenant's job afresh; a batch tenant changed
-  sizes the goals at once, as the service does);
+  sizes the goals at once, as the service does); a `delete --drain`: its tenant granted nothing
+  from the drain's start to its end (`drain` lines), its VMs' releases as any release;
 - the periodic jobs that ran: every fill and volunteer selection, and every tick that did
   something (jobs="recorded"; the simulator's own schedule is not used then, so a fill runs when
   the live launcher's did). jobs="simulated" keeps the simulator's own schedule instead;
@@ -47,7 +48,6 @@ What a replay leaves out:
 - a node's silence: the replay's books never find a node suspect or down, as in every simulation
   (with repeated reports left out, a recorded silence is not a silence live);
 - a controller restart within a recording (use the recording's last segment: each start begins one);
-- a `delete --drain`'s releases (no `release` line): the replay sees the tenants line only;
 - a progress sample taken live on a report left out as a repeat: taken at the next recorded one.
 """
 from __future__ import annotations
@@ -57,154 +57,20 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..core.bounds import tenant_of_record
 from ..core.goal_sizing import GOAL_INTERVAL_S
-from ..core.records import BackfillConfig, Lease, LedgerSettings, TenantRecord, Write
-from ..core.reserve_settings import ReserveSettings
-from ..core.tenancy import TenancySettings
-from ..recording import LeaseKeys, Recorder, read_recording
+from ..core.records import BackfillConfig, Lease, Write
+from ..recording import LeaseKeys, Recorder
 from . import agents as agents_module
 from .agents import MODELS, AgentModel, LaunchAnswer, StopAnswer, agent_model
 from .engine import DAY, Scripted, SimSettings, Simulation
 from .replay_fit import answer_figures
+from .replay_load import Recording, load, segments  # noqa: F401 (load and segments: this module's API)
 from .traces import NodeGroup, OnDemandRequest
 from .world import HeldRoom, SimNode
 
 REPLAY_MARGIN_S = 120.0   # simulated past the recording's last line, for answers still due
-
-
-@dataclass(frozen=True)
-class NodeJoin:
-    at: float
-    node_id: str
-    cpus: int
-    memory_mib: int
-    images: tuple[str, ...]
-
-
-@dataclass
-class Recording:
-    """One segment of a recording (from a `start` line to the next), its times made relative to
-    its start, read into what a replay needs."""
-    lines: list[dict[str, Any]]
-    t0: float
-    ledger: LedgerSettings
-    backfill: BackfillConfig
-    reserves: ReserveSettings
-    nodes: list[NodeJoin] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    releases: list[dict[str, Any]] = field(default_factory=list)
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    backfill_changes: list[tuple[float, BackfillConfig]] = field(default_factory=list)
-    tenants: list[TenantRecord] = field(default_factory=list)   # as stored at the start
-    tenancy: TenancySettings = TenancySettings()
-    goals_done: list[str] = field(default_factory=list)
-    tenant_changes: list[dict[str, Any]] = field(default_factory=list)   # the `tenants` lines
-    launch_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    stop_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    reports: list[dict[str, Any]] = field(default_factory=list)
-    lease_keys: dict[str, str] = field(default_factory=dict)   # live lease id -> its key
-    stopped: str = ""   # why the recording stopped early ("": it did not)
-
-    @property
-    def span(self) -> float:
-        return self.lines[-1]["t"] if self.lines else 0.0
-
-
-def segments(lines: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The recording's segments: each controller start begins one."""
-    out: list[list[dict[str, Any]]] = []
-    for line in lines:
-        if line.get("kind") == "start":
-            out.append([])
-        if out:
-            out[-1].append(line)
-    return out
-
-
-def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recording:
-    """A recording (a file, or its lines) read for replay: segment `segment` (the last by default)."""
-    lines = read_recording(source) if isinstance(source, Path) else list(source)
-    parts = segments(lines)
-    if not parts:
-        raise ValueError(f"{source if isinstance(source, Path) else 'the recording'}: no `start` line: not a "
-                         f"controller recording")
-    part = parts[segment]
-    start = part[0]
-    if start.get("format") != 1:
-        raise ValueError(f"recording format {start.get('format')!r}: this replay reads format 1")
-    t0 = start["t"]
-    rel = [{**line, "t": max(line["t"] - t0, 0.0)} for line in part]
-    rec = Recording(rel, t0, LedgerSettings(**start["ledger"]), BackfillConfig.from_dict(start["backfill"]),
-                    ReserveSettings.from_dict(start["reserves"]),
-                    tenants=_tenant_records(start.get("tenants", []), 0.0), tenancy=_tenancy(start.get("tenancy", {})),
-                    goals_done=_names(start.get("goals_done", []), "goals_done"))
-    seen: set[str] = set()
-    for line in rel:
-        kind = line["kind"]
-        if kind == "report":
-            rec.reports.append(line)
-            if line["node"] not in seen:
-                seen.add(line["node"])
-                rec.nodes.append(NodeJoin(line["t"], line["node"], line["cpus"], line["memory_mib"],
-                                          tuple(line["images"])))
-        elif kind == "lease" and line.get("lease"):
-            rec.lease_keys.setdefault(line["lease"], line["key"])
-        elif kind == "request":
-            rec.requests.append(line)
-        elif kind == "release":
-            rec.releases.append(line)
-        elif kind == "job":
-            rec.jobs.append(line)
-        elif kind == "backfill":
-            rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
-        elif kind == "tenants":
-            rec.tenant_changes.append({**line, "tenants": _tenant_records(line.get("tenants"), line["t"])})
-        elif kind == "launch_answer":
-            rec.launch_answers.setdefault(line["key"], []).append(line)
-        elif kind == "stop_answer":
-            rec.stop_answers.setdefault(line["key"], []).append(line)
-        elif kind == "stopped":
-            rec.stopped = line.get("reason", "")
-    if not rec.nodes:
-        raise ValueError("the recording has no report: no node to replay on")
-    return rec
-
-
-def _tenant_records(rows: Any, t: float) -> list[TenantRecord]:
-    """A `start` or `tenants` line's tenants (at `t`), as the books take them; else ValueError naming one."""
-    if not isinstance(rows, list):
-        raise ValueError(f"the recording's tenants at {t:.3f} s: {rows!r:.80} is not a list of tenants")
-    records = []
-    for row in rows:
-        name = row.get("name", "?") if isinstance(row, Mapping) else "?"
-        try:
-            if not isinstance(row, Mapping):
-                raise TypeError(f"{row!r:.80} is not a tenant's fields")
-            record = TenantRecord(**row)
-            tenant_of_record(record)   # its kind and bounds as the books take them
-        except (TypeError, ValueError) as exc:   # a field missing, unknown or out of bounds (another version's)
-            raise ValueError(f"the recording's tenants at {t:.3f} s: {name!r}: {exc}") from None
-        records.append(record)
-    return records
-
-
-def _tenancy(values: Any) -> TenancySettings:
-    """The start line's RBT and URR (ValueError naming them when they are not)."""
-    try:
-        return TenancySettings(**values)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"the recording's tenancy {values!r:.80}: {exc}") from None
-
-
-def _names(values: Any, field: str) -> list[str]:
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise ValueError(f"the recording's {field} {values!r:.80} is not a list of names")
-    return list(values)
 
 
 # -- the agents ---------------------------------------------------------------------------------
@@ -421,6 +287,8 @@ class ReplaySimulation(Simulation):
             self.at(node.at, self._scripted, Scripted(node.at, "join", node.node_id))
         for at, config in self.recording.backfill_changes:
             self.at(at, self._set_backfill, config)
+        for line in self.recording.drains:   # before the tenants line and the releases of the same instant
+            self.at(line["t"], self._set_draining, line)
         for line in self.recording.tenant_changes:
             self.at(line["t"], self._set_tenants, line)
         for line in self.recording.releases:
@@ -491,6 +359,11 @@ class ReplaySimulation(Simulation):
         self.apply(effects)
         if self.jobs == "simulated":   # the launcher grants by the tenants now (recorded: its fill line)
             self.ask_fill()
+
+    def _set_draining(self, line: Mapping[str, Any]) -> None:
+        """A `drain` line: as the service's delete_tenant marks (and unmarks) the tenant it drains."""
+        (self.ledger.draining.add if line["draining"] else self.ledger.draining.discard)(line["tenant"])
+        self.recorder.drain(line["tenant"], line["draining"])
 
     def _recorded_release(self, line: Mapping[str, Any]) -> None:
         lease_id = self.keys.leases.get(line["key"])

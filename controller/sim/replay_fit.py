@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.records import FILL_EVENTS
 
 if TYPE_CHECKING:
-    from .replay import Recording
+    from .replay_load import Recording
 
 
 def answer_figures(recording: Recording) -> dict[str, float]:

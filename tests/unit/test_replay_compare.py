@@ -144,8 +144,9 @@ class LedgerDriver:
         self.apply(effects)
 
 
-def live_run(requests: int = 24, stale_reports: bool = False) -> list[dict[str, Any]]:
-    driver = LedgerDriver(stale_reports=stale_reports)
+def script_pool(driver: LedgerDriver, requests: int = 24) -> None:
+    """The pool every recording here is made of: the nodes' heartbeats, the ticks, backfill on at
+    1 s, and `requests` on-demand requests from 10 s, a third of them large (the after_victims path)."""
     for i, node_id in enumerate(driver.nodes):
         driver.at(0.1 + 0.05 * i, driver.heartbeat, node_id)
     driver.at(0.5, driver.tick)
@@ -153,6 +154,11 @@ def live_run(requests: int = 24, stale_reports: bool = False) -> list[dict[str, 
     for n in range(requests):
         size = LARGE if n % 3 == 1 else SMALL
         driver.at(10.0 + 2.7 * n, driver.request, f"req-{n:02d}", size, 9.0 + (n * 7) % 25)
+
+
+def live_run(requests: int = 24, stale_reports: bool = False) -> list[dict[str, Any]]:
+    driver = LedgerDriver(stale_reports=stale_reports)
+    script_pool(driver, requests)
     return driver.run(until=10.0 + 2.7 * requests + 60)
 
 
@@ -452,16 +458,10 @@ class TenantDriver(LedgerDriver):
 def tenant_run(work_vcpu_hours: float = 2.0, deadline_after_s: float = 400.0, seed: int = SEED
                ) -> tuple[TenantDriver, list]:
     driver = TenantDriver(work_vcpu_hours, deadline_after_s, seed)
-    for i, node_id in enumerate(driver.nodes):
-        driver.at(0.1 + 0.05 * i, driver.heartbeat, node_id)
-    driver.at(0.5, driver.tick)
+    script_pool(driver)
     driver.at(0.7, driver.set_tenants, False)
-    driver.at(1.0, driver.set_backfill, BACKFILL)
     driver.at(20.0, driver.set_tenants, True)
     driver.at(30.0, driver.goals)
-    for n in range(24):
-        size = LARGE if n % 3 == 1 else SMALL
-        driver.at(10.0 + 2.7 * n, driver.request, f"req-{n:02d}", size, 9.0 + (n * 7) % 25)
     return driver, driver.run(until=400.0)
 
 
@@ -541,3 +541,97 @@ def test_a_prediction_sizes_the_goals_every_interval_as_the_controllers_goals_jo
     assert every == pytest.approx([GOAL_INTERVAL_S * k for k in range(1, len(every) + 1)])
     assert len(every) == int(sim.end // GOAL_INTERVAL_S)
     assert sim.ledger.sizings[GOAL_TENANT].projected_finish_s > 0
+
+
+# -- a batch tenant deleted with --drain --------------------------------------------------------
+
+DRAINED = "bulk"
+
+
+class DrainDriver(LedgerDriver):
+    """LedgerDriver with a batch tenant `bulk` whose backfill fills the pool, deleted with --drain
+    as the service's delete_tenant does it: marked draining (the launcher grants it nothing), its
+    VMs released (each recorded as a release), then, once they have stopped, unmarked and deleted
+    (the tenants line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        ids = random.Random(SEED)   # random lease ids, as live, but the same run each time
+        self.ledger.new_id = lambda prefix: f"{prefix}-{ids.getrandbits(48):012x}"
+        self.drained: list[str] = []
+
+    def records(self, with_bulk: bool) -> list:
+        from controller.core.records import TenantRecord
+        return [TenantRecord(DRAINED, "batch", 2, 2048, UPPER, UPPER * 1024)] if with_bulk else []
+
+    def set_tenants(self, with_bulk: bool) -> None:
+        records = self.records(with_bulk)
+        self.apply(self.ledger.tenants_changed(records, None, False, self.now))
+        self.recorder.tenants(records)
+        self.at(self.now + 0.004, self.fill)
+
+    def delete_drain(self) -> None:
+        self.ledger.draining.add(DRAINED)
+        self.recorder.drain(DRAINED, True)
+        for lease in [l for l in self.ledger.live_leases() if self.ledger.tenant_of_lease(l) == DRAINED]:
+            lease, effects = self.ledger.release(lease.lease_id, False, self.now)
+            self.drained.append(lease.lease_id)
+            self.recorder.release(lease, False)
+            self.apply(effects)
+        self.at(self.now + 5.0, self.drain_ended)   # the service waits for the stops, fills running meanwhile
+
+    def drain_ended(self) -> None:
+        self.ledger.draining.discard(DRAINED)
+        self.recorder.drain(DRAINED, False)
+        self.set_tenants(False)
+
+
+@pytest.fixture(scope="module")
+def drain_live() -> tuple[DrainDriver, list]:
+    """The pool with `bulk` from the start, deleted with --drain at 30 s."""
+    driver = DrainDriver()
+    script_pool(driver)
+    driver.at(0.7, driver.set_tenants, True)
+    driver.at(30.0, driver.delete_drain)
+    return driver, driver.run(until=130.0)
+
+
+def test_a_tenant_deleted_with_drain_replays_identically(drain_live):
+    """The drain's start and end and its VMs' releases are recorded: the replay's books release
+    the same VMs, grant the draining tenant nothing meanwhile, and decide every later request as
+    the live ones did."""
+    driver, lines = drain_live
+    assert len(driver.drained) >= 4, "the drain released few VMs: the test shows little"
+    drains = [(line["tenant"], line["draining"]) for line in lines if line["kind"] == "drain"]
+    assert drains == [(DRAINED, True), (DRAINED, False)]
+    drained_keys = {line["key"] for line in lines if line["kind"] == "release" and line["lease"] in driver.drained}
+    assert len(drained_keys) == len(driver.drained)
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.differences == [] and sim.agents.unrecorded == [] and sim.released_unknown == []
+    assert all(made["live"] == made["replay"] for made in result.backfill_made.values())
+    assert {line["key"] for line in replayed if line["kind"] == "release"} >= drained_keys
+    assert not [l for l in sim.ledger.live_leases() if sim.ledger.tenant_of_lease(l) == DRAINED]
+    assert not sim.ledger.draining
+
+
+@pytest.mark.parametrize("left_out", ["drain", "release"])
+def test_without_the_drain_lines_or_the_drained_releases_the_replay_decides_otherwise(drain_live, left_out):
+    """Each is needed: without the drain lines (the launcher grants the draining tenant its room
+    again at once) or without the releases (as before a drain recorded them: the tenants line
+    alone, its VMs left running), later requests meet another pool."""
+    driver, lines = drain_live
+    if left_out == "drain":
+        old = [line for line in lines if line["kind"] != "drain"]
+    else:
+        old = [line for line in lines if not (line["kind"] == "release" and line["lease"] in driver.drained)]
+    sim, replayed = replay(load(old))
+    assert compare(old, replayed, sim.agents.unrecorded).differences
+
+
+def test_a_drain_line_that_names_no_tenant_is_refused_by_name(drain_live):
+    _driver, lines = drain_live
+    bad = [{**line, "draining": "yes"} if line["kind"] == "drain" else line for line in lines]
+    with pytest.raises(ValueError, match=r"drain at .* names no tenant and whether it drains"):
+        load(bad)

@@ -302,6 +302,12 @@ def test_a_repeated_report_is_recorded_when_the_books_act_on_it_and_the_left_out
     assert [(l["t"], l["skipped"]) for l in lines] == [(1000.0, 0), (1006.0, 2), (1008.0, 1)]
 
 
+def recording_config(tmp_path: Path, path: Path, **more) -> ControllerConfig:
+    """A controller's configuration that records to `path` (no TLS, no listener used, no prediction)."""
+    return ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                            use_prediction=False, record_path=path, **more)
+
+
 def test_the_service_records_a_repeated_report_that_found_a_vm_lost(tmp_path):
     """A node's reports stop showing a VM: the same report repeats, and the one past lost_after
     makes the books find it lost. Left out as a repeat, the replay would find it up to 30 s late."""
@@ -309,8 +315,7 @@ def test_the_service_records_a_repeated_report_that_found_a_vm_lost(tmp_path):
     from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents, drained
     clock = BooksClock()
     path = tmp_path / "record.jsonl"
-    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
-                              use_prediction=False, record_path=path)
+    config = recording_config(tmp_path, path)
     store = Store(config.store_path)
     service = PoolService(config, store, RecordingAgents(), clock=clock)
     try:
@@ -344,8 +349,7 @@ def test_the_goals_job_is_recorded_while_a_tenant_has_a_goal_even_when_it_change
     from controller.core.records import Policy, Size
     from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents
     clock, path = BooksClock(), tmp_path / "record.jsonl"
-    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
-                              use_prediction=False, record_path=path)
+    config = recording_config(tmp_path, path)
     store = Store(config.store_path)
     store.set_backfill(BackfillConfig(enabled=True, memory_mb=256, termination_policy=Policy.MOST_RECENT))
     service = PoolService(config, store, RecordingAgents(), clock=clock)
@@ -415,8 +419,7 @@ def test_the_service_records_its_tenants_at_start_and_each_change_of_them(tmp_pa
     from controller.core.records import Size
     from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents
     clock, path = BooksClock(), tmp_path / "record.jsonl"
-    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
-                              use_prediction=False, record_path=path, tenants_rbt=1.5, tenants_urr=0.8)
+    config = recording_config(tmp_path, path, tenants_rbt=1.5, tenants_urr=0.8)
     goal = {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": clock.now + 36000}
     store = Store(config.store_path)
     service = PoolService(config, store, RecordingAgents(), clock=clock)
@@ -458,8 +461,7 @@ def test_a_goals_job_that_released_a_dedicated_vm_no_goal_steers_is_recorded(tmp
     from controller.core.records import Lease, Size
     from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents, drained
     clock, path = BooksClock(), tmp_path / "record.jsonl"
-    config = ControllerConfig(state_dir=tmp_path / "controller", tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
-                              use_prediction=False, record_path=path)
+    config = recording_config(tmp_path, path)
     store = Store(config.store_path)
     store.set_backfill(BackfillConfig(enabled=True, memory_mb=256))
     service = PoolService(config, store, RecordingAgents(), clock=clock)
@@ -484,3 +486,35 @@ def test_a_goals_job_that_released_a_dedicated_vm_no_goal_steers_is_recorded(tmp
         store.close()
     jobs = [line for line in read_recording(path) if line["kind"] == "job" and line["name"] == "goals"]
     assert [line["effects"] > 0 for line in jobs] == [True]
+
+
+def test_the_service_records_a_delete_with_drain_its_releases_and_its_end(tmp_path):
+    """`tenant delete --drain`: the drain's start, a release line per VM it releases (a replay
+    releases them as any release), the drain's end, then the tenants without it, in that order."""
+    from controller.core.records import Size
+    from tests.unit.test_books_faults import Clock as BooksClock, RecordingAgents, drained
+    clock, path = BooksClock(), tmp_path / "record.jsonl"
+    config = recording_config(tmp_path, path)
+    store = Store(config.store_path)
+    service = PoolService(config, store, RecordingAgents(), clock=clock)
+    try:
+        service.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=4, memory_mib=8192,
+                                                 images=["tiny"], min_memory_mib=32))
+        service.create_tenant("lab", "on_demand", Size(0, 0), Size(4, 4096))
+        for rid in ("r1", "r2"):
+            service.request(1, 256, "tiny", "lab", rid, wait_seconds=0)
+        drained(service)
+        leases = sorted(l.lease_id for l in service.live_leases() if l.owner == "lab")
+        assert len(leases) == 2
+        service.delete_tenant("lab", drain=True, wait_seconds=5)
+    finally:
+        service.close()
+        store.close()
+    lines = read_recording(path)
+    drain = [i for i, line in enumerate(lines) if line["kind"] == "drain"]
+    assert [(lines[i]["tenant"], lines[i]["draining"]) for i in drain] == [("lab", True), ("lab", False)]
+    released = [i for i, line in enumerate(lines) if line["kind"] == "release"]
+    assert sorted(lines[i]["lease"] for i in released) == leases
+    deleted = [i for i, line in enumerate(lines) if line["kind"] == "tenants"][-1]
+    assert drain[0] < min(released) and max(released) < drain[1] < deleted
+    assert "lab" not in {t["name"] for t in lines[deleted]["tenants"]}
