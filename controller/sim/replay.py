@@ -45,13 +45,15 @@ What a replay leaves out:
   last ones from their store): the projected finish of a goal (controller/core/departures.py)
   counts departures only once the replay has seen enough VMs end; what the books buy is not
   sized on it;
-- a node's silence: the replay's books never find a node suspect or down, as in every simulation
-  (with repeated reports left out, a recorded silence is not a silence live);
+- a node's silence judged by time: the replay's books find a node suspect or down only at the
+  recorded tick that did (with repeated reports left out, a gap between recorded reports is not
+  a silence live);
 - a controller restart within a recording (use the recording's last segment: each start begins one);
 - a progress sample taken live on a report left out as a repeat: taken at the next recorded one.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -296,7 +298,7 @@ class ReplaySimulation(Simulation):
         if self.jobs == "recorded":
             self.fill_at = math.inf   # never None: the engine schedules no fill of its own
             for line in self.recording.jobs:
-                self.at(line["t"], self._recorded_job, line["name"])
+                self.at(line["t"], self._recorded_job, line)
         else:   # the controller's goals job, on the simulator's clock (controller/cli.py)
             self.at(GOAL_INTERVAL_S, self._goals_job)
         if self.recorded_reports is not None:
@@ -331,7 +333,8 @@ class ReplaySimulation(Simulation):
         self.apply(self.ledger.size_goals(self.now))   # as live: it also releases what no goal steers
         self.at(self.now + GOAL_INTERVAL_S, self._goals_job)
 
-    def _recorded_job(self, name: str) -> None:
+    def _recorded_job(self, line: Mapping[str, Any]) -> None:
+        name = line["name"]
         if name == "fill":
             self.apply(self.ledger.fill(self.now))
         elif name == "select":
@@ -339,7 +342,27 @@ class ReplaySimulation(Simulation):
         elif name == "goals":
             self.apply(self.ledger.size_goals(self.now))
         elif name == "tick":
-            self.apply(self.ledger.tick(self.now))
+            self.apply(self._tick(line.get("silent", {})))
+
+    def _tick(self, silent: Mapping[str, str]) -> list:
+        """A recorded tick. The nodes it found suspect or down (its events) are found so here, by
+        the live timers; no other node is judged silent then, since the recorder leaves repeated
+        reports out (a replayed node's last report is not its live one). Between such ticks the
+        timers stay far beyond the run, as in every simulation."""
+        ledger = self.ledger
+        if not silent:
+            return ledger.tick(self.now)
+        heard = {n.node_id: n.last_report for n in ledger.nodes.values() if n.node_id not in silent}
+        far, live = ledger.settings, self.recording.ledger
+        ledger.settings = dataclasses.replace(far, suspect_after=live.suspect_after, down_after=live.down_after)
+        try:
+            for node_id in heard:
+                ledger.nodes[node_id].last_report = self.now
+            return ledger.tick(self.now)
+        finally:
+            ledger.settings = far
+            for node_id, at in heard.items():
+                ledger.nodes[node_id].last_report = at
 
     def _set_backfill(self, config: BackfillConfig) -> None:
         self.ledger.backfill = config

@@ -19,6 +19,9 @@ from ..core.tenancy import TenancySettings
 from ..recording import read_recording
 
 
+LIVENESS_EVENTS = ("node.suspect", "node.down")   # only a tick finds them, from how long a node was silent
+
+
 @dataclass(frozen=True)
 class NodeJoin:
     at: float
@@ -87,6 +90,7 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
                     tenants=_tenant_records(start.get("tenants", []), 0.0), tenancy=_tenancy(start.get("tenancy", {})),
                     goals_done=_names(start.get("goals_done", []), "goals_done"))
     seen: set[str] = set()
+    verdicts: dict[str, str] = {}   # the node.suspect and node.down events since the last tick line
     for line in rel:
         kind = line["kind"]
         if kind == "report":
@@ -102,7 +106,11 @@ def load(source: Path | Sequence[dict[str, Any]], segment: int = -1) -> Recordin
         elif kind == "release":
             rec.releases.append(line)
         elif kind == "job":
+            if line.get("name") == "tick" and verdicts:   # the tick that found them (its events come first)
+                line, verdicts = {**line, "silent": verdicts}, {}
             rec.jobs.append(line)
+        elif kind == "event" and line.get("event") in LIVENESS_EVENTS and isinstance(line.get("node"), str):
+            verdicts[line["node"]] = line["event"]
         elif kind == "backfill":
             rec.backfill_changes.append((line["t"], BackfillConfig.from_dict(line["backfill"])))
         elif kind == "tenants":

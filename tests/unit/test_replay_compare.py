@@ -635,3 +635,55 @@ def test_a_drain_line_that_names_no_tenant_is_refused_by_name(drain_live):
     bad = [{**line, "draining": "yes"} if line["kind"] == "drain" else line for line in lines]
     with pytest.raises(ValueError, match=r"drain at .* names no tenant and whether it drains"):
         load(bad)
+
+
+# -- a node silent long enough to be found down -------------------------------------------------
+
+SILENT_NODE, SILENT_FROM, SILENT_UNTIL = "n1", 33.0, 60.0
+
+
+class SilentDriver(LedgerDriver):
+    """LedgerDriver whose node n1 sends no report from 33 s to 60 s (its agent still answers
+    calls): the ticks find it suspect after 6 s and down after 20 s, its running VMs lost; its
+    next report brings it back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        ids = random.Random(SEED)   # random lease ids, as live, but the same run each time
+        self.ledger.new_id = lambda prefix: f"{prefix}-{ids.getrandbits(48):012x}"
+
+    def report(self, node_id: str, report: Report | None = None) -> None:
+        if node_id == SILENT_NODE and SILENT_FROM <= self.now < SILENT_UNTIL:
+            return
+        super().report(node_id, report)
+
+
+@pytest.fixture(scope="module")
+def silent_live() -> list:
+    driver = SilentDriver()
+    script_pool(driver)
+    return driver.run(until=130.0)
+
+
+def liveness(lines: list) -> list[tuple[str, str, float]]:
+    return [(line["event"], line["node"], round(line["t"], 3)) for line in lines
+            if line["kind"] == "event" and line["event"] in ("node.suspect", "node.down", "node.rejoined")]
+
+
+def test_a_node_silent_until_found_down_replays_identically(silent_live):
+    """The replay's books find the silent node suspect and down at the recorded ticks that did
+    (not between: the recorder leaves repeated reports out), lose the same VMs, and decide every
+    request as the live ones did."""
+    lines = silent_live
+    live = liveness(lines)
+    assert [kind for kind, node, _t in live] == ["node.suspect", "node.down", "node.rejoined"]
+    lost = [line for line in lines if line["kind"] == "event" and line["event"] == "vm.lost"]
+    assert lost, "the silent node held no running VM: the test shows little"
+    recording = load(lines)
+    sim, replayed = replay(recording)
+    assert liveness(replayed) == [(kind, node, round(t - recording.t0, 3)) for kind, node, t in live]
+    assert sorted(l["key"] for l in replayed if l["kind"] == "event" and l["event"] == "vm.lost") == \
+        sorted(l["key"] for l in lost)
+    result = compare(recording.lines, replayed, sim.agents.unrecorded)
+    assert result.differences == [] and sim.agents.unrecorded == []
+    assert sim.ledger.settings.down_after > 1e6   # the far timers are back after the ticks
