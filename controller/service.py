@@ -913,10 +913,10 @@ class PoolService:
             try:
                 for lease_id in leases:
                     try:
-                        _lease, effects = self.ledger.release(lease_id, False, self.clock())
+                        released, effects = self.ledger.release(lease_id, False, self.clock())
                     except LeaseError:   # ended meanwhile, or already stopping: waited for below
                         continue
-                    self.recorder.release(_lease, False)
+                    self.recorder.release(released, False)
                     self._apply(effects)
                 wait = self.release_wait() if wait_seconds is None else wait_seconds
                 while self.tenant_rows(name)[0][2] and time.monotonic() - started < wait:

@@ -28,8 +28,9 @@ granted (RHIC hugs its deadlines with the fewest, as its volunteers are paid; Gl
 capacity, shared among batch tenants by PSF), and dedicated capacity waits while the tenant's
 whole lower bound bought a little later would still meet it. The job's tasks may say progress
 only when they finish, so the rate counts vCPU-time up to the report lag (report_lag) and the
-padding is at least one task; it steers the sizing only from a twentieth of the job on (sizing_rate). RHIC's I/O saturation model (section 4.3) has no counterpart:
-Gleaner's volunteers carry their own disks.
+padding is at least one task; it steers the sizing only from a twentieth of the job on
+(sizing_rate). RHIC's I/O saturation model (section 4.3) has no counterpart: Gleaner's
+volunteers carry their own disks.
 
 Pure: times are seconds on the caller's clock (now_s, deadline_s and the forecast share it); no
 clock, no I/O, no numpy.

@@ -11,6 +11,17 @@ from .records import (DISCARDED, DISCARDING, DRAINED, HIBERNATED, RESUMING, STOP
 MAX_LAUNCH_BACKOFF_SECONDS = 300.0
 
 
+def liveness_verdict(state: str, silent_s: float, suspect_after: float, down_after: float) -> str | None:
+    """What a node's silence makes of it: an up node silent longer than suspect_after becomes
+    "suspect" (nothing new placed there), a suspect one silent longer than down_after "down"
+    (its running VMs lost); None: no change. One step per tick."""
+    if state == "up" and silent_s > suspect_after:
+        return "suspect"
+    if state == "suspect" and silent_s > down_after:
+        return "down"
+    return None
+
+
 class Lifecycle:
     """Stage: the lease state machine (answers, releases, deadlines, liveness). Owns the
     retries, outstanding stop calls, launch back-off and unconfirmed stops; books every transition
@@ -252,14 +263,9 @@ class Lifecycle:
             for node_id in [n for n in self.by_node if n not in self.nodes]:
                 effects += self._lose(node_id, "its node has not reported since the controller started", now)
         for node in self.nodes.values():
-            silent = now - node.last_report
-            if node.state == "up" and silent > s.suspect_after:
-                node.state = "suspect"
-                effects.append(self._node_event("node.suspect", node, silent_s=round(silent, 1)))
-            elif node.state == "suspect" and silent > s.down_after:
-                node.state = "down"
-                effects.append(self._node_event("node.down", node, silent_s=round(silent, 1)))
-                effects += self._lose(node.node_id, "its node is down", now)
+            verdict = liveness_verdict(node.state, now - node.last_report, s.suspect_after, s.down_after)
+            if verdict is not None:
+                effects += self.node_found(node.node_id, verdict, now)
         for lease in [l for l in self._timed.values() if now >= l.deadline]:   # in self.leases' order
             effects += self._expired(lease, now)
         for lease_id in [i for i, at in self.retry_at.items() if now >= at]:
@@ -274,6 +280,16 @@ class Lifecycle:
         effects += self.bounds_scaled(now)   # nodes down below the tenants' lower bounds, or back
         self._prune_cleanups(now)
         return [e for e in effects if not isinstance(e, Write) or e]
+
+    def node_found(self, node_id: str, verdict: str, now: float) -> list[Effect]:
+        """Node `node_id` found "suspect" or "down" by its silence (liveness_verdict, at tick; a
+        replay takes the live controller's recorded verdicts): down, its running VMs are lost."""
+        node = self.nodes[node_id]
+        node.state = verdict
+        effects: list[Effect] = [self._node_event(f"node.{verdict}", node, silent_s=round(now - node.last_report, 1))]
+        if verdict == "down":
+            effects += self._lose(node_id, "its node is down", now)
+        return effects
 
     def _lose(self, node_id: str, reason: str, now: float) -> list[Effect]:
         effects: list[Effect] = []

@@ -53,7 +53,6 @@ What a replay leaves out:
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import math
@@ -62,6 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.goal_sizing import GOAL_INTERVAL_S
+from ..core.lifecycle import liveness_verdict
 from ..core.records import BackfillConfig, Lease, Write
 from ..recording import LeaseKeys, Recorder
 from . import agents as agents_module
@@ -345,24 +345,18 @@ class ReplaySimulation(Simulation):
             self.apply(self._tick(line.get("silent", {})))
 
     def _tick(self, silent: Mapping[str, str]) -> list:
-        """A recorded tick. The nodes it found suspect or down (its events) are found so here, by
-        the live timers; no other node is judged silent then, since the recorder leaves repeated
-        reports out (a replayed node's last report is not its live one). Between such ticks the
-        timers stay far beyond the run, as in every simulation."""
-        ledger = self.ledger
-        if not silent:
-            return ledger.tick(self.now)
-        heard = {n.node_id: n.last_report for n in ledger.nodes.values() if n.node_id not in silent}
-        far, live = ledger.settings, self.recording.ledger
-        ledger.settings = dataclasses.replace(far, suspect_after=live.suspect_after, down_after=live.down_after)
-        try:
-            for node_id in heard:
-                ledger.nodes[node_id].last_report = self.now
-            return ledger.tick(self.now)
-        finally:
-            ledger.settings = far
-            for node_id, at in heard.items():
-                ledger.nodes[node_id].last_report = at
+        """A recorded tick. The nodes it found suspect or down (its events) are found so here first,
+        as its liveness pass did; the replay's own timers stay far beyond the run, as in every
+        simulation, since the recorder leaves repeated reports out (a gap between recorded
+        reports is not a silence live)."""
+        effects: list = []
+        for node_id, event in silent.items():
+            node = self.ledger.nodes.get(node_id)
+            verdict = event.removeprefix("node.")
+            # the recorded verdict is the next step for the node as the replay's books have it
+            if node is not None and liveness_verdict(node.state, math.inf, 0.0, 0.0) == verdict:
+                effects += self.ledger.node_found(node_id, verdict, self.now)
+        return effects + self.ledger.tick(self.now)
 
     def _set_backfill(self, config: BackfillConfig) -> None:
         self.ledger.backfill = config

@@ -687,3 +687,14 @@ def test_a_node_silent_until_found_down_replays_identically(silent_live):
     result = compare(recording.lines, replayed, sim.agents.unrecorded)
     assert result.differences == [] and sim.agents.unrecorded == []
     assert sim.ledger.settings.down_after > 1e6   # the far timers are back after the ticks
+
+
+def test_the_liveness_rule_takes_one_step_per_silence():
+    """liveness_verdict, the rule tick applies and the replay checks recorded verdicts against."""
+    from controller.core.lifecycle import liveness_verdict
+    assert liveness_verdict("up", 6.5, 6.0, 20.0) == "suspect"
+    assert liveness_verdict("up", 60.0, 6.0, 20.0) == "suspect"   # one step per tick, never up to down
+    assert liveness_verdict("up", 6.0, 6.0, 20.0) is None
+    assert liveness_verdict("suspect", 20.5, 6.0, 20.0) == "down"
+    assert liveness_verdict("suspect", 10.0, 6.0, 20.0) is None
+    assert liveness_verdict("down", 1e9, 6.0, 20.0) is None
