@@ -737,8 +737,9 @@ def goal_state_text(tenant) -> str:
         # sized as if no on-demand VM leaves (at risk), projected with those expected to leave
         text += " (by the deadline only if on-demand VMs leave as they have)"
     elif tenant.goal_state == "on_track" and late:
-        # sized at the rate measured, projected at no more than the goal states (goals.projection_rate)
-        text += " (on track at the rate its progress reads; at the rate its goal states, after the deadline)"
+        # sized at the rate measured on the residual now; projected at no more than the goal states
+        # (goals.projection_rate), and in waves of its tasks on what it holds (goals.wave_finish)
+        text += " (on track as sized; the finish projected comes after the deadline: the explanation says why)"
     return text
 
 

@@ -34,8 +34,8 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
-                    rate_measured_yet, report_lag, size_for_goal, sizing_rate)
+from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, MIN_TASK_S, Goal, Progress, Sizing, goal_from_dict, project,
+                    projection_rate, rate_measured_yet, report_lag, size_for_goal, sizing_rate, wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -134,7 +134,8 @@ class GoalSizing:
         if sizing.done:
             self._wanted_fewer.pop(tenant.name, None)
             return self._job_done(tenant.name, sizing, progress, now)
-        sizing = self._projected(goal, progress, now, residual, rate, upper, sizing)
+        sizing = self._in_waves(tenant.name, goal, progress, history, rate, now, sizing) \
+            or self._projected(goal, progress, now, residual, rate, upper, sizing)
         if early:
             sizing = dataclasses.replace(sizing, explain=(
                 f"{sizing.explain}; sized at the rate its goal states until its guests say "
@@ -154,9 +155,30 @@ class GoalSizing:
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
         return effects
 
+    def _in_waves(self, tenant: str, goal: Goal, progress: Progress, history: list, rate: float | None, now: float,
+                  sizing: Sizing) -> Sizing | None:
+        """The sizing with the finish in whole waves of the job's tasks on the vCPUs it holds and
+        the dedicated ones this sizing buys (goals.wave_finish); None where that does not apply. A
+        plan that buys its lower bound later shows it too: that plan meets the deadline only if
+        it buys, and on the tenants bench the ones shown so at half time finished late."""
+        held = self.tenant_held(tenant).vcpus + max(0, sizing.dedicated_vcpus - self._dedicated_held(tenant))
+        try:
+            shown = projection_rate(goal, progress, rate)
+            finish = wave_finish(progress, history, shown, now, held)
+        except (InvalidField, ValueError, ArithmeticError):
+            return None
+        if finish is None:
+            return None
+        task = min(max(report_lag(history), MIN_TASK_S), MAX_TASK_S)
+        return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
+            f"{sizing.explain}{_rate_note(goal, progress, rate, shown)}; projected to finish {_clock(finish - now)} "
+            f"from now, in whole waves of its tasks ({_clock(task)} each, as long as its first) on the {held} vCPUs "
+            "it holds"))
+
     def _projected(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
                    upper: int, sizing: Sizing) -> Sizing:
-        """The sizing with the finish it leads to as `tenant show` gives it: at goals.projection_rate
+        """Where the finish is not in waves (_in_waves: no task said yet, or the tenant's vCPUs
+        rising), the sizing with the finish it leads to as `tenant show` gives it: at goals.projection_rate
         (the measured rate, never above what the goal states), and counting the on-demand VMs
         expected to leave (controller.core.departures) when that is sooner, within the same cap on
         what the tenant can hold; what it buys stays sized on the residual now at the measured
@@ -177,10 +199,7 @@ class GoalSizing:
         except (InvalidField, ValueError, ArithmeticError):
             leaving = None
         finish = own.finish_s if own is not None else sizing.projected_finish_s
-        # said wherever the finish shown was made at the goal's rate in place of the measured one
-        note = (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states ({progress.total:g} "
-                f"over {goal.work_vcpu_hours:g} vCPU-hours), not the {rate:.4g} measured (its guests say progress as "
-                "tasks end: the rate reads high just after)") if slower else ""
+        note = _rate_note(goal, progress, rate, shown)
         if leaving is not None and leaving.finish_s < finish:
             # the forecast only rises: its largest value by the finish is the last
             freed = max(vcpus for at, vcpus in forecast if at <= leaving.finish_s) - residual
@@ -342,6 +361,15 @@ class GoalSizing:
         if held <= vcpus:   # none (more) wanted gone: a later dip starts the clock afresh
             self._wanted_fewer.pop(tenant, None)
         return effects, held_back
+
+
+def _rate_note(goal: Goal, progress: Progress, measured: float | None, shown: float) -> str:
+    """Said wherever the finish shown was made at the goal's rate in place of the measured one."""
+    if measured is None or shown >= measured:
+        return ""
+    return (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states ({progress.total:g} "
+            f"over {goal.work_vcpu_hours:g} vCPU-hours), not the {measured:.4g} measured (its guests say progress as "
+            "tasks end: the rate reads high just after)")
 
 
 def _clock(seconds: float) -> str:

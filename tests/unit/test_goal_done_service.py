@@ -224,14 +224,15 @@ def test_the_store_gives_on_demand_lives_apart_from_other_ends(tmp_path):
     ("at_risk", 5000.0, {"kind": "least_cost", "work_vcpu_hours": 1.0, "price_per_dedicated_vcpu_hour": 1}, None),
     ("at_risk", 0.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0}, None),   # never finishes
     ("on_track", 7000.0, {"kind": "deadline", "work_vcpu_hours": 1.0, "deadline_s": 6000.0},
-     "(on track at the rate its progress reads; at the rate its goal states, after the deadline)"),
+     "(on track as sized; the finish projected comes after the deadline: the explanation says why)"),
     ("on_track", 7000.0, {"kind": "least_cost", "work_vcpu_hours": 1.0, "price_per_dedicated_vcpu_hour": 1}, None),
 ])
 def test_show_says_when_the_finish_shown_and_the_goals_state_rest_on_different_figures(state, finish, goal, said):
     """At risk is sized as if no on-demand VM leaves; the finish shown counts those expected to
     leave: one before the deadline is said to rest on them, not left to look on track. On track
-    is sized at the measured rate; the finish shown at no more than the goal's own: one after the
-    deadline says so, not left to look at risk."""
+    is sized at the measured rate on the residual now; the finish shown is made at no more than
+    the goal's own rate, in waves of its tasks on what it holds: one after the deadline says so,
+    not left to look at risk."""
     shown = goal_state_text(controller_pb2.Tenant(goal_state=state, goal_projected_finish=finish,
                                                   goal_json=json.dumps(goal)))
     assert shown.startswith(state.replace("_", " "))

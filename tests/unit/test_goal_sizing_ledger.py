@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import math
+
 import pytest
 
 from controller.core.goal_sizing import GOAL_INTERVAL_S
@@ -427,8 +429,10 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
     """7 vCPU-hours stated for 700 units: 100 units per vCPU-hour. Progress first said 600 s after
     the volunteers began, so the rate counts their vCPU-time up to 600 s before the last word:
     300 units read as 281 per vCPU-hour (the tasks that ended just now counted against a quarter
-    hour's vCPU-time), and the finish shown is made at 100, the decision at 281 as before; 30
-    units read as 28, slower than stated, and the finish shown is the sizing's own at 28."""
+    hour's vCPU-time), and the finish shown is made at 100, the decision at 281 as before; 60
+    units read as 56, slower than stated, and the finish shown is made at 56. The 16 vCPUs held
+    steady, so the finish is in waves of 600-s tasks (the report lag): the wave in flight ends at
+    T0 + 1500 (a task after the last word), and each later one does 16 x 600 vCPU-seconds."""
     ledger = pool(science(deadline(7, 2)))
     confirm(ledger, sized_fill(ledger, T0), T0)
     said(ledger, [(T0 + 60, 0), (T0 + 660, last_done // 3), (T0 + 900, last_done)])
@@ -436,17 +440,20 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
     effects = sized_fill(ledger, now)
     sizing = ledger.sizings["science"]
     measured = last_done / (16 * 240 / HOUR)
-    left = 700 - last_done
+    rate = measured if shown_rate is None else shown_rate
+    waves_after = math.ceil((700 - last_done) / rate * HOUR / (16 * 600)) - 1
     assert (sizing.dedicated_vcpus, sizing.volunteer_vcpus) == (0, 16) and not launched(effects, "science", "on_demand")
-    if shown_rate is None:   # slower than stated: the sizing's own finish, said as it was
-        assert sizing.projected_finish_s == pytest.approx(now + left / measured / 16 * HOUR)
-        assert "projected at" not in sizing.explain
+    assert sizing.projected_finish_s == T0 + 1500 + 600 * waves_after
+    assert "in whole waves of its tasks (10 min each, as long as its first) on the 16 vCPUs it holds" in sizing.explain
+    if shown_rate is None:   # slower than stated: made at the rate measured, said as it was
+        assert waves_after == 4 and "projected at" not in sizing.explain
     else:
-        assert sizing.projected_finish_s == pytest.approx(now + left / shown_rate / 16 * HOUR)
+        assert waves_after == 1
         assert f"projected at 100 progress units per vCPU-hour, what its goal states (700 over 7 vCPU-hours), " \
                f"not the {measured:.4g} measured" in sizing.explain
         # the decision's own figure is the measured rate's (the deadline padded by the 600-s report lag)
         before = float(sizing.explain.split("finishing ")[1].split(" s before")[0])
+        left = 700 - last_done
         assert before == pytest.approx(T0 + 2 * HOUR - 600 - (now + left / measured / 16 * HOUR), abs=1)
 
 
