@@ -155,13 +155,15 @@ class GoalSizing:
                                                            progress=f"{progress.done:g}/{progress.total:g}")),)))
         return effects
 
-    def _in_waves(self, tenant: str, goal: Goal, progress: Progress, history: list, rate: float | None, now: float,
-                  sizing: Sizing) -> Sizing | None:
+    def _in_waves(self, tenant: str, goal: Goal, progress: Progress, history: list[tuple[float, float, float]],
+                  rate: float | None, now: float, sizing: Sizing) -> Sizing | None:
         """The sizing with the finish in whole waves of the job's tasks on the vCPUs it holds and
         the dedicated ones this sizing buys (goals.wave_finish); None where that does not apply. A
         plan that buys its lower bound later shows it too: that plan meets the deadline only if
-        it buys, and on the tenants bench the ones shown so at half time finished late."""
-        held = self.tenant_held(tenant).vcpus + max(0, sizing.dedicated_vcpus - self._dedicated_held(tenant))
+        it buys, and on the tenants bench the ones shown so at half time finished late. A least-
+        cost goal's cost stays the sizing's."""
+        buying = max(0, sizing.dedicated_vcpus - self._dedicated_held(tenant))
+        held = self.tenant_held(tenant).vcpus + buying
         try:
             shown = projection_rate(goal, progress, rate)
             finish = wave_finish(progress, history, shown, now, held)
@@ -173,7 +175,7 @@ class GoalSizing:
         return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
             f"{sizing.explain}{_rate_note(goal, progress, rate, shown)}; projected to finish {_clock(finish - now)} "
             f"from now, in whole waves of its tasks ({_clock(task)} each, as long as its first) on the {held} vCPUs "
-            "it holds"))
+            f"it holds{f' with the {buying} dedicated ones it buys now' if buying else ''}"))
 
     def _projected(self, goal: Goal, progress: Progress, now: float, residual: float, rate: float | None,
                    upper: int, sizing: Sizing) -> Sizing:

@@ -416,12 +416,13 @@ def test_dedicated_vms_go_only_when_sizings_a_goals_interval_apart_want_fewer():
 
 # -- the projected finish is made at the measured rate, never above what the goal states ------------
 
-def said(ledger: Ledger, samples: list[tuple[float, int]], total: int = 700) -> None:
-    """science's guests say `done` of `total` at each (time, done), while it holds 16 vCPUs."""
+def said(ledger: Ledger, samples: list[tuple[float, int]], total: int = 700, vcpus: int = 16) -> None:
+    """science's guests say `done` of `total` at each (time, done), the samples saying it held
+    `vcpus` (16, what it holds in these books, unless told)."""
     lease_id = science_vms(ledger)[0].lease_id
     for at, done in samples:
         ledger.progress.note(lease_id, "science", done, total, 0.0, at)
-        ledger.progress.sample("science", 16, at)
+        ledger.progress.sample("science", vcpus, at)
 
 
 @pytest.mark.parametrize("last_done, shown_rate", [(300, 100.0), (60, None)])
@@ -455,6 +456,21 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
         before = float(sizing.explain.split("finishing ")[1].split(" s before")[0])
         left = 700 - last_done
         assert before == pytest.approx(T0 + 2 * HOUR - 600 - (now + left / measured / 16 * HOUR), abs=1)
+
+
+def test_a_tenant_whose_vcpus_are_rising_is_projected_on_the_residual_not_in_waves():
+    """The samples say it held 8 vCPUs over the last 15 minutes; it holds 16 now, past 1.2 x that
+    mean: capacity is still coming, so the finish is the fluid one on the residual at the
+    projection's rate (100 units per vCPU-hour, as stated: 400 left over 16 vCPUs, 15 minutes),
+    where the waves on 16 vCPUs would say T0 + 2100."""
+    ledger = pool(science(deadline(7, 2)))
+    confirm(ledger, sized_fill(ledger, T0), T0)
+    said(ledger, [(T0 + 60, 0), (T0 + 660, 100), (T0 + 900, 300)], vcpus=8)
+    now = T0 + 960
+    sized_fill(ledger, now)
+    sizing = ledger.sizings["science"]
+    assert sizing.projected_finish_s == pytest.approx(now + 400 / 100 / 16 * HOUR)
+    assert "whole waves" not in sizing.explain and "projected at 100 progress units" in sizing.explain
 
 
 @pytest.mark.parametrize("done, measured", [(40, False), (60, True)])
