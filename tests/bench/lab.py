@@ -197,6 +197,18 @@ def gleanctl_json(*args: str, timeout: float = 60):
                        f"{(done.stdout + done.stderr).strip()[-400:]}")
 
 
+def consoles(lab: dict, lines: int = 30) -> None:
+    """The end of each lab VM's serial console on stderr, read from its file on this host: it
+    needs no SSH, so it says where a VM that never got an address stopped booting."""
+    for m in lab["machines"]:
+        path = labctl.state_dir() / "console" / f"{m['name']}.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as exc:
+            tail = [f"(not readable: {exc.strerror or exc})"]
+        say(f"--- {m['name']}: serial console {path} (last {lines} lines)\n" + "\n".join(tail))
+
+
 def journals(lab: dict) -> None:
     """The end of each lab VM's Gleaner journal on stderr: what a failed run leaves to go on."""
     for m in lab["machines"]:
@@ -436,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, InfrastructureError):
             result["failure_kind"] = "infrastructure"
         say(f"failed: {failure}")
+        consoles(lab)   # before the journals: those need SSH, which a VM that did not boot lacks
         try:
             journals(lab)
         except (OSError, subprocess.SubprocessError) as exc2:

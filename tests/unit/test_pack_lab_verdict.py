@@ -123,3 +123,16 @@ def test_ci_retries_only_infrastructure_failures(tmp_path):
         assert done.returncode == want_exit, (codes, done.stderr)
         assert len(runs.read_text().splitlines()) == want_runs, codes
         assert said in done.stderr, (codes, done.stderr)
+
+
+def test_a_failed_run_shows_each_vms_console_tail_from_the_host(tmp_path, monkeypatch, capsys):
+    """A VM that never got an address (session 28: node1, 900 s) can only be read from its
+    console file on the host: the last lines of each, and a missing one named, not a crash."""
+    monkeypatch.setenv("GLEANER_LAB_STATE", str(tmp_path))
+    (tmp_path / "console").mkdir()
+    (tmp_path / "console" / "controller.log").write_text("".join(f"boot line {i}\n" for i in range(50)))
+    lab.consoles({"machines": [{"name": "controller"}, {"name": "node1"}]}, lines=3)
+    said = capsys.readouterr().err
+    assert "--- controller: serial console" in said and "boot line 47\nboot line 48\nboot line 49" in said
+    assert "boot line 46" not in said
+    assert "--- node1: serial console" in said and "(not readable: No such file or directory)" in said
