@@ -239,12 +239,17 @@ def _few(items: Sequence[str], limit: int = 6) -> str:
 
 
 def backfill_made(live: Sequence[Mapping[str, Any]], replayed: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
-    """Backfill VMs the books made per node (refills included), live and replayed."""
+    """Backfill VMs the books made per node (refills included), live and replayed. A live one
+    recorded after the recording's last job line was made by a job whose line never came (the
+    recording was read, or the controller stopped, mid-fill): the replay cannot run that job,
+    so it is counted apart, as "cut"."""
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {"live": 0, "replay": 0})
+    last_job = max((i for i, line in enumerate(live) if line.get("kind") == "job"), default=len(live))
     for which, lines in (("live", live), ("replay", replayed)):
-        for line in lines:
+        for index, line in enumerate(lines):
             if line.get("kind") == "lease" and line["role"] == "backfill":
-                counts[line["node"]][which] += 1
+                key = "cut" if which == "live" and index > last_job else which
+                counts[line["node"]][key] = counts[line["node"]].get(key, 0) + 1
     return dict(sorted(counts.items()))
 
 

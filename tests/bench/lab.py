@@ -52,7 +52,8 @@ lab down and checks nothing of it is left (without --keep). It prints one JSON o
                      (controller/sim/replay.py): the simulator against a pool of real QEMU guests.
                      identical_share, items, unexplained and differences (each placement and its
                      victims, live against the replay, as tests.bench.replay compares them),
-                     backfill_made (per node, live and replayed), recording_lines,
+                     backfill_made (per node, live and replayed; "cut": live ones recorded after
+                     the last job line, read mid-fill), recording_lines,
                      report_vms_left_out (and the first of them, with why); error if the recording
                      could not be read
   total_s            everything above, box build included

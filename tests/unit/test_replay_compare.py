@@ -24,7 +24,7 @@ from controller.effects import carry_out
 from controller.recording import Recorder
 from controller.sim.replay import IN_STEP_S, answer_delay, load, predict, replay
 from controller.sim.replay_fit import answer_figures, fill_delay
-from controller.sim.replay_compare import aggregates, compare, decisions, prediction_error
+from controller.sim.replay_compare import aggregates, backfill_made, compare, decisions, prediction_error
 from controller.sim.world import Report, SimNode, SimVm
 
 NODE_CPUS, NODE_MIB = 16, 24576
@@ -698,3 +698,18 @@ def test_the_liveness_rule_takes_one_step_per_silence():
     assert liveness_verdict("suspect", 20.5, 6.0, 20.0) == "down"
     assert liveness_verdict("suspect", 10.0, 6.0, 20.0) is None
     assert liveness_verdict("down", 1e9, 6.0, 20.0) is None
+
+
+def test_a_backfill_vm_recorded_after_the_last_job_line_is_counted_apart_as_cut():
+    """The lab's recording of session 27 ended with a fill's lease line and neither its launch
+    nor its job line (read mid-fill): the replay cannot run that job, so node2 read 5 made live
+    against 4 replayed. Counted apart, the rest compares as made."""
+    def lease(node: str, n: int) -> dict:
+        return {"kind": "lease", "key": f"bf:{node}#{n}", "role": "backfill", "node": node, "state": "starting"}
+    job = {"kind": "job", "name": "fill", "effects": 2}
+    live = [lease("n1", 1), lease("n2", 1), job, lease("n2", 2), job, lease("n2", 3)]
+    replayed = [lease("n1", 1), lease("n2", 1), job, lease("n2", 2), job]
+    assert backfill_made(live, replayed) == {"n1": {"live": 1, "replay": 1},
+                                             "n2": {"live": 2, "replay": 2, "cut": 1}}
+    # a recording with no job line at all: nothing is cut
+    assert backfill_made([lease("n1", 1)], []) == {"n1": {"live": 1, "replay": 0}}
