@@ -34,8 +34,8 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, MIN_TASK_S, Goal, Progress, Sizing, goal_from_dict, project,
-                    projection_rate, rate_measured_yet, report_lag, size_for_goal, sizing_rate, wave_finish)
+from .goals import (MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
+                    rate_measured_yet, report_lag, size_for_goal, sizing_rate, task_length, wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -171,7 +171,7 @@ class GoalSizing:
             return None
         if finish is None:
             return None
-        task = min(max(report_lag(history), MIN_TASK_S), MAX_TASK_S)
+        task = task_length(history)
         return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
             f"{sizing.explain}{_rate_note(goal, progress, rate, shown)}; projected to finish {_clock(finish - now)} "
             f"from now, in whole waves of its tasks ({_clock(task)} each, as long as its first) on the {held} vCPUs "

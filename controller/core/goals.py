@@ -241,16 +241,22 @@ def wave_finish(progress: Progress, history: Sequence[tuple[float, float, float]
     task length), or the held vCPUs rising (capacity_rising: a wave on what it holds now would
     come late)."""
     samples = sorted(_sample(point, i) for i, point in enumerate(history))
-    lag = report_lag(samples)
-    if held_vcpus <= 0 or lag <= 0 or rate_per_vcpu <= 0 or capacity_rising(samples, held_vcpus, now_s):
+    task = task_length(samples)
+    if held_vcpus <= 0 or task is None or rate_per_vcpu <= 0 or capacity_rising(samples, held_vcpus, now_s):
         return None
-    task = min(max(lag, MIN_TASK_S), MAX_TASK_S)
     rises = [t for (t, done, _), (_, before, _) in zip(samples[1:], samples) if done > before]
     last = rises[-1] if rises else samples[0][0]
     in_flight_end = last + task * max(1, math.ceil((now_s - last) / task))
     left = (progress.total - progress.done) / rate_per_vcpu * HOUR   # vCPU-seconds
     wave = held_vcpus * task
     return in_flight_end + math.ceil(max(0.0, left - wave) / wave) * task
+
+
+def task_length(samples: Sequence[tuple[float, float, float]]) -> float | None:
+    """How long a task of the job takes, for its waves: the report lag within MIN_TASK_S and
+    MAX_TASK_S; None before any progress (no task said yet). `samples` sorted, as report_lag's."""
+    lag = report_lag(samples)
+    return None if lag <= 0 else min(max(lag, MIN_TASK_S), MAX_TASK_S)
 
 
 def capacity_rising(samples: Sequence[tuple[float, float, float]], held_vcpus: float, now_s: float) -> bool:
