@@ -21,7 +21,9 @@ modelled agents, each run with its own seed):
   STARTS (each with its own agents' seed, from --seed-base) with its deadline at 1.5 and 3 x W /
   LOWER_VCPUS (the time W takes on its lower bound alone), and at the time its jobs take on the
   residual the books predict for it at its start alone (whole jobs in waves:
-  tenant_config.on_residual_s): 3 x len(STARTS) runs. Each run simulates to its start plus twice
+  tenant_config.on_residual_s): 3 x len(STARTS) runs per set of seeds, SEED_SETS sets
+  (--seed-sets; set k's seeds start at --seed-base + 100 k), the figures pooled over all the
+  runs and given per set beside (``per_seed_set``). Each run simulates to its start plus twice
   its deadline's span. Beside each run, RHIC's yardstick, an exhaustive search in hindsight
   (hindsight_search): the same run with the tenant's dedicated vCPUs pinned from its start, for
   the least that meets the deadline (None: none within its lower bound does). Figures:
@@ -37,7 +39,7 @@ modelled agents, each run with its own seed):
     ``model_hindsight_dedicated_vcpu_hours``, tenant_figures' model of the least (goals.project
     over the residual the run saw), beside it.
 - ``wall_seconds``: the wall time of the whole bench (traces read once; --processes goal runs at
-  once, 2 by default).
+  once, 2 by default; about 40 s per set of seeds on this project's 2-core machines).
 
 Backfill in every run: 1-vCPU, 4 GiB VMs (one job each), retry_seconds 60 (the launcher's period
 when nothing asks for a fill; goals are sized by their own job every 60 s, as live) and
@@ -80,6 +82,9 @@ STARTS = tuple(h * HOUR for h in (6, 14, 22, 30, 2, 10, 18, 26))   # 24 goal run
 MIB_PER_VCPU = 4096
 VM_VCPUS, VM_MIB = 1, 4096   # backfill and dedicated VMs: one 1-vCPU job each (smaller VMs fit the gaps on-demand VMs leave)
 BACKFILL = BackfillConfig(enabled=True, vcpus=VM_VCPUS, memory_mb=VM_MIB, retry_seconds=60, interruption="terminate")
+SEED_SETS = 8          # sets of goal runs judged together (--seed-sets)
+SEED_SET_STEP = 100    # set k's seeds start at --seed-base + 100 k (len(STARTS) of them)
+MAX_SEED_SETS = 100
 GOALS = dict(lower_bound_violations=0, upper_bound_violations=0, deadline_met_share=0.95,
              finish_error_at_half=0.10, dedicated_over_hindsight=1.10)
 
@@ -252,6 +257,27 @@ def judge(per_tenant: list[dict[str, Any]], goals: list[dict[str, Any]]) -> dict
     return dict(figures=figures, goals=GOALS, failed=failed)
 
 
+def goal_cases(seed_base: int, seed_sets: int, starts: tuple[float, ...]) -> list[tuple[float, str, dict[str, Any], int]]:
+    """The goal runs: every start and deadline, in `seed_sets` sets of agents' seeds (set k's start
+    i runs with seed seed_base + SEED_SET_STEP k + i). One set's 24 runs judged a lever by a few
+    of them: a run's dedicated capacity moves by tens of vCPU-hours with its agents' seed
+    (docs/simulator.md, "How many runs a figure needs")."""
+    return [(start, which, deadline, seed_base + SEED_SET_STEP * k + i)
+            for k in range(seed_sets) for i, start in enumerate(starts) for which, deadline in DEADLINES]
+
+
+def per_seed_set(goals: list[dict[str, Any]], seed_base: int) -> dict[str, dict[str, Any]]:
+    """The judged figures of each set of seeds on its own (keyed by its first seed), to show how
+    far they spread around the pooled ones."""
+    sets: dict[int, list[dict[str, Any]]] = {}
+    for goal in goals:
+        first = seed_base + (goal["seed"] - seed_base) // SEED_SET_STEP * SEED_SET_STEP
+        sets.setdefault(first, []).append(goal)
+    keys = ("deadline_met_share", "finish_error_at_half", "dedicated_over_hindsight", "dedicated_bought_vcpu_hours",
+            "hindsight_dedicated_vcpu_hours")
+    return {str(first): {k: judge([], runs)["figures"][k] for k in keys} for first, runs in sorted(sets.items())}
+
+
 def _meets(key: str, value: float | None, goal: float) -> bool:
     if value is None:
         return False
@@ -263,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="also write the JSON object here")
     p.add_argument("--quick", action="store_true", help="one start time, no per-tenant runs (a smoke run)")
     p.add_argument("--seed-base", type=int, default=0, help="the goal runs' agent seeds start here (default 0)")
+    p.add_argument("--seed-sets", type=int, default=SEED_SETS,
+                   help=f"sets of goal runs, each with its own agents' seeds (set k: --seed-base + {SEED_SET_STEP} k on; "
+                        f"default {SEED_SETS}): the figures are pooled over them, and given per set beside")
     p.add_argument("--processes", type=int, default=2, help="goal runs at once (default 2)")
     args = p.parse_args(argv)
     started = time.perf_counter()
@@ -273,16 +302,18 @@ def main(argv: list[str] | None = None) -> int:
         sdsc_requests = shaped(traces.swf_requests(SDSC, MIB_PER_VCPU), LOAD)
         ctc_jobs = shaped([j for j in traces.swf_jobs(CTC) if j.procs <= BACKFILL.vcpus], JOBS_LOAD)
         per_tenant = per_tenant_runs(azure, sdsc_requests, sdsc_jobs, ctc_jobs)
-    cases = [(start, which, deadline, args.seed_base + i)
-             for i, start in enumerate(STARTS[:1] if args.quick else STARTS) for which, deadline in DEADLINES]
+    if not 1 <= args.seed_sets <= MAX_SEED_SETS:
+        p.error(f"--seed-sets must be 1 to {MAX_SEED_SETS}, not {args.seed_sets}")
+    cases = goal_cases(args.seed_base, 1 if args.quick else args.seed_sets, STARTS[:1] if args.quick else STARTS)
     global _TRACES
     _TRACES = (azure, sdsc_jobs)
     with multiprocessing.get_context("fork").Pool(max(1, args.processes)) as pool:   # each case is independent
         goals = pool.map(_goal_case, cases)
     verdict = judge(per_tenant, goals)
     out = dict(bench="tenants", nodes=NODES, days=DAYS, load=LOAD, jobs_load=JOBS_LOAD, lower_vcpus=LOWER_VCPUS,
-               work_vcpu_hours=WORK_VCPU_HOURS, **verdict["figures"], goals=verdict["goals"], failed=verdict["failed"],
-               passed=not verdict["failed"], goal_runs=goals, per_tenant=per_tenant,
+               work_vcpu_hours=WORK_VCPU_HOURS, seed_sets=args.seed_sets,
+               **verdict["figures"], goals=verdict["goals"], failed=verdict["failed"],
+               passed=not verdict["failed"], per_seed_set=per_seed_set(goals, args.seed_base), goal_runs=goals, per_tenant=per_tenant,
                wall_seconds=round(time.perf_counter() - started, 1))
     text = json.dumps(out, indent=1)
     print(text)
