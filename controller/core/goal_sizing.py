@@ -34,7 +34,7 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
+from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
                     rate_measured_yet, report_lag, size_for_goal, sizing_rate, task_length, wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
@@ -141,11 +141,16 @@ class GoalSizing:
                 f"{sizing.explain}; sized at the rate its goal states until its guests say "
                 f"{MEASURED_AFTER_SHARE:.0%} of the job done ({progress.done:g}/{progress.total:g} so far)"))
         self.sizings[tenant.name] = sizing
-        effects, held_back = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now)
+        task = task_length(history)
+        effects, held_back, kept = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now, task)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
             sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
                 f"{sizing.explain}; {held_back} of those dedicated vCPUs wait: its volunteers fill its upper bound "
                 f"({tenant.upper.vcpus} vCPUs, {tenant.upper.memory_mib} MiB)"))
+        if kept:   # or more than it wants
+            sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
+                f"{sizing.explain}; {kept} more dedicated vCPUs stay until each has run {_one_task(task)}: "
+                "released sooner, the work in flight on them would be lost"))
         if before is None or before.on_track != sizing.on_track:
             effects.append(Write(events=(Audit("tenant.goal_on_track" if sizing.on_track else "tenant.goal_at_risk",
                                                detail=dict(tenant=tenant.name, explain=sizing.explain,
@@ -325,19 +330,23 @@ class GoalSizing:
     def _others_backfill(self, tenant: str) -> int:
         return sum(size.vcpus for name, size in self.backfill_usage.items() if name != tenant)
 
-    def _dedicated_to(self, tenant: str, vcpus: int, now: float) -> tuple[list[Effect], int]:
+    def _dedicated_to(self, tenant: str, vcpus: int, now: float,
+                      task_s: float | None = None) -> tuple[list[Effect], int, int]:
         """Request or release the tenant's dedicated VMs (on-demand VMs it owns, of its backfill
         size) until they hold `vcpus`, in whole VMs within its lower bound. A request is made only
         when placement would take it now (none is queued or refused each interval), and never
-        while one of its goal requests still waits for room. Also returns the vCPUs of them its
-        upper bound keeps back (its volunteers fill it)."""
+        while one of its goal requests still waits for room. A VM is released only once it has
+        run one task of the job (`task_s`, goals.task_length; MAX_TASK_S before a task is said):
+        guests say progress as tasks end, so one stopped sooner loses its work in flight. Also
+        returns the vCPUs of them its upper bound keeps back (its volunteers fill it), and those
+        kept past what `vcpus` wants until their task is done."""
         config = self.tenant_configs()[tenant]
         mine = self._dedicated(tenant)
         held = sum(l.vcpus for l in mine)
         effects: list[Effect] = []
-        held_back = 0
+        held_back = kept = 0
         if any(r.startswith(f"{GOAL_REQUEST_PREFIX}{tenant}-") for r in self.waiting):
-            return effects, 0
+            return effects, 0, 0
         while held < vcpus:
             self._dedicated_seq += 1
             ask = Ask(config.vcpus, config.memory_mb, config.image, tenant, f"{GOAL_REQUEST_PREFIX}{tenant}-{int(now)}-{self._dedicated_seq}")
@@ -353,16 +362,22 @@ class GoalSizing:
         # at least, for the scheduler's jitter): a dip of the residual at one sizing, or two sizings
         # at one instant (an admin's change beside the goals job), would otherwise stop their jobs
         if held > vcpus and now - self._wanted_fewer.setdefault(tenant, now) >= GOAL_INTERVAL_S / 2:
+            keep_s = MAX_TASK_S if task_s is None else task_s
+            young = False
             for lease in reversed(mine):   # the youngest first
                 if held - lease.vcpus < vcpus:
                     break
-                if lease.state in ("running", "waiting"):   # one starting is released at the next sizing
+                started = lease.launched_at if lease.launched_at is not None else lease.created_at
+                if lease.state == "running" and now - started < keep_s:
+                    young = True   # its first task is not done: an older one goes in its place
+                elif lease.state in ("running", "waiting"):   # one starting is released at the next sizing
                     _lease, released = self.release(lease.lease_id, False, now)
                     effects += released
                     held -= lease.vcpus
+            kept = held - vcpus if young else 0
         if held <= vcpus:   # none (more) wanted gone: a later dip starts the clock afresh
             self._wanted_fewer.pop(tenant, None)
-        return effects, held_back
+        return effects, held_back, kept
 
 
 def _rate_note(goal: Goal, progress: Progress, measured: float | None, shown: float) -> str:
@@ -372,6 +387,13 @@ def _rate_note(goal: Goal, progress: Progress, measured: float | None, shown: fl
     return (f"; projected at {shown:.4g} progress units per vCPU-hour, what its goal states ({progress.total:g} "
             f"over {goal.work_vcpu_hours:g} vCPU-hours), not the {measured:.4g} measured (its guests say progress as "
             "tasks end: the rate reads high just after)")
+
+
+def _one_task(task_s: float | None) -> str:
+    """How long a dedicated VM is kept at least (_dedicated_to), as tenant show says it."""
+    if task_s is None:
+        return f"{_clock(MAX_TASK_S)}, the longest task the sizing believes (its guests have said no task done yet)"
+    return f"one task of the job ({_clock(task_s)}, as long as its first)"
 
 
 def _clock(seconds: float) -> str:

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from controller.core.goal_sizing import GOAL_INTERVAL_S
-from controller.core.goals import Deadline, LeastCost, goal_from_dict
+from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
 from controller.core.records import Ask, Launch, Lease, Stop, TenantRecord, Write
@@ -395,23 +395,71 @@ def test_dedicated_vms_go_only_when_sizings_a_goals_interval_apart_want_fewer():
     """A tenant holding 4 dedicated VMs whose goal then needs none: the sizing that first wants
     fewer keeps them (a dip of the residual at one sizing must not stop their jobs), and so does
     a second one at the same instant (an admin's change sized beside the goals job); the goals
-    job an interval later releases them."""
+    job an interval later releases them (they have run longer than any task: _dedicated_to keeps
+    them that long, tested below)."""
     ledger = crowded_then_goal(deadline(40, 2))
     effects = sized_fill(ledger, T0 + 1)
     assert len(launched(effects, "science", "on_demand")) == 4
     confirm(ledger, effects, T0 + 2)
     ledger.set_tenants([science(deadline(0.5, 2))])   # the goal lightened: lower bound bought late still meets it
-
-    def released(effects) -> list:
-        return [e.lease for e in effects if isinstance(e, Stop) and e.lease.owner == "science"
-                and e.lease.role == "on_demand"]
-    now = T0 + 2 + GOAL_INTERVAL_S
+    now = T0 + 2 + MAX_TASK_S
     assert ledger.sizings["science"].dedicated_vcpus == 4
     first = ledger.size_goals(now)
     assert ledger.sizings["science"].dedicated_vcpus == 0 and not released(first)
     assert not released(ledger.size_goals(now))   # the same instant: still one sizing's word
     later = released(ledger.size_goals(now + GOAL_INTERVAL_S))
     assert len(later) == 4 and all(l.request_id.startswith("goal-science-") for l in later)
+
+
+def released(effects) -> list:
+    """science's dedicated VMs that `effects` stop."""
+    return [e.lease for e in effects if isinstance(e, Stop) and e.lease.owner == "science" and e.lease.role == "on_demand"]
+
+
+def bought_then_lightened(launch_times: list[float]) -> Ledger:
+    """science holds 4 dedicated VMs launched at `launch_times`, then its goal needs none."""
+    ledger = crowded_then_goal(deadline(40, 2))
+    effects = sized_fill(ledger, T0 + 1)
+    bought = launched(effects, "science", "on_demand")
+    assert len(bought) == len(launch_times) == 4
+    confirm(ledger, [e for e in effects if getattr(e, "lease", None) not in bought], T0 + 2)
+    for lease, at in zip(sorted(bought, key=lambda l: l.lease_id), launch_times):
+        confirm(ledger, [e for e in effects if getattr(e, "lease", None) is lease], at)
+    ledger.set_tenants([science(deadline(0.5, 2))])
+    return ledger
+
+
+def test_no_dedicated_vm_goes_before_the_longest_task_while_no_task_is_said():
+    """Guests say progress as tasks end: a dedicated VM stopped before its task ends loses the
+    work in flight. Before any task is said the task's length is unknown, so one is kept up to
+    MAX_TASK_S, and tenant show says why it holds more than the sizing wants."""
+    ledger = bought_then_lightened([T0 + 2] * 4)
+    assert not released(ledger.size_goals(T0 + 2 + GOAL_INTERVAL_S))   # the release clock starts
+    for now in (T0 + 2 + 2 * GOAL_INTERVAL_S, T0 + MAX_TASK_S - GOAL_INTERVAL_S, T0 + MAX_TASK_S):
+        assert not released(ledger.size_goals(now))
+        assert "4 more dedicated vCPUs stay until each has run 1 h 00 min" in ledger.sizings["science"].explain
+    assert len(released(ledger.size_goals(T0 + 2 + MAX_TASK_S))) == 4
+
+
+def test_a_dedicated_vm_goes_once_it_has_run_one_task_and_older_ones_go_in_place_of_younger():
+    """Its guests said the first task 600 s after the tenant first held vCPUs: a task is 600 s.
+    Of four VMs no longer wanted, the two that have run a task go at once; the two younger ones
+    stay until they have (the youngest first, as always, once they are old enough)."""
+    ledger = bought_then_lightened([T0 + 2, T0 + 2, T0 + 500, T0 + 900])
+    lease_id = ledger._dedicated("science")[0].lease_id
+    for at, done in ((T0, 0), (T0 + 600, 10)):
+        ledger.progress.note(lease_id, "science", done, 1000, 0.0, at)
+        ledger.progress.sample("science", 4, at)
+    now = T0 + 1000
+    ledger.size_goals(now)   # the first sizing that wants fewer: the release clock starts
+    first = released(ledger.size_goals(now + GOAL_INTERVAL_S))
+    assert sorted(l.launched_at for l in first) == [T0 + 2, T0 + 2]
+    assert "2 more dedicated vCPUs stay until each has run one task of the job (10 min" in \
+        ledger.sizings["science"].explain
+    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1100))] == [T0 + 500]
+    assert not released(ledger.size_goals(T0 + 1400))
+    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1500))] == [T0 + 900]
+    assert "stay until" not in ledger.sizings["science"].explain
 
 
 # -- the projected finish is made at the measured rate, never above what the goal states ------------
