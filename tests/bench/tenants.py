@@ -304,14 +304,15 @@ def main(argv: list[str] | None = None) -> int:
         per_tenant = per_tenant_runs(azure, sdsc_requests, sdsc_jobs, ctc_jobs)
     if not 1 <= args.seed_sets <= MAX_SEED_SETS:
         p.error(f"--seed-sets must be 1 to {MAX_SEED_SETS}, not {args.seed_sets}")
-    cases = goal_cases(args.seed_base, 1 if args.quick else args.seed_sets, STARTS[:1] if args.quick else STARTS)
+    seed_sets = 1 if args.quick else args.seed_sets
+    cases = goal_cases(args.seed_base, seed_sets, STARTS[:1] if args.quick else STARTS)
     global _TRACES
     _TRACES = (azure, sdsc_jobs)
     with multiprocessing.get_context("fork").Pool(max(1, args.processes)) as pool:   # each case is independent
         goals = pool.map(_goal_case, cases)
     verdict = judge(per_tenant, goals)
     out = dict(bench="tenants", nodes=NODES, days=DAYS, load=LOAD, jobs_load=JOBS_LOAD, lower_vcpus=LOWER_VCPUS,
-               work_vcpu_hours=WORK_VCPU_HOURS, seed_sets=args.seed_sets,
+               work_vcpu_hours=WORK_VCPU_HOURS, seed_sets=seed_sets,
                **verdict["figures"], goals=verdict["goals"], failed=verdict["failed"],
                passed=not verdict["failed"], per_seed_set=per_seed_set(goals, args.seed_base), goal_runs=goals, per_tenant=per_tenant,
                wall_seconds=round(time.perf_counter() - started, 1))
