@@ -34,8 +34,9 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, goal_from_dict, project, projection_rate,
-                    rate_measured_yet, report_lag, size_for_goal, sizing_rate, task_length, wave_finish)
+from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, dedicated_releases, goal_from_dict,
+                    project, projection_rate, rate_measured_yet, report_lag, size_for_goal, sizing_rate, task_length,
+                    wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -134,14 +135,14 @@ class GoalSizing:
         if sizing.done:
             self._wanted_fewer.pop(tenant.name, None)
             return self._job_done(tenant.name, sizing, progress, now)
-        sizing = self._in_waves(tenant.name, goal, progress, history, rate, now, sizing) \
+        task = task_length(history)   # None before a task is said
+        sizing = self._in_waves(tenant.name, goal, progress, history, task, rate, now, sizing) \
             or self._projected(goal, progress, now, residual, rate, upper, sizing)
         if early:
             sizing = dataclasses.replace(sizing, explain=(
                 f"{sizing.explain}; sized at the rate its goal states until its guests say "
                 f"{MEASURED_AFTER_SHARE:.0%} of the job done ({progress.done:g}/{progress.total:g} so far)"))
         self.sizings[tenant.name] = sizing
-        task = task_length(history)
         effects, held_back, kept = self._dedicated_to(tenant.name, sizing.dedicated_vcpus, now, task)
         if held_back:   # tenant show says why it holds fewer than the sizing wants
             sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
@@ -161,7 +162,7 @@ class GoalSizing:
         return effects
 
     def _in_waves(self, tenant: str, goal: Goal, progress: Progress, history: list[tuple[float, float, float]],
-                  rate: float | None, now: float, sizing: Sizing) -> Sizing | None:
+                  task: float | None, rate: float | None, now: float, sizing: Sizing) -> Sizing | None:
         """The sizing with the finish in whole waves of the job's tasks on the vCPUs it holds and
         the dedicated ones this sizing buys (goals.wave_finish); None where that does not apply. A
         plan that buys its lower bound later shows it too: that plan meets the deadline only if
@@ -174,9 +175,8 @@ class GoalSizing:
             finish = wave_finish(progress, history, shown, now, held)
         except (InvalidField, ValueError, ArithmeticError):
             return None
-        if finish is None:
+        if finish is None or task is None:   # wave_finish gives one only once a task is said
             return None
-        task = task_length(history)
         return dataclasses.replace(sizing, projected_finish_s=finish, explain=(
             f"{sizing.explain}{_rate_note(goal, progress, rate, shown)}; projected to finish {_clock(finish - now)} "
             f"from now, in whole waves of its tasks ({_clock(task)} each, as long as its first) on the {held} vCPUs "
@@ -362,19 +362,13 @@ class GoalSizing:
         # at least, for the scheduler's jitter): a dip of the residual at one sizing, or two sizings
         # at one instant (an admin's change beside the goals job), would otherwise stop their jobs
         if held > vcpus and now - self._wanted_fewer.setdefault(tenant, now) >= GOAL_INTERVAL_S / 2:
-            keep_s = MAX_TASK_S if task_s is None else task_s
-            young = False
-            for lease in reversed(mine):   # the youngest first
-                if held - lease.vcpus < vcpus:
-                    break
-                started = lease.launched_at if lease.launched_at is not None else lease.created_at
-                if lease.state == "running" and now - started < keep_s:
-                    young = True   # its first task is not done: an older one goes in its place
-                elif lease.state in ("running", "waiting"):   # one starting is released at the next sizing
-                    _lease, released = self.release(lease.lease_id, False, now)
-                    effects += released
-                    held -= lease.vcpus
-            kept = held - vcpus if young else 0
+            going, kept = dedicated_releases(
+                [(l.lease_id, l.vcpus, l.state, l.launched_at if l.launched_at is not None else l.created_at)
+                 for l in mine], vcpus, now, task_s)
+            for lease_id in going:
+                lease, released = self.release(lease_id, False, now)
+                effects += released
+                held -= lease.vcpus
         if held <= vcpus:   # none (more) wanted gone: a later dip starts the clock afresh
             self._wanted_fewer.pop(tenant, None)
         return effects, held_back, kept

@@ -259,6 +259,29 @@ def task_length(samples: Sequence[tuple[float, float, float]]) -> float | None:
     return None if lag <= 0 else min(max(lag, MIN_TASK_S), MAX_TASK_S)
 
 
+def dedicated_releases(vms: Sequence[tuple[str, int, str, float]], wanted_vcpus: int, now_s: float,
+                       task_s: float | None) -> tuple[list[str], int]:
+    """Which of a tenant's dedicated VMs to release so that they hold no more than `wanted_vcpus`:
+    `vms` are (id, vCPUs, state, started), oldest first. The youngest go first, in whole VMs, but
+    one running for less than a task (`task_s`; MAX_TASK_S before a task is said) stays, since
+    guests say progress as tasks end and it would lose its work in flight, and an older one goes
+    in its place. Only running and waiting VMs go (one starting goes at a later sizing). Returns
+    the ids to release and the vCPUs kept past `wanted_vcpus` for their first task (0 if none)."""
+    keep_s = MAX_TASK_S if task_s is None else task_s
+    held = sum(vcpus for _id, vcpus, _state, _started in vms)
+    released: list[str] = []
+    young = False
+    for vm_id, vcpus, state, started in reversed(vms):
+        if held - vcpus < wanted_vcpus:
+            break
+        if state == "running" and now_s - started < keep_s:
+            young = True
+        elif state in ("running", "waiting"):
+            released.append(vm_id)
+            held -= vcpus
+    return released, (held - wanted_vcpus if young else 0)
+
+
 def capacity_rising(samples: Sequence[tuple[float, float, float]], held_vcpus: float, now_s: float) -> bool:
     """Whether the vCPUs held now are over (1 + RISING_SHARE) times their mean over the samples
     of the last RISING_WINDOW_S (`samples` as progress_rate's, sorted)."""

@@ -5,12 +5,13 @@ work done never bring it later)."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from controller.core.goals import (MAX_TASK_S, MIN_TASK_S, RISING_SHARE, RISING_WINDOW_S, Progress,
-                                   capacity_rising, wave_finish)
+                                   capacity_rising, dedicated_releases, wave_finish)
 from gleaner_common.ids import InvalidField
 
 H = 3600.0
@@ -104,3 +105,43 @@ def test_the_finish_is_never_before_the_wave_in_flight_ends_and_more_held_or_don
     assert more_held is None or more_held <= finish
     more_done = wave_finish(Progress(min(total, done + (total - done) / 2), total), history, rate, now, held)
     assert more_done is not None and more_done <= finish
+
+
+# -- which dedicated VMs go (goals.dedicated_releases) ------------------------------------------------
+
+def _vms(*started: float, state: str = "running") -> list[tuple[str, int, str, float]]:
+    return [(f"d{i}", 1, state, at) for i, at in enumerate(started)]
+
+
+def test_dedicated_vms_go_youngest_first_once_each_has_run_a_task():
+    vms = _vms(0.0, 0.0, 500.0, 900.0)   # oldest first
+    assert dedicated_releases(vms, 0, 1000.0, 600.0) == (["d1", "d0"], 2)   # the two younger stay a task
+    assert dedicated_releases(vms, 0, 1100.0, 600.0) == (["d2", "d1", "d0"], 1)
+    assert dedicated_releases(vms, 0, 1500.0, 600.0) == (["d3", "d2", "d1", "d0"], 0)
+    assert dedicated_releases(vms, 3, 1000.0, 600.0) == (["d1"], 0)   # the one wanted gone is an older one
+    assert dedicated_releases(vms, 4, 5000.0, 600.0) == ([], 0)
+
+
+def test_before_a_task_is_said_a_dedicated_vm_stays_the_longest_task():
+    vms = _vms(0.0)
+    assert dedicated_releases(vms, 0, MAX_TASK_S - 1, None) == ([], 1)
+    assert dedicated_releases(vms, 0, MAX_TASK_S, None) == (["d0"], 0)
+
+
+@pytest.mark.parametrize("state, gone", [("waiting", ["d0"]), ("starting", [])])
+def test_a_waiting_vm_goes_at_once_and_a_starting_one_at_a_later_sizing(state, gone):
+    assert dedicated_releases(_vms(999.0, state=state), 0, 1000.0, 600.0) == (gone, 0)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_releases_never_go_below_what_is_wanted_and_never_take_a_vm_mid_task(seed):
+    rng = random.Random(seed)
+    vms = sorted(((f"d{i}", rng.randint(1, 4), rng.choice(["running", "waiting", "starting"]), rng.uniform(0, 3000))
+                  for i in range(rng.randint(0, 8))), key=lambda v: v[3])
+    wanted, now, task = rng.randint(0, 20), 3000.0, rng.uniform(60, 3600)
+    gone, kept = dedicated_releases(vms, wanted, now, task)
+    by_id = {v[0]: v for v in vms}
+    held = sum(v[1] for v in vms) - sum(by_id[g][1] for g in gone)
+    assert not gone or held >= wanted
+    assert all(by_id[g][2] != "starting" and not (by_id[g][2] == "running" and now - by_id[g][3] < task) for g in gone)
+    assert 0 <= kept <= max(0, held - wanted)
