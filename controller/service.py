@@ -139,8 +139,10 @@ class PoolService:
         log_event(log, "pool.loaded", leases=len(self.ledger.leases), pending=len(self.ledger.requests),
                   store=str(store.path), schema_version=store.schema_version)
 
-    def _load_ledger(self, reserve_settings: ReserveSettings, history: DemandHistory | None = None) -> Ledger:
-        """The books as the store has them (at start, and after a failed write)."""
+    def _load_ledger(self, reserve_settings: ReserveSettings, history: DemandHistory | None = None,
+                     progress: Mapping[str, Any] | None = None) -> Ledger:
+        """The books as the store has them (at start, and after a failed write: `history` and
+        `progress`, the goals' progress book, then the old books' own, newer than the store's)."""
         store = self.store
         ledger = Ledger(ledger_settings(self.config), store.backfill(), store.reserves(), random_id,
                         store.live_leases(), store.pending_requests(), store.recently_ended(),
@@ -148,15 +150,18 @@ class PoolService:
                         history=history if history is not None else store.history(),
                         reserved_nodes=store.reserved_nodes(), tenants=store.tenants(),
                         tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr),
-                        goals_done=store.goals_done(), on_demand_lives=store.on_demand_lives(LIFETIMES_KEPT))
+                        goals_done=store.goals_done(), on_demand_lives=store.on_demand_lives(LIFETIMES_KEPT),
+                        goal_progress=progress if progress is not None else store.goal_progress())
+        self._progress_saved = ledger.progress.version
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         for tenant, what, text in ledger.unreadable_settings:
             log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,
                       note="ignored: the tenant runs without it until it is set again")
         for key, text in store.unreadable_settings().items():
             log_event(log, "store.setting_unreadable", logging.WARNING, setting=key, stored=text,
-                      note="not a JSON list of names: read as none (reserved_nodes: the reserves choose "
-                           "afresh; goals_done: a job done is run again) until it is written again")
+                      note="not readable: read as none (reserved_nodes: the reserves choose afresh; goals_done: a "
+                           "job done is run again; goal_progress: the goals' measured rates and task lengths start "
+                           "afresh) until it is written again")
         return ledger
 
     # -- carrying out the ledger's effects (controller.effects) -------------------------------------
@@ -187,7 +192,8 @@ class PoolService:
                   effect="nothing was asked of any agent; the books are reloaded from the store")
         for replay in (True, False):
             try:
-                self._books = self._load_ledger(old.reserve_settings, history=old.history)
+                self._books = self._load_ledger(old.reserve_settings, history=old.history,
+                                                progress=old.progress.snapshot())
             except StoreError:
                 self._stale = failure
                 raise
@@ -594,6 +600,15 @@ class PoolService:
             self._apply(effects)
             if self.ledger.tenant_goals or effects:   # a sizing that changed nothing still steers the next
                 self.recorder.job("goals", effects)
+            self._save_goal_progress()
+
+    def _save_goal_progress(self) -> None:
+        """Under the lock: the progress book's snapshot, if it changed since the last save (a goals
+        job a minute: a restart loses at most that much of the histories)."""
+        progress = self.ledger.progress
+        if progress.version != self._progress_saved:
+            self.store.set_goal_progress(progress.snapshot())
+            self._progress_saved = progress.version
 
     def select(self, evaluation: bool) -> None:
         with self.lock:
@@ -685,9 +700,11 @@ class PoolService:
         return next((e.detail["dropped"] for e in write.events), 0)
 
     def save_history(self) -> None:
-        """Keep the predictive reserve's history across restarts (run periodically)."""
+        """Keep the predictive reserve's history across restarts (run periodically, and at a clean
+        stop, with the goals' progress)."""
         with self.lock:
             self.store.set_history(self.ledger.history)
+            self._save_goal_progress()
 
     def reserve_status(self) -> tuple[ReserveSettings, ReserveTarget, list[Hint], list[str], int]:
         """(settings, the target now, live hints, nodes kept free at the last fill, waiting requests)."""

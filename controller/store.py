@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -452,6 +452,38 @@ class Store:
         self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('demand_history', ?)",
                     (json.dumps(history.snapshot()),))
 
+    def goal_progress(self) -> Any:
+        """What the guests had said of each goal-driven tenant's job (ProgressBook.snapshot) as last
+        saved, or None (none saved, or not JSON: the service warns, and the histories start afresh)."""
+        rows = self._rows("SELECT value FROM settings WHERE key = 'goal_progress'")
+        if not rows:
+            return None
+        try:
+            return json.loads(rows[0]["value"])
+        except ValueError:
+            with self._lock:
+                self._unreadable["goal_progress"] = str(rows[0]["value"])[:200]
+            return None
+
+    def set_goal_progress(self, snapshot: Mapping[str, Any]) -> None:
+        self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)",
+                    (json.dumps(snapshot),))
+
+    def _forget_goal_progress(self, name: str, only_done: bool = False) -> None:   # under the lock, in a transaction
+        """The tenant's saved progress goes (`only_done`: if it says its job done, as
+        GoalSizing.new_goal forgets it in memory); an unreadable row is left for the load to warn of."""
+        row = self._db.execute("SELECT value FROM settings WHERE key = 'goal_progress'").fetchone()
+        try:
+            saved = json.loads(row["value"]) if row else None
+        except ValueError:
+            return
+        entry = saved.get(name) if isinstance(saved, dict) else None
+        if entry is None or (only_done and not (isinstance(entry, dict) and _said_done(entry))):
+            return
+        del saved[name]
+        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)",
+                         (json.dumps(saved),))
+
     # -- tenants ----------------------------------------------------------------------------------
 
     def tenants(self) -> list[TenantRecord]:
@@ -466,7 +498,8 @@ class Store:
                    job_begins: bool = False) -> None:
         """Insert (`new`: a name already there is a StoreError, nothing written) or update a tenant,
         with its audit event, in one transaction. `job_begins`: its goal was set, so its next job
-        begins: a job done before is forgotten in the same transaction."""
+        begins: a job done before is forgotten in the same transaction, with the progress saved of
+        it (ProgressBook's; kept, it would say the new job done at once after a restart)."""
         values = tuple(asdict(tenant).values())
         sql = _INSERT_TENANT if new else _INSERT_TENANT.replace("INSERT", "INSERT OR REPLACE", 1)
 
@@ -474,6 +507,7 @@ class Store:
             db.execute(sql, values)
             if job_begins:
                 self._forget_goal_done(tenant.name)
+                self._forget_goal_progress(tenant.name, only_done=True)
         self._with_event(event, change, at)
 
     def delete_tenant(self, name: str, event: Audit, at: float | None = None) -> None:
@@ -482,6 +516,7 @@ class Store:
         def change(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM tenants WHERE name = ?", (name,))
             self._forget_goal_done(name)
+            self._forget_goal_progress(name)
         self._with_event(event, change, at)
 
     def goals_done(self) -> list[str]:
@@ -583,3 +618,10 @@ def _detail(detail: Any, by: str) -> str:
 _TENANT_FIELDS = list(TenantRecord.__dataclass_fields__)
 _INSERT_TENANT = f"INSERT INTO tenants ({', '.join(_TENANT_FIELDS)}) VALUES ({', '.join('?' for _ in _TENANT_FIELDS)})"
 _INSERT_EVENT = "INSERT INTO events (at, kind, node_id, lease_id, detail) VALUES (?, ?, ?, ?, ?)"
+
+
+def _said_done(entry: dict[str, Any]) -> bool:
+    """Whether a saved progress entry says its job done (DONE at TOTAL); a malformed one does not."""
+    done, total = entry.get("done"), entry.get("total")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, total))
+    return numbers and total > 0 and done >= total

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 from gleaner_common.ids import InvalidField
 
@@ -78,6 +79,13 @@ class GoalSizing:
                 self.sizings[name] = Sizing(0, 0, math.inf, True, "done: its guests said so, as the store kept it; "
                                             "it is granted nothing until its goal is set again (the next job)",
                                             done=True)
+
+    def load_goal_progress(self, saved: Any) -> None:
+        """What the guests had said of each tenant's job when the controller stopped (the store's
+        ProgressBook.snapshot): its measured rate and task length carry on. An entry not read is
+        said (unreadable_settings), and that tenant's history starts afresh."""
+        for tenant, why in self.progress.restore(saved, [t.name for t in self.tenants]):
+            self.unreadable_settings.append((tenant, "goal_progress", why))
 
     def _goals_from(self, records) -> None:
         """The goals of the tenants given to set_tenants (their records' JSON)."""

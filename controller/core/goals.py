@@ -179,7 +179,7 @@ def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None
     oscillates cannot inflate its own rate."""
     if len(history) > MAX_FORECAST_POINTS:
         raise InvalidField("history", f"{len(history)} samples; at most {MAX_FORECAST_POINTS}")
-    samples = sorted(_sample(point, i) for i, point in enumerate(history))
+    samples = sorted(history_point(point, i) for i, point in enumerate(history))
     if len(samples) < 2:
         return None
     end = samples[-1][0] - report_lag(samples)   # progress said now is for vCPU-time up to `end`
@@ -240,7 +240,7 @@ def wave_finish(progress: Progress, history: Sequence[tuple[float, float, float]
     expected to leave). None where it does not apply: nothing held, no progress said yet (no
     task length), or the held vCPUs rising (capacity_rising: a wave on what it holds now would
     come late)."""
-    samples = sorted(_sample(point, i) for i, point in enumerate(history))
+    samples = sorted(history_point(point, i) for i, point in enumerate(history))
     task = task_length(samples)
     if held_vcpus <= 0 or task is None or rate_per_vcpu <= 0 or capacity_rising(samples, held_vcpus, now_s):
         return None
@@ -289,7 +289,8 @@ def capacity_rising(samples: Sequence[tuple[float, float, float]], held_vcpus: f
     return bool(recent) and held_vcpus > (1 + RISING_SHARE) * sum(recent) / len(recent)
 
 
-def _sample(point: tuple[float, float, float], index: int) -> tuple[float, float, float]:
+def history_point(point: tuple[float, float, float], index: int) -> tuple[float, float, float]:
+    """A (time_s, done, vcpus) sample of a progress history, bounded (InvalidField names it)."""
     if not isinstance(point, (tuple, list)) or len(point) != 3:
         raise InvalidField(f"history[{index}]", f"{point!r} is not (time_s, done, vcpus)")
     return (_number(point[0], 0.0, MAX_TIME_S, f"history[{index}].time_s", "s"),

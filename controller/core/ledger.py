@@ -24,6 +24,7 @@ expired unconfirmed may still run), and never while its node runs more than the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .books import AUDIT_NODES, ROLES, Books, NodeState, shared_size
 from .batch_fill import BatchFilling
@@ -56,7 +57,8 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
                  reserve_settings: ReserveSettings = ReserveSettings(), hints: Iterable[Hint] = (),
                  history: DemandHistory | None = None, reserved_nodes: Iterable[str] = (),
                  tenants: Iterable[TenantRecord] = (), tenancy: TenancySettings = TenancySettings(),
-                 goals_done: Iterable[str] = (), on_demand_lives: Iterable[tuple[float, float]] | None = None) -> None:
+                 goals_done: Iterable[str] = (), on_demand_lives: Iterable[tuple[float, float]] | None = None,
+                 goal_progress: Any = None) -> None:
         """`new_id(prefix)` makes lease ids (random in the service, counted in the simulator).
         Live leases and pending requests from the store are unfinished business: each lease's node
         re-drives it (launch or stop again) when it next reports; a pending request without a
@@ -68,7 +70,8 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         (controller.core.bounds; none given: only the built-in, unbounded ones), `tenancy` the pool's
         RBT and URR, `goals_done` the tenants whose goal's job was done (granted nothing until a new goal),
         `on_demand_lives` the (launched_at, ended_at) of the last on-demand VMs that ended, oldest
-        end first (None: those among `ended`)."""
+        end first (None: those among `ended`), `goal_progress` the progress book's snapshot as last
+        saved (ProgressBook.snapshot; None: none)."""
         self._init_books(settings, backfill, new_id)
         self._init_idleness(backfill)
         self._init_filling(reserves, reserve_settings, hints, history, reserved_nodes)
@@ -86,6 +89,8 @@ class Ledger(ReportMatching, Idleness, Requests, GoalSizing, BatchFilling, Filli
         self.tenancy_settings = tenancy
         self.set_tenants(tenants)
         self.load_goals_done(goals_done)
+        if goal_progress is not None:
+            self.load_goal_progress(goal_progress)
 
     def _load(self, leases: list[Lease], requests: list[RequestRecord], ended: list[Lease]) -> None:
         """The books as the store had them: unfinished business is asked again when its node reports."""

@@ -11,15 +11,21 @@ stays within that tenant's bounds (goals.size_for_goal); its figures are bounded
 here, and the history's times are the controller's clock (when a report first showed a change),
 never the guest's.
 
-Pure: no clock, no I/O; the books call it with `now`.
+Pure: no clock, no I/O; the books call it with `now`. Its last progress and history per tenant
+outlive a restart (snapshot, restore: the controller saves them with each goals job): begun
+afresh, a history would start mid-task, and its first tasks said would read as a short task
+length and a high rate, so the sizing would release dedicated VMs too soon and buy too little.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from .goals import Progress
+from gleaner_common.ids import InvalidField
+
+from .goals import Progress, history_point
 
 MAX_SAMPLES = 256   # per tenant: at a job's end per sample, hours of history; progress_rate reads first to last
 
@@ -54,6 +60,7 @@ class ProgressBook:
         self._last: dict[str, Progress] = {}                 # tenant -> its progress when last read
         self._history: dict[str, deque[tuple[float, float, float]]] = {}
         self._max_samples = max_samples
+        self.version = 0   # moves with every change a snapshot would show (what to save, and when)
 
     def note(self, lease_id: str, tenant: str, done: int, total: int, for_s: float, now: float) -> bool:
         """A report's statement of `lease_id`'s guest (already bounded); True if it is new."""
@@ -72,12 +79,14 @@ class ProgressBook:
             return
         last = self._last.get(tenant)
         self._last[tenant] = progress
+        self.version += last != progress
         history = self._history.get(tenant)
         if history is None or last is None or last.total != progress.total:
             history = self._history[tenant] = deque(maxlen=self._max_samples)
         elif history and history[-1][1:] == (progress.done, held_vcpus):
             return
         history.append((now, progress.done, held_vcpus))
+        self.version += 1
 
     def forget(self, lease_id: str) -> None:
         """A lease ended: its statement goes (its tenant's last progress and history stay)."""
@@ -87,6 +96,7 @@ class ProgressBook:
         """A tenant was deleted: what was said of its job goes too."""
         self._last.pop(tenant, None)
         self._history.pop(tenant, None)
+        self.version += 1
 
     def statement(self, lease_id: str) -> Statement | None:
         kept = self._said.get(lease_id)
@@ -100,3 +110,45 @@ class ProgressBook:
     def history(self, tenant: str) -> tuple[tuple[float, float, float], ...]:
         """The tenant's (time_s, done, vcpus) samples, oldest first, for goals.progress_rate."""
         return tuple(self._history.get(tenant, ()))
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Per tenant, its last progress and history, as JSON values (restore reads them back)."""
+        return {tenant: dict(done=last.done, total=last.total, history=[list(s) for s in self._history.get(tenant, ())])
+                for tenant, last in sorted(self._last.items())}
+
+    def restore(self, saved: Any, tenants: Iterable[str]) -> list[tuple[str, str]]:
+        """What a snapshot kept of `tenants` (the others are gone: deleted while the controller was
+        down), before any report. Returns (tenant, why) for each entry not read: unreadable, it is
+        left out whole and that tenant starts afresh (never half a history)."""
+        if not isinstance(saved, Mapping):
+            return [("*", f"{str(saved)[:200]} is not a table of tenants")]
+        problems: list[tuple[str, str]] = []
+        known = set(tenants)
+        for tenant, entry in saved.items():
+            if tenant not in known:
+                continue
+            try:
+                last, history = _restored(entry, self._max_samples)
+            except InvalidField as exc:
+                problems.append((str(tenant), str(exc)))
+                continue
+            self._last[tenant] = last
+            self._history[tenant] = deque(history, maxlen=self._max_samples)
+        self.version += 1
+        return problems
+
+
+def _restored(entry: Any, max_samples: int) -> tuple[Progress, list[tuple[float, float, float]]]:
+    """One tenant's snapshot entry, checked as a guest's figures are (InvalidField names what is wrong)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("history"), list):
+        raise InvalidField("goal_progress", f"{str(entry)[:200]} is not (done, total, history)")
+    last = Progress(entry.get("done"), entry.get("total"))
+    samples = entry["history"]
+    if len(samples) > max_samples:
+        raise InvalidField("goal_progress.history", f"{len(samples)} samples; at most {max_samples}")
+    history = [history_point(point, i) for i, point in enumerate(samples)]
+    if any(later[0] < earlier[0] for earlier, later in zip(history, history[1:])):
+        raise InvalidField("goal_progress.history", "its samples are not in time order")
+    if any(done > last.total for _t, done, _v in history):
+        raise InvalidField("goal_progress.history", f"a sample says more done than the job's total {last.total:g}")
+    return last, history

@@ -87,7 +87,7 @@ def test_a_job_done_stops_its_vms_and_a_new_goal_starts_the_next(service):
 
 def restarted(service: PoolService, clock: Clock) -> PoolService:
     """The controller restarted on the same store file: a new store and service, the books as
-    the store has them, the progress book empty (it lives in memory)."""
+    the store has them (the progress book as the last goals job saved it)."""
     config, agents = service.config, service.agents
     service.close()
     service.store.close()
@@ -146,24 +146,26 @@ def test_a_tenant_made_again_under_a_done_tenants_name_starts_afresh(service):
     assert service.store.goals_done() == []
 
 
-def test_a_malformed_row_of_jobs_done_is_read_as_none_and_the_admin_is_warned(service, caplog):
-    """A goals_done row that is not a JSON list of names (a hand edit, a torn copy) cannot say
-    which jobs were done: read as none, and said in the log when the books are loaded."""
+@pytest.mark.parametrize("key", ["goals_done", "goal_progress"])
+def test_a_malformed_row_of_jobs_done_or_progress_is_read_as_none_and_the_admin_is_warned(service, caplog, key):
+    """A goals_done row that is not a JSON list of names, or a goal_progress row that is not JSON
+    (a hand edit, a torn copy), cannot say which jobs were done or how far they got: read as
+    none, and said in the log when the books are loaded."""
     service, clock = service
     config, agents = service.config, service.agents
     service.close()
     service.store.close()
     import sqlite3
     db = sqlite3.connect(config.store_path)
-    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goals_done', '{\"science\": true')")
+    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '{\"science\": true')", (key,))
     db.commit()
     db.close()
     with caplog.at_level(logging.WARNING, logger="controller.service"):
         again = PoolService(config, Store(config.store_path), agents, clock=clock)
     try:
         [warned] = [r for r in caplog.records if r.getMessage() == "store.setting_unreadable"]
-        assert warned.setting == "goals_done" and warned.stored.startswith('{"science"')
-        assert again.store.goals_done() == []
+        assert warned.setting == key and warned.stored.startswith('{"science"') and key in warned.note
+        assert again.store.goals_done() == [] and again.ledger.progress.history("science") == ()
     finally:
         again.close()
         again.store.close()
@@ -237,3 +239,27 @@ def test_show_says_when_the_finish_shown_and_the_goals_state_rest_on_different_f
                                                   goal_json=json.dumps(goal)))
     assert shown.startswith(state.replace("_", " "))
     assert (said in shown) if said else "(" not in shown
+
+
+def test_the_progress_book_the_goals_job_saved_comes_back_after_a_restart(service):
+    """Each goals job saves the progress book when it changed; the books loaded again have the
+    same history, so the rate and task length measured before carry on."""
+    service, clock = service
+    running = science(service)
+    for done in (0, 100, 200):
+        clock.now += 600
+        service.ingest(report([(running[0], done, 7200), (running[1], done, 7200)]))
+    history = service.ledger.progress.history("science")
+    assert [done for _t, done, _v in history] == [0, 100, 200]
+    service.size_goals()
+    again = restarted(service, clock)
+    try:
+        assert again.ledger.progress.history("science") == history
+        assert again.ledger.progress.progress("science").done == 200
+        assert "science" in again.store.goal_progress()
+        again.delete_tenant("science", drain=True, wait_seconds=5)   # one made later under its name starts afresh
+        assert "science" not in again.store.goal_progress()
+    finally:
+        again.close()
+        again.store.close()
+

@@ -20,7 +20,7 @@ from controller.core.tenancy import TenancySettings
 from gleaner_common.ids import InvalidField
 
 from .test_ledger_reserves import confirm
-from .test_ledger import BACKFILL, SETTINGS, Report, counter
+from .test_ledger import BACKFILL, SETTINGS, Report, Vm, counter
 
 NODES = {f"n{i}": (4, 4096) for i in range(1, 5)}   # 16 vCPUs
 T0 = 100_000.0
@@ -588,3 +588,98 @@ def test_a_deleted_tenants_progress_goes_with_it():
     ledger.set_tenants([])
     ledger.set_tenants([science(deadline(7, 2))])
     assert ledger.progress.history("science") == ()
+
+
+# -- the progress book outlives a restart ------------------------------------------------------------
+
+def restarted(ledger: Ledger, saved) -> Ledger:
+    """The books loaded again from what the store keeps (the live leases, the tenants, the progress
+    book's snapshot as JSON), then each node's report showing its VMs."""
+    leases = list(ledger.leases.values())
+    again = Ledger(SETTINGS, BACKFILL, {}, counter(), leases, tenants=[science(deadline(0.5, 2))],
+                   tenancy=TenancySettings(), goal_progress=None if saved is None else json.loads(json.dumps(saved)))
+    for node_id, (cpus, memory) in NODES.items():
+        vms = [Vm(l.vm_name, l.lease_id, l.role, l.vcpus, l.memory_mib, l.launched_at or T0)
+               for l in leases if l.node_id == node_id and l.state == "running"]
+        again.report(Report(node_id, f"{node_id}:1", cpus, memory, vms), T0 + 950)
+    again.select(T0 + 950, evaluation=True)
+    return again
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_after_a_restart_the_task_length_said_before_still_keeps_dedicated_vms(kept):
+    """The guests said their first task 600 s after the tenant first held vCPUs, then the
+    controller restarted. With the progress book saved, the sizing still knows a task is 600 s:
+    the two VMs that have run one go, the two younger stay. Begun afresh (kept False), its history
+    starts mid-task: the first task said after the restart (50 s later) would read as a task of a
+    minute and every VM would go, the work in flight on the younger ones lost."""
+    ledger = bought_then_lightened([T0 + 2, T0 + 2, T0 + 500, T0 + 900])
+    lease_id = ledger._dedicated("science")[0].lease_id
+    for at, done in ((T0, 0), (T0 + 600, 10)):
+        ledger.progress.note(lease_id, "science", done, 1000, 0.0, at)
+        ledger.progress.sample("science", 4, at)
+    again = restarted(ledger, ledger.progress.snapshot() if kept else None)
+    assert again.progress.history("science") == (ledger.progress.history("science") if kept else ())
+    for at, done in ((T0 + 950, 10), (T0 + 1000, 12)):   # the guests speak again after the restart
+        again.progress.note(lease_id, "science", done, 1000, 0.0, at)
+        again.progress.sample("science", 4, at)
+    now = T0 + 1000
+    again.size_goals(now)   # the first sizing that wants fewer: the release clock starts
+    first = sorted(l.launched_at for l in released(again.size_goals(now + GOAL_INTERVAL_S)))
+    if kept:
+        assert first == [T0 + 2, T0 + 2]
+        assert "one task of the job (10 min" in again.sizings["science"].explain
+    else:
+        assert first == [T0 + 2, T0 + 2, T0 + 500, T0 + 900]
+
+
+def test_a_progress_book_saved_reads_back_and_a_bad_entry_is_said_and_left_out_whole():
+    """ProgressBook.snapshot through JSON restores each known tenant's last progress and history;
+    an entry not read (not a table, DONE past TOTAL, samples out of order or out of bounds, too
+    many) is named in unreadable_settings and leaves that tenant afresh, never half read; a
+    tenant deleted meanwhile is dropped."""
+    from controller.core.progress import ProgressBook
+    book = ProgressBook(max_samples=4)
+    for at, done in ((T0, 0), (T0 + 600, 10), (T0 + 1200, 20)):
+        book.note("bf-1", "science", done, 1000, 0.0, at)
+        book.sample("science", 4, at)
+    saved = json.loads(json.dumps(book.snapshot()))
+    assert saved == {"science": {"done": 20, "total": 1000,
+                                 "history": [[T0, 0, 4], [T0 + 600, 10, 4], [T0 + 1200, 20, 4]]}}
+    bad = {"not a table": 3, "past total": dict(done=5, total=4, history=[]),
+           "out of order": dict(done=1, total=4, history=[[T0 + 1, 0, 1], [T0, 1, 1]]),
+           "negative": dict(done=1, total=4, history=[[T0, -1, 1]]),
+           "nan": dict(done=1, total=4, history=[[float("nan"), 1, 1]]),
+           "too many": dict(done=1, total=4, history=[[T0 + i, 1, 1] for i in range(5)]),
+           "sample past total": dict(done=1, total=4, history=[[T0, 9, 1]])}
+    restored = ProgressBook(max_samples=4)
+    problems = dict(restored.restore({**saved, **bad, "deleted": saved["science"]}, ["science", *bad]))
+    assert set(problems) == set(bad), problems
+    assert "history" in problems["out of order"] and "time order" in problems["out of order"]
+    assert "at most 4" in problems["too many"] and "progress.done" in problems["past total"]
+    assert restored.history("science") == book.history("science")
+    assert restored.progress("science") == book.progress("science")
+    assert all(restored.progress(t) is None and restored.history(t) == () for t in [*bad, "deleted"])
+    assert restored.restore("[1, 2]", ["science"]) and restored.history("science") == book.history("science")
+    ledger = Ledger(SETTINGS, BACKFILL, {}, counter(), tenants=[science(deadline(7, 2))], tenancy=TenancySettings(),
+                    goal_progress={"science": bad["past total"]})
+    assert [(t, what) for t, what, _why in ledger.unreadable_settings] == [("science", "goal_progress")]
+    assert ledger.progress.history("science") == ()
+
+
+def test_the_progress_books_version_moves_with_what_a_snapshot_shows():
+    """The service saves the snapshot when the version moved since its last save: a report saying
+    nothing new leaves it, a new DONE or a tenant forgotten moves it."""
+    from controller.core.progress import ProgressBook
+    book = ProgressBook()
+    book.note("bf-1", "science", 1, 10, 0.0, T0)
+    book.sample("science", 2, T0)
+    version = book.version
+    book.sample("science", 2, T0 + 5)
+    assert book.version == version
+    book.note("bf-1", "science", 2, 10, 0.0, T0 + 9)
+    book.sample("science", 2, T0 + 9)
+    assert book.version > version
+    version = book.version
+    book.forget_tenant("science")
+    assert book.version > version and book.snapshot() == {}
