@@ -152,7 +152,8 @@ class PoolService:
                         tenancy=TenancySettings(self.config.tenants_rbt, self.config.tenants_urr),
                         goals_done=store.goals_done(), on_demand_lives=store.on_demand_lives(LIFETIMES_KEPT),
                         goal_progress=progress if progress is not None else store.goal_progress())
-        self._progress_saved = ledger.progress.version
+        # the store holds what it restored; the old books' own (a reload) is saved at the next goals job
+        self._progress_saved = ledger.progress.version if progress is None else -1
         ledger.explains_unfilled = True   # the log says why a node with room gets nothing (fill())
         for tenant, what, text in ledger.unreadable_settings:
             log_event(log, "tenant.settings_unreadable", logging.WARNING, tenant=tenant, setting=what, stored=text,

@@ -459,11 +459,15 @@ class Store:
         if not rows:
             return None
         try:
-            return json.loads(rows[0]["value"])
+            saved = json.loads(rows[0]["value"])
         except ValueError:
-            with self._lock:
+            saved = None
+        with self._lock:
+            if saved is None:
                 self._unreadable["goal_progress"] = str(rows[0]["value"])[:200]
-            return None
+            else:
+                self._unreadable.pop("goal_progress", None)
+        return saved
 
     def set_goal_progress(self, snapshot: Mapping[str, Any]) -> None:
         self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)",

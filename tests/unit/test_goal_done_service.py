@@ -17,7 +17,8 @@ from controller.store import Store
 from gleaner_common.config import TlsConfig
 from controller.gleanctl import goal_state_text
 from protos import controller_pb2
-from tests.unit.test_books_faults import Clock, RecordingAgents, drained
+from controller.store import StoreError
+from tests.unit.test_books_faults import Clock, RecordingAgents, drained, failing
 
 GOAL = {"kind": "deadline", "work_vcpu_hours": 2.0}
 
@@ -263,3 +264,21 @@ def test_the_progress_book_the_goals_job_saved_comes_back_after_a_restart(servic
         again.close()
         again.store.close()
 
+
+
+def test_a_reload_after_a_failed_write_keeps_the_progress_not_yet_saved_and_saves_it_later(service):
+    """The books reloaded after a write the store refused keep the progress book they had (newer
+    than the store's), and the next goals job saves it."""
+    service, clock = service
+    running = science(service)
+    for done in (0, 100):
+        clock.now += 600
+        service.ingest(report([(running[0], done, 7200), (running[1], done, 7200)]))
+    history = service.ledger.progress.history("science")
+    assert len(history) == 2 and "science" not in (service.store.goal_progress() or {})
+    with failing(service.store, "read_only"):
+        with pytest.raises(StoreError):
+            service.request(1, 256, "tiny", "web", "r1", wait_seconds=0)
+    assert service.ledger.progress.history("science") == history
+    service.size_goals()
+    assert [s[1] for s in service.store.goal_progress()["science"]["history"]] == [0, 100]
