@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from controller.core.goal_sizing import GOAL_INTERVAL_S
+from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S
 from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
@@ -334,7 +334,7 @@ def test_the_projected_finish_counts_on_demand_vms_expected_to_leave_and_buys_as
     # the lives seen were 1200 to 1229 s: 2 of 30 ended by age 1201, so 12 x 2/30 vCPUs are
     # expected free 20 minutes on, all 12 at 30 (science reaches 4 of them)
     assert history.projected_finish_s == pytest.approx(T0 + 1 + 1800 + (5 * HOUR - 12 * 2 / 30 * 600) / 4)
-    assert flat.projected_finish_s == T0 + 2 * HOUR - 120   # the padded deadline
+    assert flat.projected_finish_s == T0 + 2 * HOUR - GOAL_PADDING_S   # the padded deadline
     assert "the pool's 12 on-demand vCPUs expected to leave" in history.explain
     assert "sized as if none leave" in history.explain and f"the last {MIN_LIFETIMES} on-demand VMs" in history.explain
 
@@ -500,10 +500,11 @@ def test_a_projection_is_made_at_the_measured_rate_but_never_above_what_the_goal
         assert waves_after == 1
         assert f"projected at 100 progress units per vCPU-hour, what its goal states (700 over 7 vCPU-hours), " \
                f"not the {measured:.4g} measured" in sizing.explain
-        # the decision's own figure is the measured rate's (the deadline padded by the 600-s report lag)
+        # the decision's own figure is the measured rate's (the deadline padded by half the 600-s
+        # report lag, the five minutes' least)
         before = float(sizing.explain.split("finishing ")[1].split(" s before")[0])
         left = 700 - last_done
-        assert before == pytest.approx(T0 + 2 * HOUR - 600 - (now + left / measured / 16 * HOUR), abs=1)
+        assert before == pytest.approx(T0 + 2 * HOUR - 300 - (now + left / measured / 16 * HOUR), abs=1)
 
 
 def test_a_tenant_whose_vcpus_are_rising_is_projected_on_the_residual_not_in_waves():
@@ -542,20 +543,22 @@ def test_the_measured_rate_steers_the_sizing_only_once_a_twentieth_of_the_job_is
                                        "(40/1000 so far)")
 
 
-def test_a_plan_to_buy_later_keeps_the_deadline_it_meets_whatever_the_rate():
+@pytest.mark.parametrize("lag, padding", [(300, 300), (600, 300), (1200, 600)])
+def test_a_plan_to_buy_later_keeps_the_deadline_it_meets_whatever_the_rate(lag, padding):
     """Waiting for volunteers (its lower bound bought later meets the deadline): the finish shown
-    is the plan's, the padded deadline, even when the measured rate reads above the goal's."""
+    is the plan's, the padded deadline, even when the measured rate reads above the goal's. The
+    padding is half the first task said (the report lag), five minutes at least."""
     ledger = crowded_then_goal(deadline(6, 2))
     confirm(ledger, sized_fill(ledger, T0 + 1), T0 + 1)
     ledger.set_tenants([science(deadline(6, 2))])
     lease = next(l for l in ledger.leases.values() if l.role == "backfill")   # any lease: the word is filed by tenant
-    for at, done in [(T0 + 60, 0), (T0 + 660, 10), (T0 + 900, 30)]:
+    for at, done in [(T0 + 60, 0), (T0 + 60 + lag, 10), (T0 + 300 + lag, 30)]:
         ledger.progress.note(lease.lease_id, "science", done, 600, 0.0, at)
         ledger.progress.sample("science", 4, at)
-    sized_fill(ledger, T0 + 960)
+    sized_fill(ledger, T0 + 360 + lag)
     sizing = ledger.sizings["science"]
     assert sizing.buys_later and sizing.explain.startswith("waiting")
-    assert sizing.projected_finish_s == T0 + 2 * HOUR - 600   # padded by the 600-s report lag
+    assert sizing.projected_finish_s == T0 + 2 * HOUR - padding
 
 
 def test_a_sizing_skipped_starts_the_release_clock_afresh():
