@@ -906,7 +906,8 @@ class PoolService:
             detail = dict(_tenant_detail(new), **{field: getattr(new, field) or unset,
                                                   f"before_{field}": getattr(old, field) or unset})
             self.store.put_tenant(new, Audit("tenant.changed", detail=detail), new=False, at=self.clock(),
-                                  job_begins=job_begins)
+                                  job_begins=job_begins,
+                                  goal_progress=self.ledger.progress_kept(goal_begins=name) if job_begins else None)
             self._tenants_changed(goal_begins=name if job_begins else None, sized=True)
         log_event(log, "tenant.changed", **detail)
         self.request_fill()   # the launcher grants by the tenants now
@@ -948,7 +949,8 @@ class PoolService:
                 self.ledger.draining.discard(name)
                 self.recorder.drain(name, False)
             detail = dict(_tenant_detail(record), drained=",".join(leases))
-            self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock())
+            self.store.delete_tenant(name, Audit("tenant.deleted", detail=detail), at=self.clock(),
+                                     goal_progress=self.ledger.progress_kept(deleted=name))
             self._tenants_changed()   # its progress is forgotten with it (Bounds.set_tenants)
         log_event(log, "tenant.deleted", **detail)
         self.request_fill()   # the launcher grants by the tenants now

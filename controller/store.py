@@ -419,16 +419,23 @@ class Store:
 
     def _names(self, key: str) -> list[str]:   # under the store's lock
         """A settings row holding a JSON list of names (none, or not such a list: no names)."""
+        return [v for v in self._json_setting(key, list, []) if isinstance(v, str)]
+
+    def _json_setting(self, key: str, kind: type, default: Any) -> Any:   # under the store's lock
+        """A settings row's JSON value of type `kind`; `default` when there is none, or when it is
+        not such JSON (then kept in unreadable_settings for the service to warn of)."""
         row = self._db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return default
         try:
-            values = json.loads(row["value"]) if row else []
+            value = json.loads(row["value"])
         except ValueError:
-            values = None
-        if not isinstance(values, list):
+            value = None
+        if not isinstance(value, kind):
             self._unreadable[key] = str(row["value"])[:200]
-            return []
+            return default
         self._unreadable.pop(key, None)
-        return [v for v in values if isinstance(v, str)]
+        return value
 
     def hints(self) -> list[Hint]:
         """The reserves' hints as last written (the ledger drops the ones that are over)."""
@@ -452,41 +459,15 @@ class Store:
         self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('demand_history', ?)",
                     (json.dumps(history.snapshot()),))
 
-    def goal_progress(self) -> Any:
+    def goal_progress(self) -> dict[str, Any] | None:
         """What the guests had said of each goal-driven tenant's job (ProgressBook.snapshot) as last
-        saved, or None (none saved, or not JSON: the service warns, and the histories start afresh)."""
-        rows = self._rows("SELECT value FROM settings WHERE key = 'goal_progress'")
-        if not rows:
-            return None
-        try:
-            saved = json.loads(rows[0]["value"])
-        except ValueError:
-            saved = None
-        with self._lock:
-            if saved is None:
-                self._unreadable["goal_progress"] = str(rows[0]["value"])[:200]
-            else:
-                self._unreadable.pop("goal_progress", None)
-        return saved
+        saved, or None (none saved, or not a JSON table: the service warns, and the histories start
+        afresh)."""
+        with self._failing(), self._lock:
+            return self._json_setting("goal_progress", dict, None)
 
     def set_goal_progress(self, snapshot: Mapping[str, Any]) -> None:
-        self._write("INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)",
-                    (json.dumps(snapshot),))
-
-    def _forget_goal_progress(self, name: str, only_done: bool = False) -> None:   # under the lock, in a transaction
-        """The tenant's saved progress goes (`only_done`: if it says its job done, as
-        GoalSizing.new_goal forgets it in memory); an unreadable row is left for the load to warn of."""
-        row = self._db.execute("SELECT value FROM settings WHERE key = 'goal_progress'").fetchone()
-        try:
-            saved = json.loads(row["value"]) if row else None
-        except ValueError:
-            return
-        entry = saved.get(name) if isinstance(saved, dict) else None
-        if entry is None or (only_done and not (isinstance(entry, dict) and _said_done(entry))):
-            return
-        del saved[name]
-        self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)",
-                         (json.dumps(saved),))
+        self._write(_SET_GOAL_PROGRESS, (json.dumps(snapshot),))
 
     # -- tenants ----------------------------------------------------------------------------------
 
@@ -499,11 +480,11 @@ class Store:
         return TenantRecord(**dict(rows[0])) if rows else None
 
     def put_tenant(self, tenant: TenantRecord, event: Audit, new: bool, at: float | None = None,
-                   job_begins: bool = False) -> None:
+                   job_begins: bool = False, goal_progress: Mapping[str, Any] | None = None) -> None:
         """Insert (`new`: a name already there is a StoreError, nothing written) or update a tenant,
         with its audit event, in one transaction. `job_begins`: its goal was set, so its next job
-        begins: a job done before is forgotten in the same transaction, with the progress saved of
-        it (ProgressBook's; kept, it would say the new job done at once after a restart)."""
+        begins: a job done before is forgotten in the same transaction, and `goal_progress` (the
+        progress book as the books keep it then: GoalSizing.progress_kept) written in it too."""
         values = tuple(asdict(tenant).values())
         sql = _INSERT_TENANT if new else _INSERT_TENANT.replace("INSERT", "INSERT OR REPLACE", 1)
 
@@ -511,16 +492,19 @@ class Store:
             db.execute(sql, values)
             if job_begins:
                 self._forget_goal_done(tenant.name)
-                self._forget_goal_progress(tenant.name, only_done=True)
+            if goal_progress is not None:
+                db.execute(_SET_GOAL_PROGRESS, (json.dumps(goal_progress),))
         self._with_event(event, change, at)
 
-    def delete_tenant(self, name: str, event: Audit, at: float | None = None) -> None:
-        """Delete a tenant, with its audit event, in one transaction (a job it had done goes too:
-        a tenant made later under its name starts afresh)."""
+    def delete_tenant(self, name: str, event: Audit, at: float | None = None,
+                      goal_progress: Mapping[str, Any] | None = None) -> None:
+        """Delete a tenant, with its audit event, in one transaction (a job it had done goes too,
+        and `goal_progress` is written without it: a tenant made later under its name starts afresh)."""
         def change(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM tenants WHERE name = ?", (name,))
             self._forget_goal_done(name)
-            self._forget_goal_progress(name)
+            if goal_progress is not None:
+                db.execute(_SET_GOAL_PROGRESS, (json.dumps(goal_progress),))
         self._with_event(event, change, at)
 
     def goals_done(self) -> list[str]:
@@ -622,10 +606,4 @@ def _detail(detail: Any, by: str) -> str:
 _TENANT_FIELDS = list(TenantRecord.__dataclass_fields__)
 _INSERT_TENANT = f"INSERT INTO tenants ({', '.join(_TENANT_FIELDS)}) VALUES ({', '.join('?' for _ in _TENANT_FIELDS)})"
 _INSERT_EVENT = "INSERT INTO events (at, kind, node_id, lease_id, detail) VALUES (?, ?, ?, ?, ?)"
-
-
-def _said_done(entry: dict[str, Any]) -> bool:
-    """Whether a saved progress entry says its job done (DONE at TOTAL); a malformed one does not."""
-    done, total = entry.get("done"), entry.get("total")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, total))
-    return numbers and total > 0 and done >= total
+_SET_GOAL_PROGRESS = "INSERT OR REPLACE INTO settings (key, value) VALUES ('goal_progress', ?)"

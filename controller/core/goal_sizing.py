@@ -260,12 +260,19 @@ class GoalSizing:
         """An admin set `tenant`'s goal: after a job done, a new job begins (the progress said
         so far is the old job's; kept, it would say done at once and the tenant get nothing).
         The store forgets the job done in the goal's own transaction (Store.put_tenant)."""
-        said = self.progress.progress(tenant)
-        if said is not None and said.done >= said.total:
+        if self.progress.job_done(tenant):
             self.progress.forget_tenant(tenant)
         self.jobs_done.discard(tenant)
         self.sizings.pop(tenant, None)
         self._wanted_fewer.pop(tenant, None)
+
+    def progress_kept(self, goal_begins: str | None = None, deleted: str | None = None) -> dict[str, Any]:
+        """The progress book's snapshot as it stands once `goal_begins`'s goal is set (new_goal
+        forgets a job done) or `deleted` is deleted: what the store writes in that change's own
+        transaction, so that a restart never restores what the books forgot."""
+        gone = deleted if deleted is not None else \
+            goal_begins if goal_begins is not None and self.progress.job_done(goal_begins) else None
+        return self.progress.snapshot(leave_out=gone)
 
     def _job_done(self, tenant: str, sizing: Sizing, progress: Progress, now: float) -> list[Effect]:
         """The job is done (RHIC releases a job's cluster when it ends): every VM of the tenant's

@@ -111,10 +111,16 @@ class ProgressBook:
         """The tenant's (time_s, done, vcpus) samples, oldest first, for goals.progress_rate."""
         return tuple(self._history.get(tenant, ()))
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        """Per tenant, its last progress and history, as JSON values (restore reads them back)."""
+    def job_done(self, tenant: str) -> bool:
+        """Whether the tenant's progress says its job done (DONE at TOTAL)."""
+        said = self.progress(tenant)
+        return said is not None and said.done >= said.total
+
+    def snapshot(self, leave_out: str | None = None) -> dict[str, dict[str, Any]]:
+        """Per tenant (but `leave_out`), its last progress and history, as JSON values (restore
+        reads them back)."""
         return {tenant: dict(done=last.done, total=last.total, history=[list(s) for s in self._history.get(tenant, ())])
-                for tenant, last in sorted(self._last.items())}
+                for tenant, last in sorted(self._last.items()) if tenant != leave_out}
 
     def restore(self, saved: Any, tenants: Iterable[str]) -> list[tuple[str, str]]:
         """What a snapshot kept of `tenants` (the others are gone: deleted while the controller was
