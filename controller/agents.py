@@ -66,10 +66,10 @@ class AgentLinks:
         return agent_pb2_grpc.NodeAgentStub(channel)
 
     def launch(self, node_id: str, address: str, name: str, role: VmRole, vcpus: int, memory_mib: int, image: str,
-               lease_id: str, retire_after_seconds: int = 0) -> None:
+               lease_id: str, retire_after_seconds: int = 0, work_channel: bool = False) -> None:
         request = agent_pb2.LaunchDomainRequest(name=name, role=AGENT_ROLES[role], vcpus=vcpus,
                                                 memory_mib=memory_mib, image=image, lease_id=lease_id,
-                                                retire_after_seconds=retire_after_seconds)
+                                                retire_after_seconds=retire_after_seconds, work_channel=work_channel)
         try:
             self._stub(node_id, address).LaunchDomain(request, timeout=self.timeout)
         except grpc.RpcError as exc:

@@ -48,7 +48,7 @@ from .core.ledger import Ledger, NodeState
 from .core.snapshot import NodeView
 from .core.records import (REFUSED, UNREACHABLE, VICTIM, Ask, Audit, BackfillConfig, Effect, Launch, Lease, LeaseError,
                            RequestRecord, Resume, Reserve, Stop, VmRole, Write, work)
-from .core.records import BACKFILL_TENANT, BUILT_IN_TENANTS, TENANT_KINDS, ZERO, Size, TenantRecord
+from .core.records import BACKFILL_TENANT, BUILT_IN_TENANTS, TENANT_KINDS, ZERO, Size, TenantRecord, is_dedicated
 from .core.reserve_settings import Hint, ReserveError, ReserveSettings, hint_in_hours
 from .core.reserves import DemandHistory, ReserveTarget, lead_warning, live_hints
 from .effects import carry_out, fill_wanted
@@ -321,8 +321,11 @@ class PoolService:
                 raise AgentCallFailed(f"node {lease.node_id} has no known agent address")
             # a backfill guest is told when it will be recycled, so it can leave work it could not finish
             retire = self.ledger.backfill.duration_seconds if lease.role == VmRole.BACKFILL.value else 0
+            # a goal's dedicated VM runs its tenant's job: its guest says the job's progress as a
+            # volunteer's does (backfill VMs always have the work channel; on-demand VMs never)
             self.agents.launch(lease.node_id, address, lease.vm_name, VmRole(lease.role), lease.vcpus,
-                               lease.memory_mib, lease.image, lease.lease_id, retire_after_seconds=retire)
+                               lease.memory_mib, lease.image, lease.lease_id, retire_after_seconds=retire,
+                               work_channel=is_dedicated(lease))
             ok, detail = True, ""
         except AgentCallFailed as exc:
             ok, detail = False, str(exc)

@@ -94,7 +94,8 @@ def spec_differences(domain: ManagedDomain, spec: LaunchSpec) -> list[str]:
              "kernel_cmdline": (domain.kernel_cmdline, spec.kernel_cmdline),
              "lease_id": (domain.lease_id, spec.lease_id), "cpuset": (domain.cpuset, spec.cpuset)}
     # retire_after_seconds is left out: a launch asked again after the pool's duration_seconds
-    # changed is still the same VM, and its guest keeps what it was told at boot
+    # changed is still the same VM, and its guest keeps what it was told at boot; work_channel
+    # too: the lease asks for it the same way each time
     def plain(value: object) -> str:
         return repr(value.value if isinstance(value, Enum) else value)
     return [f"{field} is {plain(have)}, not {plain(want)}" for field, (have, want) in pairs.items()
@@ -255,7 +256,7 @@ class Domains:
                                    disk=self.enforcement.disk_setting(spec.role), network=self.config.network_attach,
                                    agent_id=self.config.agent_id,
                                    work_channel=channel_path(self.config.console_dir, spec.name)
-                                   if spec.role is PriorityClass.VOLUNTEER else None)
+                                   if spec.has_work_channel else None)
             meta = read_metadata(xml)   # what mark_started writes back once the domain runs
             if meta is None:   # build_domain_xml always writes it: a bug, caught before anything is defined
                 self._rollback(spec.name, False, overlay)

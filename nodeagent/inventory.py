@@ -92,10 +92,11 @@ def asleep_since(record: DomainRecord, saved: StateFile | None) -> float | None:
 
 
 def guest_work(console_dir: Path, name: str, meta: GleanerMetadata, asleep_from: float | None = None) -> WorkState:
-    """What a backfill domain's guest last said of its work (SILENT for on-demand domains), its
-    age counting only the time the domain ran: the naps since the statement (and the current one,
-    from `asleep_from`, while it is hibernated) are taken off."""
-    if meta.role is not PriorityClass.VOLUNTEER:
+    """What a backfill domain's guest (or a goal's dedicated VM's) last said of its work (SILENT
+    for a domain without the work channel: other on-demand domains), its age counting only the
+    time the domain ran: the naps since the statement (and the current one, from `asleep_from`,
+    while it is hibernated) are taken off."""
+    if not meta.has_work_channel:
         return SILENT
     now = time.time()
     work = read_work_state(channel_path(console_dir, name), now)

@@ -177,7 +177,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             name=request.name, role=class_of(role), vcpus=request.vcpus,
             memory_mib=request.memory_mib, image=request.image, kernel_cmdline=request.kernel_cmdline,
             lease_id=request.lease_id, limits=self.inventory.limits(), cpuset=request.cpuset,
-            retire_after_seconds=request.retire_after_seconds)
+            retire_after_seconds=request.retire_after_seconds, work_channel=request.work_channel)
         domain, created = self.domains.launch(spec)
         return agent_pb2.LaunchDomainResponse(domain=domain_to_proto(domain), created=created)
 

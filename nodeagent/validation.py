@@ -76,6 +76,13 @@ def validate_retire_after(seconds: int, role: PriorityClass) -> int:
     return seconds
 
 
+def validate_work_channel(work_channel: bool) -> bool:
+    """Whether a foreground domain gets the work channel (a goal's dedicated VM): a bool."""
+    if not isinstance(work_channel, bool):
+        raise InvalidField("work_channel", f"{work_channel!r} is not true or false")
+    return work_channel
+
+
 def validate_lease_id(lease_id: str) -> str:
     return ids.lease_id(lease_id) if lease_id else lease_id
 
@@ -115,7 +122,7 @@ def validate_grace(grace_seconds: int) -> int:
 
 def validate_launch(name: str, role: str | PriorityClass | None, vcpus: int, memory_mib: int, image: str,
                     kernel_cmdline: str, lease_id: str, limits: HostLimits, cpuset: str = "",
-                    retire_after_seconds: int = 0) -> LaunchSpec:
+                    retire_after_seconds: int = 0, work_channel: bool = False) -> LaunchSpec:
     """Check every field of a launch request; the first bad one raises InvalidField."""
     checked_role = validate_role(role)
     return LaunchSpec(
@@ -128,4 +135,5 @@ def validate_launch(name: str, role: str | PriorityClass | None, vcpus: int, mem
         lease_id=validate_lease_id(lease_id),
         cpuset=validate_cpuset(cpuset, limits),
         retire_after_seconds=validate_retire_after(retire_after_seconds, checked_role),
+        work_channel=validate_work_channel(work_channel),
     )

@@ -165,7 +165,7 @@ class ListDomainsResponse(_message.Message):
     def __init__(self, domains: _Optional[_Iterable[_Union[Domain, _Mapping]]] = ...) -> None: ...
 
 class LaunchDomainRequest(_message.Message):
-    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id", "cpuset", "retire_after_seconds")
+    __slots__ = ("name", "role", "vcpus", "memory_mib", "image", "kernel_cmdline", "lease_id", "cpuset", "retire_after_seconds", "work_channel")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VCPUS_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class LaunchDomainRequest(_message.Message):
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     CPUSET_FIELD_NUMBER: _ClassVar[int]
     RETIRE_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORK_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: Role
     vcpus: int
@@ -184,7 +185,8 @@ class LaunchDomainRequest(_message.Message):
     lease_id: str
     cpuset: str
     retire_after_seconds: int
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ..., cpuset: _Optional[str] = ..., retire_after_seconds: _Optional[int] = ...) -> None: ...
+    work_channel: bool
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., vcpus: _Optional[int] = ..., memory_mib: _Optional[int] = ..., image: _Optional[str] = ..., kernel_cmdline: _Optional[str] = ..., lease_id: _Optional[str] = ..., cpuset: _Optional[str] = ..., retire_after_seconds: _Optional[int] = ..., work_channel: _Optional[bool] = ...) -> None: ...
 
 class LaunchDomainResponse(_message.Message):
     __slots__ = ("domain", "created")

@@ -243,10 +243,11 @@ class AgentProcess(ServiceProcess):
 
 def launch_request(name: str, role: int = agent_pb2.ROLE_BACKFILL, vcpus: int = 1, memory_mib: int = 128,
                    image: str = "tiny", kernel_cmdline: str = "", lease_id: str = "",
-                   cpuset: str = "", retire_after_seconds: int = 0) -> agent_pb2.LaunchDomainRequest:
+                   cpuset: str = "", retire_after_seconds: int = 0,
+                   work_channel: bool = False) -> agent_pb2.LaunchDomainRequest:
     return agent_pb2.LaunchDomainRequest(name=name, role=role, vcpus=vcpus, memory_mib=memory_mib, image=image,
                                          kernel_cmdline=kernel_cmdline, lease_id=lease_id, cpuset=cpuset,
-                                         retire_after_seconds=retire_after_seconds)
+                                         retire_after_seconds=retire_after_seconds, work_channel=work_channel)
 
 
 def remove_test_domains(uri: str = LIBVIRT_URI) -> list[str]:

@@ -13,7 +13,7 @@ from .books import NodeState
 from .bucket import Bucket
 from .progress import ProgressBook
 from .records import (DISCARDING, HIBERNATED, NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
-                      ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace)
+                      ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, is_dedicated, launch_time, replace)
 
 
 class SavedVm:
@@ -49,7 +49,7 @@ class ReportMatching:
         self._cleanup_at: dict[str, float] = {}  # VM name -> when to ask again to stop a VM whose lease ended
         self._adoptions: dict[str, Bucket] = {}   # node -> the adoptions it may still make
         self._cleanups_pruned_at = 0.0
-        self.progress = ProgressBook()   # what backfill guests say of their tenant's job (progress.py)
+        self.progress = ProgressBook()   # what batch tenants' guests say of their job (progress.py)
 
     def _lease_ended(self, lease_id: str) -> None:
         self.progress.forget(lease_id)
@@ -95,16 +95,16 @@ class ReportMatching:
         vms = reported_vms(report)   # this runs for every report of every node
         signature = tuple([vm.name for vm in vms])
         backfill_cpu = on_demand_cpu = 0.0
-        said = None   # the backfill VMs whose guest said `progress DONE TOTAL` (older agents: none)
+        said = None   # the VMs whose guest said `progress DONE TOTAL` (older agents: none)
         for vm in vms:
             if vm.role == "backfill":
                 backfill_cpu += vm.cpu_cores
-                if getattr(vm, "progress_total", 0):
-                    if said is None:
-                        said = []
-                    said.append(vm)
             else:
                 on_demand_cpu += vm.cpu_cores
+            if getattr(vm, "progress_total", 0):
+                if said is None:
+                    said = []
+                said.append(vm)
         node.backfill_cpu, node.on_demand_cpu = backfill_cpu, on_demand_cpu
         if said is not None:
             self._note_progress(node.node_id, said, now)
@@ -126,13 +126,16 @@ class ReportMatching:
 
     def _note_progress(self, node_id: str, said: Sequence, now: float) -> None:
         """The guests' progress statements (bounded by controller.checks), each filed under the
-        tenant the books give its VM's lease (a VM no backfill lease explains says nothing), then
-        each such tenant's progress and history read with the vCPUs it holds now."""
+        tenant the books give its VM's lease, then each such tenant's progress and history read
+        with the vCPUs it holds now. Only a batch tenant's VMs speak: its backfill VMs and its
+        goal's dedicated VMs (which run the same job: without their word, a job run on dedicated
+        VMs alone would never be heard to progress or end). Any other VM says nothing, whatever
+        role its report gives it: the lease's role is the books' word."""
         named = self._named_on.get(node_id, {})
         tenants = set()
         for vm in said:
             lease = named.get(vm.name)
-            if lease is None or lease.role != "backfill":
+            if lease is None or not (lease.role == "backfill" or is_dedicated(lease)):
                 continue
             tenant = self.tenant_of_lease(lease)
             self.progress.note(lease.lease_id, tenant, vm.progress_done, vm.progress_total,

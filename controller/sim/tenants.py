@@ -41,8 +41,8 @@ A batch tenant's backfill VMs (and its dedicated VMs, which the books request fo
 that tenant's jobs only: one queue per batch tenant (controller/sim/jobs.py each); `work` adds a
 bag of jobs of `procs` vCPUs and `runtime_s` seconds making `vcpu_hours` in all, submitted at
 start_s (the last one shorter so they add up exactly). A goal's progress is the tenant's completed
-job vCPU-seconds (run time x procs), told to the books' ProgressBook every TICK_S as each of its
-running backfill VMs' agents would report it: done of total, total being the goal's W in
+job vCPU-seconds (run time x procs), told to the books' ProgressBook every TICK_S as the agents of
+its running backfill and dedicated VMs would report it: done of total, total being the goal's W in
 vCPU-seconds (W x 3600). A goal may give `deadline_after_s` (after start_s) or
 `deadline_on_residual = true` (start_s plus the time W takes on the residual the books predict for
 the tenant at start_s: its backfill and its grant) instead of `deadline_s`.
@@ -293,8 +293,9 @@ class TenantSimulation(Simulation):
         self.at(self.now + GOAL_INTERVAL_S, self._size_goals)
 
     def _report_progress(self) -> None:
-        """Each goal-driven tenant's completed vCPU-seconds, as its running backfill VMs' agents
-        report them (controller.core.matching._note_progress does the same with a live report)."""
+        """Each goal-driven tenant's completed vCPU-seconds, as the agents of its running backfill
+        and dedicated VMs report them (controller.core.matching._note_progress does the same with
+        a live report)."""
         ledger = self.ledger
         for name, goal in ledger.tenant_goals.items():
             queue = self.work.queues.get(name)
@@ -304,7 +305,8 @@ class TenantSimulation(Simulation):
             done = min(int(queue.done_vcpu_seconds), total)
             said = False
             for vm in queue.alive.values():
-                if vm.role == "backfill" and vm.asleep_since is None and vm.lease_id in ledger.leases:
+                lease = ledger.leases.get(vm.lease_id)
+                if lease is not None and vm.asleep_since is None and (vm.role == "backfill" or is_dedicated(lease)):
                     ledger.progress.note(vm.lease_id, name, done, total, 0.0, self.now)
                     said = True
             if said:

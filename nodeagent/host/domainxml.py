@@ -50,6 +50,13 @@ class GleanerMetadata:
     # CPU time of its QEMU processes before the last restore (each restore starts a new one)
     banked_cpu_ns: int = 0
     retire_after_s: int = 0   # what its guest was told (retire_option); 0: nothing
+    # a foreground domain launched with the work channel (a goal's dedicated VM: its guest says
+    # its tenant's progress); volunteers always have it, with or without this flag
+    work_channel: bool = False
+
+    @property
+    def has_work_channel(self) -> bool:
+        return self.role is PriorityClass.VOLUNTEER or self.work_channel
 
     @property
     def slept_s(self) -> float:
@@ -111,6 +118,8 @@ def metadata_element(meta: GleanerMetadata, qualify=_q) -> ET.Element:
         _sub(element, qualify("cpu-ns-before"), str(meta.banked_cpu_ns))
     if meta.retire_after_s:
         _sub(element, qualify("retire-after"), str(meta.retire_after_s))
+    if meta.work_channel:
+        _sub(element, qualify("work-channel"), "yes")
     return element
 
 
@@ -140,7 +149,8 @@ def build_domain_xml(spec: LaunchSpec, image: BootImage, domain_type: str, overl
     meta = GleanerMetadata(role=spec.role, lease_id=spec.lease_id, launched_at=launched_at, image=spec.image,
                            kernel_cmdline=spec.kernel_cmdline, overlay=str(overlay) if overlay else "",
                            priority_class=spec.role, agent_id=agent_id, started=False,
-                           retire_after_s=spec.retire_after_seconds)
+                           retire_after_s=spec.retire_after_seconds,
+                           work_channel=spec.work_channel and work_channel is not None)
     _sub(root, "metadata").append(metadata_element(meta))
     cputune = _sub(root, "cputune")
     _sub(cputune, "shares", str(cpu_shares))
@@ -221,7 +231,8 @@ def read_metadata(xml: str) -> GleanerMetadata | None:
                            agent_id=text("agent") or "default", started=text("started") != "no",
                            naps=_read_naps(text("naps")),
                            banked_cpu_ns=int(text("cpu-ns-before")) if text("cpu-ns-before").isdigit() else 0,
-                           retire_after_s=int(text("retire-after")) if text("retire-after").isdigit() else 0)
+                           retire_after_s=int(text("retire-after")) if text("retire-after").isdigit() else 0,
+                           work_channel=text("work-channel") == "yes")
 
 
 def _read_naps(text: str) -> tuple[tuple[float, float], ...]:

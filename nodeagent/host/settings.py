@@ -25,6 +25,11 @@ class LaunchSpec:
     lease_id: str = ""
     cpuset: str = ""
     retire_after_seconds: int = 0   # told to the guest (gleaner.retire_after); 0: not told
+    work_channel: bool = False      # a foreground domain given the work channel (volunteers always have it)
+
+    @property
+    def has_work_channel(self) -> bool:
+        return self.role is PriorityClass.VOLUNTEER or self.work_channel
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import time
 import pytest
 
 from controller.core.goal_sizing import GOAL_INTERVAL_S
+from nodeagent.host.workchannel import channel_path
+from protos import agent_pb2, controller_pb2
 from tests.agentproc import wait_for
 from tests.controllerproc import fake_driver_pool, run_gleanctl as gleanctl
 
@@ -62,3 +64,43 @@ def test_a_goal_sizes_the_tenants_volunteers_and_dedicated_vms_and_show_says_whe
 
         gleanctl(controller, "tenant", "goal", "science", "--clear")
         assert "GOAL" in gleanctl(controller, "tenant", "show").stdout
+
+
+def test_a_goals_dedicated_vms_say_its_progress_and_a_plain_on_demand_vm_is_not_read(test_env):
+    """A job run on dedicated VMs alone (backfill holds the rest of the pool) is heard: the
+    controller asks the agent for the work channel for each dedicated VM, the agent reads what its
+    guest wrote there and reports it, and the books file it under the tenant. An on-demand VM's
+    file of the same kind is never read. (test:/// domains have no guest: the test writes the
+    files the guests' ports would; the real guest's side is test_work_channel_progress.py's.)"""
+    with fake_driver_pool(test_env, "ctl-goal-say", use_prediction=False) as (controller, agents):
+        gleanctl(controller, "tenant", "create", "science", "--kind", "batch", "--lower", "4,1024",
+                 "--upper", "8,2048")
+        gleanctl(controller, "tenant", "backfill", "science", "max_instances=2")   # room for its dedicated VMs
+        gleanctl(controller, "backfill", "set", "enabled=true", "vcpus=1", "memory_mb=128")
+        wait_for(lambda: sum(l.vcpus for l in controller.leases("backfill", "running")) == 32, 60, "a full pool")
+        plain = gleanctl(controller, "--json", "request", "--vcpus", "1", "--memory", "128",
+                         "--request-id", "plain-1")
+        plain_vm = json.loads(plain.stdout)["lease"]["vm_name"]
+        gleanctl(controller, "tenant", "goal", "science", "--work", "1000", "--deadline", "+1h")
+        wait_for(lambda: len([l for l in science(controller, "on_demand") if l.state == "running"]) == 4, 60,
+                 "four dedicated VMs running")
+        consoles = {agent.name: agent.state_dir / "console" for agent in agents}
+        plain_lease = next(l for l in controller.leases("on_demand") if l.vm_name == plain_vm)
+        channel_path(consoles[plain_lease.node_id], plain_vm).write_text("progress 999 1000\nidle 9\n")
+        for lease in science(controller, "on_demand"):
+            channel_path(consoles[lease.node_id], lease.vm_name).write_text("progress 40 100\nidle 40\n")
+
+        def tenant_progress() -> tuple[int, int]:
+            (tenant,) = controller.stub().ListTenants(controller_pb2.ListTenantsRequest(name="science"),
+                                                      timeout=10).tenants
+            return tenant.progress_done, tenant.progress_total
+        wait_for(lambda: tenant_progress() == (40, 100), 30, "science's progress from its dedicated VMs")
+        leases = {l.vm_name: l for l in controller.leases()}
+        assert all((leases[l.vm_name].progress_done, leases[l.vm_name].progress_total) == (40, 100)
+                   for l in science(controller, "on_demand"))
+        assert (leases[plain_vm].progress_done, leases[plain_vm].progress_total) == (0, 0)
+        agent = next(a for a in agents if a.name == plain_lease.node_id)
+        domains = {d.name: d for d in agent.stub().ListDomains(agent_pb2.ListDomainsRequest(), timeout=10).domains}
+        assert (domains[plain_vm].progress_total, domains[plain_vm].work_state) == (0, "")   # never read
+        shown = gleanctl(controller, "tenant", "show", "science").stdout
+        assert "40/100" in shown, shown

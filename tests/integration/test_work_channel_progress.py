@@ -81,3 +81,34 @@ def test_a_backfill_guests_progress_rises_in_the_controllers_leases_and_its_tena
         agent.stop()
         controller.stop()
         remove_test_domains()
+
+
+def test_a_dedicated_vms_guest_says_progress_on_the_port_a_plain_on_demand_vm_lacks(agent, stub):
+    """A goal's dedicated VM is on-demand (foreground) and runs its tenant's job: launched with
+    work_channel, it gets the port, and the agent lists what its guest says there as it does a
+    volunteer's. The same guest on an on-demand VM launched without it has no port and says
+    nothing (the controller's side: test_tenant_goals.py and test_goal_sizing_ledger.py)."""
+    require_current_guest()
+    dedicated, plain = unique_name("dedjobs"), unique_name("odjobs")
+    jobs = "gleaner.workload=jobs gleaner.jobs=2,0 gleaner.jobs_total=3"
+    stub.LaunchDomain(launch_request(dedicated, role=agent_pb2.ROLE_ON_DEMAND, kernel_cmdline=jobs, work_channel=True))
+    stub.LaunchDomain(launch_request(plain, role=agent_pb2.ROLE_ON_DEMAND, kernel_cmdline=jobs))
+    console = agent.state_dir / "console"
+    wait_for_console(console / f"{dedicated}.log", "GLEANER-READY workload=jobs", 120)
+    wait_for_console(console / f"{plain}.log", "GLEANER-READY workload=jobs", 120)
+    wait_for_console(console / f"{dedicated}.log", "work_channel=/dev/vport", 10)
+    wait_for_console(console / f"{plain}.log", "work_channel=none", 10)
+
+    def listed(name: str) -> agent_pb2.Domain:
+        return next(d for d in stub.ListDomains(agent_pb2.ListDomainsRequest()).domains if d.name == name)
+    wait_for(lambda: (listed(dedicated).progress_done, listed(dedicated).progress_total) == (3, 3), 90,
+             f"{dedicated}'s guest to say its three jobs done")
+    assert listed(dedicated).role == agent_pb2.ROLE_ON_DEMAND and listed(dedicated).work_state == "idle"
+    lines = channel_path(console, dedicated).read_bytes().decode().splitlines()
+    assert [l for l in lines if l.startswith("progress")] == [f"progress {n} 3" for n in range(1, 4)], lines
+    wait_for_console(console / f"{plain}.log", "GLEANER-JOBS-DONE 3 of 3", 60)   # it ran the same jobs
+    assert (listed(plain).progress_done, listed(plain).progress_total, listed(plain).work_state) == (0, 0, "")
+    assert not channel_path(console, plain).exists()
+    for name in (dedicated, plain):
+        stub.TerminateDomain(agent_pb2.TerminateDomainRequest(name=name, force=True))
+    assert not channel_path(console, dedicated).exists()   # gone with its domain

@@ -37,7 +37,8 @@ class RecordingAgents:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0,
+               work_channel=False) -> None:
         self.calls.append(("launch", name))
 
     def terminate(self, node_id, address, name, grace_seconds, force=False):

@@ -11,7 +11,7 @@ from controller import checks
 from controller.config import ControllerConfig, check_config, parse_config, to_toml
 from controller.checks import SettingError, parse_backfill_setting
 from controller.gleanctl import EXIT_UNREACHABLE, EXIT_USAGE, main as gleanctl_main
-from controller.core.records import BackfillConfig, Policy
+from controller.core.records import BackfillConfig, Policy, Size
 from controller.store import MIGRATIONS, SCHEMA_VERSION, Lease, LeaseConflict, Reserve, Store, StoreError
 from gleaner_common.config import ConfigError, TlsConfig
 from gleaner_common.ids import InvalidField
@@ -140,11 +140,14 @@ class SlowAgents:
     def __init__(self) -> None:
         self.launched: list[str] = []
         self.retire_after: dict[str, int] = {}   # what each launched guest was told
+        self.work_channel: dict[str, bool] = {}  # whether each was asked for the work channel
         self.terminated: list[str] = []
 
-    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0,
+               work_channel=False) -> None:
         self.launched.append(name)
         self.retire_after[name] = retire_after_seconds
+        self.work_channel[name] = work_channel
 
     def terminate(self, node_id, address, name, grace_seconds, force=False):
         import time
@@ -202,7 +205,8 @@ class OrderedAgents:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0) -> None:
+    def launch(self, node_id, address, name, role, vcpus, memory_mib, image, lease_id, retire_after_seconds=0,
+               work_channel=False) -> None:
         import time
         time.sleep(0.3)
         self.calls.append(("launch", name))
@@ -308,6 +312,35 @@ def test_a_backfill_guest_is_told_when_it_will_be_recycled_and_an_on_demand_one_
     (backfill,) = [l.vm_name for l in pool.live_leases() if l.role == "backfill"]
     assert agents.retire_after == {backfill: 7200, placed.lease.vm_name: 0}
 
+
+
+def test_only_a_goals_dedicated_vms_are_launched_with_the_work_channel_beside_backfill(tmp_path):
+    """A goal's dedicated VM runs its tenant's job, so its guest may say the job's progress: the
+    agent is asked for the work channel for it, and for no other on-demand VM (a backfill VM has
+    it whatever it is asked)."""
+    import time
+    from controller.core.records import is_dedicated
+    from controller.service import PoolService
+    from protos import controller_pb2
+    config = ControllerConfig(state_dir=tmp_path, tls=TlsConfig(insecure=True), listen="127.0.0.1:1",
+                              use_prediction=False)
+    store = Store(config.store_path)
+    store.set_backfill(BackfillConfig(enabled=True, memory_mb=512, vcpus=1))
+    agents = SlowAgents()
+    pool = PoolService(config, store, agents)
+    pool.ingest(controller_pb2.NodeReport(node_id="n1", agent_address="127.0.0.1:9", cpus=4, memory_mib=8192,
+                                          images=["tiny"], min_memory_mib=32))
+    assert pool.fill() == 4   # the built-in tenant's backfill fills the node
+    placed = pool.request(1, 128, "tiny", "me", "od-1")
+    assert placed.record.outcome == "placed"
+    pool.create_tenant("science", "batch", Size(2, 1024), Size(4, 4096))
+    pool.set_tenant_goal("science", {"kind": "deadline", "work_vcpu_hours": 1000, "deadline_s": time.time() + 3600})
+    pool.size_goals()
+    pool.executor.shutdown(wait=True)
+    dedicated = {l.vm_name for l in pool.live_leases() if is_dedicated(l)}
+    assert len(dedicated) == 2, pool.live_leases()   # its lower bound: the deadline is out of reach
+    assert {name for name, asked in agents.work_channel.items() if asked} == dedicated
+    assert agents.work_channel[placed.lease.vm_name] is False
 
 def test_backfill_vms_past_their_duration_are_recycled(tmp_path):
     import time

@@ -145,3 +145,26 @@ def test_a_work_channel_is_a_file_backed_virtio_port_only_when_asked():
     assert (channel.find("target").get("type"), channel.find("target").get("name")) == ("virtio", "org.gleaner.work.0")
     plain = ET.fromstring(build_domain_xml(spec, KERNEL_IMAGE, "qemu", None, Path("/c/vm3.log"), WHEN, cpu_shares=2))
     assert plain.findall("devices/channel") == []
+
+
+def test_a_foreground_domain_asked_for_the_work_channel_says_so_in_its_metadata():
+    """A goal's dedicated VM: foreground, with the port; its metadata keeps the flag, so the
+    agent reads its guest after a restart too. A volunteer has the port without the flag."""
+    dedicated = LaunchSpec("vm4", PriorityClass.FOREGROUND, 1, 128, "tiny", work_channel=True)
+    xml = build_domain_xml(dedicated, KERNEL_IMAGE, "qemu", None, Path("/c/vm4.log"), WHEN, cpu_shares=1024,
+                           work_channel=Path("/c/vm4.work"))
+    meta = read_metadata(xml)
+    assert meta.work_channel and meta.has_work_channel and ET.fromstring(xml).findall("devices/channel")
+    started = dataclasses.replace(meta, started=True)   # as the launch marks it, through setMetadata
+    qualified = metadata_xml(started).replace("<", "<g:").replace("<g:/", "</g:").replace(
+        "<g:instance>", f"<g:instance xmlns:g='{NAMESPACE}'>", 1)
+    assert read_metadata(f"<domain><metadata>{qualified}</metadata></domain>") == started
+    plain = read_metadata(build_domain_xml(LaunchSpec("vm5", PriorityClass.FOREGROUND, 1, 128, "tiny"), KERNEL_IMAGE,
+                                           "qemu", None, Path("/c/vm5.log"), WHEN, cpu_shares=1024))
+    assert not plain.work_channel and not plain.has_work_channel
+    volunteer = read_metadata(build_domain_xml(LaunchSpec("vm6", PriorityClass.VOLUNTEER, 1, 128, "tiny"),
+                                               KERNEL_IMAGE, "qemu", None, Path("/c/vm6.log"), WHEN, cpu_shares=2,
+                                               work_channel=Path("/c/vm6.work")))
+    assert not volunteer.work_channel and volunteer.has_work_channel
+    assert LaunchSpec("vm6", PriorityClass.VOLUNTEER, 1, 128, "tiny").has_work_channel
+    assert not LaunchSpec("vm5", PriorityClass.FOREGROUND, 1, 128, "tiny").has_work_channel

@@ -12,12 +12,13 @@ import math
 import pytest
 
 from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S
-from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, goal_from_dict
+from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, Progress, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
 from controller.core.records import Ask, Launch, Lease, Stop, TenantRecord, Write
 from controller.core.tenancy import TenancySettings
 from gleaner_common.ids import InvalidField
+from protos import controller_pb2
 
 from .test_ledger_reserves import confirm
 from .test_ledger import BACKFILL, SETTINGS, Report, Vm, counter
@@ -686,3 +687,40 @@ def test_the_progress_books_version_moves_with_what_a_snapshot_shows():
     version = book.version
     book.forget_tenant("science")
     assert book.version > version and book.snapshot() == {}
+
+
+def reports_saying(ledger: Ledger, said: dict[str, tuple[int, int]]) -> list[controller_pb2.NodeReport]:
+    """Each node's report of every VM the books have there, running, with `said[owner]`'s
+    progress from the guests of that owner's VMs (whatever their role)."""
+    reports = []
+    for node_id, (cpus, memory) in NODES.items():
+        vms = [controller_pb2.ReportedVm(name=l.vm_name, lease_id=l.lease_id, role=l.role, state="running",
+                                         vcpus=l.vcpus, memory_mib=l.memory_mib, launched_at=T0, image=l.image,
+                                         progress_done=said.get(l.owner, (0, 0))[0],
+                                         progress_total=said.get(l.owner, (0, 0))[1], progress_for_s=1.0)
+               for l in ledger.leases.values() if l.node_id == node_id]
+        reports.append(controller_pb2.NodeReport(node_id=node_id, agent_address=f"{node_id}:1", cpus=cpus,
+                                                 memory_mib=memory, images=["tiny"], min_memory_mib=32,
+                                                 agent_version="t", vms=vms))
+    return reports
+
+
+def test_a_goals_dedicated_vms_say_its_progress_and_other_on_demand_vms_say_nothing():
+    """A job run on dedicated VMs alone (others hold the rest of the pool) is heard to progress and
+    to end: its dedicated VMs' guests speak for their tenant as its volunteers' do. An on-demand
+    VM's guest, even one saying the most there is, steers no tenant."""
+    ledger = crowded_then_goal(deadline(40, 2))
+    confirm(ledger, sized_fill(ledger, T0 + 1), T0 + 1)
+    dedicated = [l for l in science_vms(ledger) if l.role == "on_demand"]
+    assert len(dedicated) == 4 and not [l for l in science_vms(ledger) if l.role == "backfill"]
+    for report in reports_saying(ledger, {"science": (12, 100), "web": (10**15, 10**15)}):
+        ledger.report(report, T0 + 30)
+    assert ledger.progress.progress("science") == Progress(12, 100)
+    assert ledger.progress.history("science") == ((T0 + 30, 12, 4),)   # the 4 dedicated vCPUs it holds
+    assert all(ledger.progress.statement(l.lease_id) is None for l in ledger.leases.values() if l.owner == "web")
+    assert ledger.progress.progress("web") is None and ledger.progress.progress("default") is None
+    for report in reports_saying(ledger, {"science": (100, 100)}):   # the dedicated guests say it is done
+        ledger.report(report, T0 + 60)
+    effects = sized_fill(ledger, T0 + 2 + 2 * GOAL_INTERVAL_S)
+    assert ledger.sizings["science"].done and events(effects, "tenant.goal_done")
+    assert len([l for l in science_vms(ledger, "stopping") if l.role == "on_demand"]) == 4

@@ -6,17 +6,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from gleaner_common.vocabulary import PriorityClass
+from nodeagent.host.domainxml import GleanerMetadata
 from nodeagent.host.workchannel import channel_path
 from nodeagent.inventory import guest_work
 from nodeagent.reporter import Reporter
 
 
 class Inventory:
-    """Two running volunteers, as the agent's inventory lists them."""
+    """Two running volunteers, as the agent's inventory lists them. `roles`: their classes;
+    `channels`: whether each was launched with the work channel (a goal's dedicated VM)."""
 
-    def __init__(self, console_dir: Path | None = None, roles=(PriorityClass.VOLUNTEER, PriorityClass.VOLUNTEER)) -> None:
+    def __init__(self, console_dir: Path | None = None, roles=(PriorityClass.VOLUNTEER, PriorityClass.VOLUNTEER),
+                 channels=(False, False)) -> None:
         self.console_dir = console_dir or Path("/nonexistent")
         self.roles = roles
+        self.channels = channels
 
     def work_state(self, name, meta):
         return guest_work(self.console_dir, name, meta)
@@ -26,9 +30,9 @@ class Inventory:
 
     def running(self):
         shape = SimpleNamespace(vcpus=1, memory_mib=128)
-        return [(name, SimpleNamespace(lease_id="L", role=role, launched_at=datetime.now(timezone.utc), image="tiny",
-                                       naps=(), slept_s=0.0),
-                 shape) for name, role in zip(("sampled", "new"), self.roles)]
+        return [(name, GleanerMetadata(role=role, lease_id="L", launched_at=datetime.now(timezone.utc), image="tiny",
+                                       kernel_cmdline="", overlay="", priority_class=role, work_channel=channel),
+                 shape) for name, role, channel in zip(("sampled", "new"), self.roles, self.channels)]
 
 
 class Sampler:
@@ -60,6 +64,21 @@ def test_a_backfill_guests_word_on_its_work_channel_is_reported_and_an_on_demand
     channel_path(tmp_path, "sampled").unlink()
     report = Reporter(config, Inventory(tmp_path), Sampler()).build()
     assert [(vm.work_state, vm.work_for_s) for vm in report.vms] == [("", 0.0), ("busy", report.vms[1].work_for_s)]
+
+
+def test_a_dedicated_vms_word_is_reported_and_an_on_demand_vms_without_the_channel_is_not(tmp_path: Path):
+    """A goal's dedicated VM is foreground with the work channel: its guest's progress is reported
+    as a volunteer's is. A foreground VM launched without it is not read, even if a file of its
+    name is there."""
+    config = SimpleNamespace(agent_id="n1", reachable_address="n1:7451", image_dir=tmp_path, cpu_allocation_ratio=1.0)
+    for name in ("sampled", "new"):
+        channel_path(tmp_path, name).write_bytes(b"progress 3 10\nidle 3\n")
+    foreground = (PriorityClass.FOREGROUND, PriorityClass.FOREGROUND)
+    report = Reporter(config, Inventory(tmp_path, foreground, channels=(True, False)), Sampler()).build()
+    vms = {vm.name: vm for vm in report.vms}
+    assert (vms["sampled"].role, vms["sampled"].work_state) == ("on_demand", "idle")
+    assert (vms["sampled"].progress_done, vms["sampled"].progress_total) == (3, 10)
+    assert (vms["new"].work_state, vms["new"].progress_done, vms["new"].progress_total) == ("", 0, 0)
 
 
 def test_an_agent_waiting_to_report_again_stops_waiting_once_its_controller_listens():

@@ -91,3 +91,15 @@ def test_only_a_volunteer_is_told_its_recycle_and_within_ten_years():
         launch(PriorityClass.FOREGROUND, 60)
     with pytest.raises(InvalidField, match="retire_after_seconds.*outside 0..315360000"):
         launch(PriorityClass.VOLUNTEER, MAX_RETIRE_AFTER_SECONDS + 1)
+
+
+def test_the_work_channel_flag_is_true_or_false_and_gives_a_foreground_domain_the_port():
+    limits = HostLimits(cpus=4, memory_mib=4096)
+    def launch(role: PriorityClass, flag):
+        return validate_launch("vm1", role, 1, 128, "tiny", "", "", limits, work_channel=flag)
+    assert launch(PriorityClass.FOREGROUND, True).has_work_channel
+    assert not launch(PriorityClass.FOREGROUND, False).has_work_channel
+    assert launch(PriorityClass.VOLUNTEER, False).has_work_channel   # a volunteer has it whatever it is asked
+    for bad in (1, "yes", None):
+        with pytest.raises(InvalidField, match="work_channel"):
+            launch(PriorityClass.FOREGROUND, bad)
