@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S
+from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS
 from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, Progress, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
@@ -442,24 +442,26 @@ def test_no_dedicated_vm_goes_before_the_longest_task_while_no_task_is_said():
     assert len(released(ledger.size_goals(T0 + 2 + MAX_TASK_S))) == 4
 
 
-def test_a_dedicated_vm_goes_once_it_has_run_one_task_and_older_ones_go_in_place_of_younger():
-    """Its guests said the first task 600 s after the tenant first held vCPUs: a task is 600 s.
-    Of four VMs no longer wanted, the two that have run a task go at once; the two younger ones
-    stay until they have (the youngest first, as always, once they are old enough)."""
+def test_a_dedicated_vm_goes_once_it_has_run_two_tasks_and_older_ones_go_in_place_of_younger():
+    """Its guests said the first task 600 s after the tenant first held vCPUs: a task is 600 s,
+    and a dedicated VM stays two of them (goal_sizing.HOLD_TASKS). Of four VMs no longer wanted,
+    the two that have run two tasks go at once; the two younger ones stay until they have (the
+    youngest first, as always, once they are old enough)."""
+    assert HOLD_TASKS == 2
     ledger = bought_then_lightened([T0 + 2, T0 + 2, T0 + 500, T0 + 900])
     lease_id = ledger._dedicated("science")[0].lease_id
     for at, done in ((T0, 0), (T0 + 600, 10)):
         ledger.progress.note(lease_id, "science", done, 1000, 0.0, at)
         ledger.progress.sample("science", 4, at)
-    now = T0 + 1000
+    now = T0 + 1250
     ledger.size_goals(now)   # the first sizing that wants fewer: the release clock starts
     first = released(ledger.size_goals(now + GOAL_INTERVAL_S))
     assert sorted(l.launched_at for l in first) == [T0 + 2, T0 + 2]
-    assert "2 more dedicated vCPUs stay until each has run one task of the job (10 min" in \
+    assert "2 more dedicated vCPUs stay until each has run two tasks of the job (10 min each" in \
         ledger.sizings["science"].explain
-    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1100))] == [T0 + 500]
-    assert not released(ledger.size_goals(T0 + 1400))
-    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1500))] == [T0 + 900]
+    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1700))] == [T0 + 500]
+    assert not released(ledger.size_goals(T0 + 2000))
+    assert [l.launched_at for l in released(ledger.size_goals(T0 + 2100))] == [T0 + 900]
     assert "stay until" not in ledger.sizings["science"].explain
 
 
@@ -614,7 +616,7 @@ def restarted(ledger: Ledger, saved) -> Ledger:
 def test_after_a_restart_the_task_length_said_before_still_keeps_dedicated_vms(kept):
     """The guests said their first task 600 s after the tenant first held vCPUs, then the
     controller restarted. With the progress book saved, the sizing still knows a task is 600 s:
-    the two VMs that have run one go, the two younger stay. Begun afresh (kept False), its history
+    the two VMs that have run two go, the two younger stay. Begun afresh (kept False), its history
     starts mid-task: the first task said after the restart (50 s later) would read as a task of a
     minute and every VM would go, the work in flight on the younger ones lost."""
     ledger = bought_then_lightened([T0 + 2, T0 + 2, T0 + 500, T0 + 900])
@@ -624,15 +626,15 @@ def test_after_a_restart_the_task_length_said_before_still_keeps_dedicated_vms(k
         ledger.progress.sample("science", 4, at)
     again = restarted(ledger, ledger.progress.snapshot() if kept else None)
     assert again.progress.history("science") == (ledger.progress.history("science") if kept else ())
-    for at, done in ((T0 + 950, 10), (T0 + 1000, 12)):   # the guests speak again after the restart
+    for at, done in ((T0 + 1200, 10), (T0 + 1250, 12)):   # the guests speak again after the restart
         again.progress.note(lease_id, "science", done, 1000, 0.0, at)
         again.progress.sample("science", 4, at)
-    now = T0 + 1000
+    now = T0 + 1250
     again.size_goals(now)   # the first sizing that wants fewer: the release clock starts
     first = sorted(l.launched_at for l in released(again.size_goals(now + GOAL_INTERVAL_S)))
     if kept:
         assert first == [T0 + 2, T0 + 2]
-        assert "one task of the job (10 min" in again.sizings["science"].explain
+        assert "two tasks of the job (10 min" in again.sizings["science"].explain
     else:
         assert first == [T0 + 2, T0 + 2, T0 + 500, T0 + 900]
 
