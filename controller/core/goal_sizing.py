@@ -169,7 +169,7 @@ class GoalSizing:
                 f"({tenant.upper.vcpus} vCPUs, {tenant.upper.memory_mib} MiB)"))
         if kept:   # or more than it wants
             sizing = self.sizings[tenant.name] = dataclasses.replace(sizing, explain=(
-                f"{sizing.explain}; {kept} more dedicated vCPUs stay until each has run {_one_task(task)}: "
+                f"{sizing.explain}; {kept} more dedicated vCPUs stay until each has run {_held_for(task)}: "
                 "released sooner, the work in flight on them would be lost"))
         if before is None or before.on_track != sizing.on_track:
             effects.append(Write(events=(Audit("tenant.goal_on_track" if sizing.on_track else "tenant.goal_at_risk",
@@ -364,9 +364,8 @@ class GoalSizing:
         while one of its goal requests still waits for room. A VM is released only once it has
         run HOLD_TASKS tasks of the job (`task_s`, goals.task_length; MAX_TASK_S before a task is
         said): guests say progress as tasks end, so one stopped sooner loses its work in flight.
-        Also
-        returns the vCPUs of them its upper bound keeps back (its volunteers fill it), and those
-        kept past what `vcpus` wants until their task is done."""
+        Also returns the vCPUs of them its upper bound keeps back (its volunteers fill it), and
+        those kept past what `vcpus` wants until their tasks are done."""
         config = self.tenant_configs()[tenant]
         mine = self._dedicated(tenant)
         held = sum(l.vcpus for l in mine)
@@ -410,7 +409,7 @@ def _rate_note(goal: Goal, progress: Progress, measured: float | None, shown: fl
             "tasks end: the rate reads high just after)")
 
 
-def _one_task(task_s: float | None) -> str:
+def _held_for(task_s: float | None) -> str:
     """How long a dedicated VM is kept at least (_dedicated_to), as tenant show says it."""
     if task_s is None:
         return f"{_clock(MAX_TASK_S)}, the longest task the sizing believes (its guests have said no task done yet)"

@@ -13,7 +13,7 @@ from .books import NodeState
 from .bucket import Bucket
 from .progress import ProgressBook
 from .records import (DISCARDING, HIBERNATED, NOT_YET_LAUNCHED, RESUMING, VICTIM, ZERO, Audit, Effect, Launch, Lease,
-                      ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, is_dedicated, launch_time, replace)
+                      ReportedVmLike, ReportLike, Resume, Size, Stop, VmRole, Write, launch_time, replace, says_progress)
 
 
 class SavedVm:
@@ -135,7 +135,7 @@ class ReportMatching:
         tenants = set()
         for vm in said:
             lease = named.get(vm.name)
-            if lease is None or not (lease.role == "backfill" or is_dedicated(lease)):
+            if lease is None or not says_progress(lease):
                 continue
             tenant = self.tenant_of_lease(lease)
             self.progress.note(lease.lease_id, tenant, vm.progress_done, vm.progress_total,

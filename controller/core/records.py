@@ -475,6 +475,12 @@ def is_dedicated(lease: Lease) -> bool:
     return lease.role == "on_demand" and lease.request_id.startswith(GOAL_REQUEST_PREFIX)
 
 
+def says_progress(lease: Lease) -> bool:
+    """Whether the guest of `lease`'s VM may say its batch tenant's progress: a backfill VM, or a
+    goal's dedicated VM (it runs the same job); no other on-demand VM steers anything."""
+    return lease.role == "backfill" or is_dedicated(lease)
+
+
 def is_on_demand_vm(lease: Lease) -> bool:
     """An on-demand VM a tenant asked for (not a goal's dedicated VM, whose end the books choose)."""
     return lease.role == "on_demand" and not lease.request_id.startswith(GOAL_REQUEST_PREFIX)

@@ -60,7 +60,7 @@ from typing import Any
 
 from ..core.goal_sizing import GOAL_INTERVAL_S
 from ..core.goals import Sizing
-from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord, is_dedicated
+from ..core.records import BACKFILL_TENANT, BackfillConfig, Size, TenantRecord, is_dedicated, says_progress
 from .engine import Simulation
 from .jobs import JobLevelWork, Run
 from .tenant_config import (TenantsConfig, TenantsError, TenantSpec, assign_jobs, assign_requests, bag_of_jobs,
@@ -306,7 +306,7 @@ class TenantSimulation(Simulation):
             said = False
             for vm in queue.alive.values():
                 lease = ledger.leases.get(vm.lease_id)
-                if lease is not None and vm.asleep_since is None and (vm.role == "backfill" or is_dedicated(lease)):
+                if lease is not None and vm.asleep_since is None and says_progress(lease):
                     ledger.progress.note(vm.lease_id, name, done, total, 0.0, self.now)
                     said = True
             if said:

@@ -15,7 +15,7 @@ from pathlib import Path
 from gleaner_common.vocabulary import PriorityClass
 
 from .images import BootImage
-from .settings import DiskSetting, LaunchSpec
+from .settings import DiskSetting, LaunchSpec, gets_work_channel
 
 NAMESPACE = "https://gleaner.dev/xmlns/domain/1"
 PREFIX = "gleaner"
@@ -56,7 +56,7 @@ class GleanerMetadata:
 
     @property
     def has_work_channel(self) -> bool:
-        return self.role is PriorityClass.VOLUNTEER or self.work_channel
+        return gets_work_channel(self.role, self.work_channel)
 
     @property
     def slept_s(self) -> float:

@@ -29,7 +29,12 @@ class LaunchSpec:
 
     @property
     def has_work_channel(self) -> bool:
-        return self.role is PriorityClass.VOLUNTEER or self.work_channel
+        return gets_work_channel(self.role, self.work_channel)
+
+
+def gets_work_channel(role: PriorityClass, asked: bool) -> bool:
+    """A volunteer always has the work channel; a foreground domain only when its launch asked."""
+    return role is PriorityClass.VOLUNTEER or asked
 
 
 @dataclass(frozen=True)
