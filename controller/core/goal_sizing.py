@@ -413,7 +413,8 @@ def _held_for(task_s: float | None) -> str:
     """How long a dedicated VM is kept at least (_dedicated_to), as tenant show says it."""
     if task_s is None:
         return f"{_clock(MAX_TASK_S)}, the longest task the sizing believes (its guests have said no task done yet)"
-    return f"two tasks of the job ({_clock(task_s)} each, as long as its first)"
+    tasks = {1: "one task", 2: "two tasks", 3: "three tasks"}.get(HOLD_TASKS, f"{HOLD_TASKS} tasks")
+    return f"{tasks} of the job ({_clock(task_s)} each, as long as its first)"
 
 
 def _clock(seconds: float) -> str:
