@@ -374,11 +374,15 @@ def _point(point: tuple[float, float], index: int) -> tuple[float, float]:
 
 def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecast: Sequence[tuple[float, float]],
                   rate_per_vcpu: float | None, lower_bound_vcpus: int, *, upper_bound_vcpus: int | None = None,
-                  padding_s: float = 0.0, defer_s: float = 0.0) -> Sizing:
+                  padding_s: float = 0.0, defer_s: float = 0.0, guaranteed_upper_vcpus: int | None = None,
+                  guaranteed_defer_s: float = 0.0) -> Sizing:
     """The tenant's allocation for this interval (RHIC, section 4.4): for a Deadline, every
     volunteer it is granted and the least dedicated vCPUs beside them that finish by the deadline
     less `padding_s` (none while its whole lower bound, bought `defer_s` from now, would still
-    do: volunteers granted meanwhile need less of it); for LeastCost, the cheapest dedicated
+    do: volunteers granted meanwhile need less of it; nor while it would, bought
+    `guaranteed_defer_s` from now, with the tenant holding up to `guaranteed_upper_vcpus`: what
+    its guaranteed lower bound lets it hold beside the residual when `upper_bound_vcpus`, what
+    the pool can place now, is less); for LeastCost, the cheapest dedicated
     capacity beside all the residual. Dedicated capacity never passes `lower_bound_vcpus` (the
     tenant's own lower bound); a deadline not met within it is at risk, with the projected
     finish at the bound. `rate_per_vcpu` is progress_rate's figure (None: not measured yet, the
@@ -396,7 +400,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
     if isinstance(goal, Deadline):
         padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
         defer = _number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
-        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, defer)
+        later = _guaranteed(job, guaranteed_upper_vcpus, guaranteed_defer_s)
+        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, defer, later)
     if isinstance(goal, LeastCost):
         return _for_least_cost(job, goal, lower_bound_vcpus)
     raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
@@ -436,7 +441,20 @@ def _least(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
     return low
 
 
-def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0) -> Sizing:
+def _guaranteed(job: _Job, upper: int | None, defer_s: float) -> tuple[_Job, float] | None:
+    """The job as it stands if the tenant buys later with its guaranteed cap, and how much later;
+    None when that cap adds nothing to what the pool can place now."""
+    defer = _number(defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
+    if upper is None or defer <= 0:
+        return None
+    if isinstance(upper, bool) or not isinstance(upper, int):
+        raise InvalidField("guaranteed_upper_vcpus", f"{upper!r} is not a whole number of vCPUs")
+    ids.bounded(upper, 0, MAX_VCPUS, "guaranteed_upper_vcpus", "vCPUs")
+    return (_Job(job.now_s, job.steps, job.work_left, float(upper)), defer) if upper > job.upper else None
+
+
+def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0,
+                  guaranteed: tuple[_Job, float] | None = None) -> Sizing:
     """Deadline: every volunteer it is granted, and the least dedicated capacity beside them."""
     finish, _ = job.run(0)
     volunteers = _whole(max(0.0, min(job.residual_now(), job.upper)))
@@ -445,13 +463,24 @@ def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0) 
         return Sizing(volunteers, 0, finish, True,
                       f"met by volunteers alone: {volunteers} vCPUs now ({fewest} would do), finishing "
                       f"{deadline - finish:.0f} s before the deadline")
+    late = "never finish" if math.isinf(finish) else f"finish {finish - deadline:.0f} s late"
     if defer_s > 0 and lower >= 1 and job.run(lower, dedicated_from=job.now_s + defer_s)[0] <= deadline:
         # dedicated capacity bought later meets it still: wait, as volunteers granted meanwhile
         # need less of it (buying now what a flat forecast says would buy for the whole run)
-        late = "never finish" if math.isinf(finish) else f"finish {finish - deadline:.0f} s late"
         return Sizing(volunteers, 0, deadline, True,
                       f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, but its lower bound's "
                       f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline", buys_later=True)
+    if guaranteed is not None and lower >= 1:
+        # the pool cannot place its lower bound now (on-demand VMs fill it, its volunteers were
+        # preempted), but other tenants cannot take the bound: if it meets the deadline bought
+        # much later, what it could buy now is a burst's price for capacity that comes back
+        later, wait = guaranteed
+        if later.run(lower, dedicated_from=job.now_s + wait)[0] <= deadline:
+            return Sizing(volunteers, 0, deadline, True,
+                          f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, and the pool can place "
+                          f"only {job.upper:.0f} of its vCPUs now, but its lower bound's {lower} dedicated vCPUs "
+                          f"(kept from other tenants' on-demand VMs) from {wait:.0f} s on would still meet "
+                          "the deadline", buys_later=True)
     dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
     at_risk = dedicated is None
     if at_risk:   # the earliest finish within the bound, with the least dedicated capacity that gives it

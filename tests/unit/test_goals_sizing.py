@@ -43,6 +43,38 @@ def test_dedicated_capacity_waits_while_the_whole_lower_bound_bought_later_would
                          defer_s=1.5 * H).dedicated_vcpus == 0
 
 
+def test_a_lower_bound_the_pool_cannot_place_now_waits_while_bought_later_it_would_still_do():
+    # W = 40; no residual; the pool can place 2 of its vCPUs now (upper 2), but its lower bound
+    # of 8 is kept for it. Capped at 2, nothing meets a 10 h deadline: it would buy those 2 now
+    capped = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2, defer_s=180)
+    assert capped.dedicated_vcpus == 2 and not capped.on_track
+    # its 8 bought 1 h from now still finish by 6 h: it waits, and says why
+    waiting = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2,
+                            defer_s=180, guaranteed_upper_vcpus=8, guaranteed_defer_s=H)
+    assert waiting.dedicated_vcpus == 0 and waiting.on_track and waiting.buys_later
+    assert waiting.projected_finish_s == pytest.approx(10 * H)
+    assert "the pool can place only 2" in waiting.explain and "kept from other tenants" in waiting.explain
+    # 5.5 h: 8 from 1 h on do 36 of the 40 by then; waiting would miss it, so it buys what it can now
+    soon = size_for_goal(Deadline(40, 5.5 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2,
+                         defer_s=180, guaranteed_upper_vcpus=8, guaranteed_defer_s=H)
+    assert soon.dedicated_vcpus == 2 and not soon.buys_later
+    # a guarantee no larger than what the pool can place changes nothing
+    same = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2,
+                         defer_s=180, guaranteed_upper_vcpus=2, guaranteed_defer_s=H)
+    assert same == capped
+
+
+@pytest.mark.parametrize("field, value", [("guaranteed_upper_vcpus", True), ("guaranteed_upper_vcpus", -1),
+                                          ("guaranteed_upper_vcpus", 2.5), ("guaranteed_upper_vcpus", 10 ** 9),
+                                          ("guaranteed_defer_s", -1.0), ("guaranteed_defer_s", math.nan)])
+def test_the_guaranteed_wait_refuses_bad_inputs_naming_them(field, value):
+    kwargs = dict(guaranteed_upper_vcpus=8, guaranteed_defer_s=H)
+    kwargs[field] = value
+    with pytest.raises(InvalidField) as error:
+        size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2, **kwargs)
+    assert field in str(error.value)
+
+
 def test_a_deadline_that_needs_dedicated_capacity_gets_the_least():
     # W = 100; the residual gives 10 vCPUs for 5 h (50 vCPU-hours), then none: the other 50 over
     # the 10 h to the deadline need 5 dedicated vCPUs
