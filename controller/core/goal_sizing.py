@@ -63,13 +63,15 @@ HOLD_TASKS = 2
 # the deadline (three sizings): volunteers granted meanwhile need less of it. Measured against
 # 300 and 600 s in docs/simulator.md ("Tenants").
 GOAL_DEFER_S = 3 * GOAL_INTERVAL_S
-# ... and while it would still meet it bought an hour later, when the pool cannot place it now: no
-# other tenant's VM can take a lower bound (tenancy.on_demand_verdict), so a pool full of
-# on-demand VMs for minutes (the tenants bench's 6-h starts) does not make it buy the little the
-# pool can place at once and keep buying as it frees up. On the bench's 32 seed sets (768 goal
-# runs), dedicated capacity over the hindsight searches' and deadlines met: 1.063 and 0.953,
-# against 1.184 and 0.955 without (docs/simulator.md, "A guaranteed lower bound waits").
-GOAL_GUARANTEED_DEFER_S = 3600.0
+# ... and, when the pool cannot place its lower bound now, while the bound bought halfway to the
+# deadline would still meet it: no other tenant's VM can take a lower bound
+# (tenancy.on_demand_verdict), so a pool full of on-demand VMs for minutes (the tenants bench's
+# 6-h starts) does not make it buy the little the pool can place at once, then more as it frees.
+# Halfway, not a fixed time: the wait ends with the bound needing at most half the time left,
+# whatever the deadline. On the bench's 32 seed sets (768 goal runs), dedicated capacity over
+# the hindsight searches' and deadlines met: 1.068 and 0.955, against 1.184 and 0.955 without,
+# and 1.063 and 0.953 with an hour (docs/simulator.md, "A guaranteed lower bound waits").
+GUARANTEED_WAIT_SHARE = 0.5
 
 
 class GoalSizing:
@@ -158,7 +160,7 @@ class GoalSizing:
         sizing = size_for_goal(goal, progress, now, [(now, residual)], rate, tenant.lower.vcpus,
                                upper_bound_vcpus=upper, padding_s=padding, defer_s=GOAL_DEFER_S,
                                guaranteed_upper_vcpus=self._guaranteed_upper(tenant, residual),
-                               guaranteed_defer_s=GOAL_GUARANTEED_DEFER_S)
+                               guaranteed_defer_s=_guaranteed_wait(goal, now))
         before = self.sizings.get(tenant.name)
         if sizing.done:
             self._wanted_fewer.pop(tenant.name, None)
@@ -413,6 +415,13 @@ class GoalSizing:
         if held <= vcpus:   # none (more) wanted gone: a later dip starts the clock afresh
             self._wanted_fewer.pop(tenant, None)
         return effects, held_back, kept
+
+
+def _guaranteed_wait(goal: Goal, now: float) -> float:
+    """How much later the guaranteed lower bound may be bought (size_for_goal's
+    guaranteed_defer_s): GUARANTEED_WAIT_SHARE of the time to a deadline; 0 for least cost."""
+    deadline = getattr(goal, "deadline_s", None)
+    return 0.0 if deadline is None else max(0.0, GUARANTEED_WAIT_SHARE * (deadline - now))
 
 
 def _rate_note(goal: Goal, progress: Progress, measured: float | None, shown: float) -> str:

@@ -97,14 +97,14 @@ def test_dedicated_vms_wait_while_the_lower_bound_bought_later_would_still_meet_
 
 
 def test_a_lower_bound_the_pool_cannot_place_now_waits_while_the_deadline_is_far():
-    """Science's lower bound raised to 8 vCPUs while others' on-demand VMs hold 12 of the 16 and
+    """Science's lower bound raised to 12 vCPUs while others' on-demand VMs hold 12 of the 16 and
     the built-in tenant's backfill the other 4: the pool can place 4 of science's now. Those 4
-    alone cannot do 20 vCPU-hours by 4 h, but its 8, bought an hour from now, still would (no
-    other tenant's VM takes that room as the web VMs leave): it waits. 24 vCPU-hours cannot
-    wait, and it buys the 4 it can."""
+    alone cannot do 20 vCPU-hours by 4 h, but its 12, bought halfway there, still would (no other
+    tenant's VM takes that room as the web VMs leave): it waits. 24 vCPU-hours cannot wait, and
+    it buys the 4 it can."""
     for work, buys in ((20, 0), (24, 4)):
         ledger = crowded_then_goal(deadline(work, 4))
-        ledger.set_tenants([science(deadline(work, 4), lower=(8, 4096))])
+        ledger.set_tenants([science(deadline(work, 4), lower=(12, 6144))])
         dedicated = launched(sized_fill(ledger, T0 + 1), "science", "on_demand")
         sizing = ledger.sizings["science"]
         assert len(dedicated) == buys == sizing.dedicated_vcpus

@@ -51,6 +51,7 @@ def test_a_lower_bound_the_pool_cannot_place_now_waits_while_bought_later_it_wou
     # its 8 bought 1 h from now still finish by 6 h: it waits, and says why
     waiting = size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2,
                             defer_s=180, guaranteed_upper_vcpus=8, guaranteed_defer_s=H)
+    assert "from 3600 s on" in waiting.explain
     assert waiting.dedicated_vcpus == 0 and waiting.on_track and waiting.buys_later
     assert waiting.projected_finish_s == pytest.approx(10 * H)
     assert "the pool can place only 2" in waiting.explain and "kept from other tenants" in waiting.explain
