@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS
+from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS, LAST_WAVE_TASKS
 from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, Progress, goal_from_dict
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
@@ -743,3 +743,25 @@ def test_a_goals_dedicated_vms_say_its_progress_and_other_on_demand_vms_say_noth
     effects = sized_fill(ledger, T0 + 2 + 2 * GOAL_INTERVAL_S)
     assert ledger.sizings["science"].done and events(effects, "tenant.goal_done")
     assert len([l for l in science_vms(ledger, "stopping") if l.role == "on_demand"]) == 4
+
+
+def test_the_last_wave_runs_on_dedicated_vms_though_volunteers_alone_would_meet_the_deadline():
+    """700 units by 2 h (7 vCPU-hours stated); tasks of 600 s (the first said 600 s after its 4
+    vCPUs began), so the deadline is padded by 300 s, to 6,900 s. At 6,000 s, 680 done at 113
+    units per vCPU-hour measured (680 over 4 vCPUs for 5,400 s): 0.18 vCPU-hour left, two tasks,
+    and volunteers alone meet the deadline. A task and a half before the padded deadline: no
+    dedicated VM. Less than a task before it (6,310 s): two, though the 16 volunteers alone would
+    finish in time, so that a volunteer preempted in the last wave does not cost a task there is
+    no time to run again."""
+    assert LAST_WAVE_TASKS == 1
+    ledger = pool(science(deadline(7, 2)), TenantRecord("backfill", "batch"))
+    confirm(ledger, sized_fill(ledger, T0), T0)
+    said(ledger, [(T0, 0), (T0 + 600, 100), (T0 + 6000, 680)], total=700, vcpus=4)
+    assert not launched(sized_fill(ledger, T0 + 6000), "science", "on_demand")
+    assert ledger.sizings["science"].explain.startswith("met by volunteers alone")
+    assert "last" not in ledger.sizings["science"].explain
+    dedicated = launched(sized_fill(ledger, T0 + 6310), "science", "on_demand")
+    sizing = ledger.sizings["science"]
+    assert len(dedicated) == 2 == sizing.dedicated_vcpus and sizing.on_track
+    assert sizing.explain.startswith("met by volunteers alone")
+    assert "its last 2 tasks run on 2 dedicated vCPUs, one task (10 min) from the padded deadline" in sizing.explain

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from controller.core.goals import (Deadline, LeastCost, Progress, project, progress_rate, projection_rate, report_lag,
-                                   size_for_goal, sizing_rate)
+from controller.core.goals import (Deadline, LeastCost, Progress, last_wave_vcpus, project, progress_rate,
+                                   projection_rate, report_lag, size_for_goal, sizing_rate)
 from gleaner_common.ids import InvalidField
 
 H = 3600.0
@@ -73,6 +73,45 @@ def test_the_guaranteed_wait_refuses_bad_inputs_naming_them(field, value):
     kwargs[field] = value
     with pytest.raises(InvalidField) as error:
         size_for_goal(Deadline(40, 10 * H), FRESH, 0.0, [(0.0, 0.0)], None, 8, upper_bound_vcpus=2, **kwargs)
+    assert field in str(error.value)
+
+
+# ------------------------------------------------------------------------------ the last wave
+
+def test_the_last_wave_runs_on_a_dedicated_vcpu_per_task_left_once_the_deadline_is_near():
+    # W = 10 for 100 units: 10 units per vCPU-hour. 90 done: 1 vCPU-hour left, six 10-minute tasks
+    goal, nearly = Deadline(10, 10 * H), Progress(90, 100)
+    near = 10 * H - 300 - 1.5 * 600   # the deadline less the padding, a task and a half away
+    assert last_wave_vcpus(goal, nearly, None, 600, near, 300, 8, 2) == 6
+    # two tasks away and a second more: not yet
+    assert last_wave_vcpus(goal, nearly, None, 600, 10 * H - 300 - 2 * 600 - 1, 300, 8, 2) == 0
+    # within one task only: not at a task and a half
+    assert last_wave_vcpus(goal, nearly, None, 600, near, 300, 8, 1) == 0
+    # the work left does not fit the lower bound in one task (5 vCPUs do 5/6 vCPU-hour): not the last wave
+    assert last_wave_vcpus(goal, nearly, None, 600, near, 300, 5, 2) == 0
+    # three tasks left, a bound of 4: three
+    assert last_wave_vcpus(goal, Progress(95, 100), None, 600, near, 300, 4, 2) == 3
+    # at the measured rate (20 units per vCPU-hour): half a vCPU-hour, three tasks
+    assert last_wave_vcpus(goal, nearly, 20.0, 600, near, 300, 8, 2) == 3
+    # no task said yet, nothing left, least cost, no lower bound: none
+    assert last_wave_vcpus(goal, nearly, None, None, near, 300, 8, 2) == 0
+    assert last_wave_vcpus(goal, Progress(100, 100), None, 600, near, 300, 8, 2) == 0
+    assert last_wave_vcpus(LeastCost(10, 1.0), nearly, None, 600, near, 300, 8, 2) == 0
+    assert last_wave_vcpus(goal, nearly, None, 600, near, 300, 0, 2) == 0
+
+
+@pytest.mark.parametrize("field, kwargs", [("task_s", dict(task_s=0.0)), ("task_s", dict(task_s=math.nan)),
+                                           ("within_tasks", dict(within_tasks=-1.0)),
+                                           ("padding_s", dict(padding_s=-5.0)),
+                                           ("lower_bound_vcpus", dict(lower_bound_vcpus=True)),
+                                           ("lower_bound_vcpus", dict(lower_bound_vcpus=-1)),
+                                           ("rate_per_vcpu", dict(rate_per_vcpu=-1.0))])
+def test_the_last_wave_refuses_bad_inputs_naming_them(field, kwargs):
+    args = dict(goal=Deadline(10, 10 * H), progress=Progress(90, 100), rate_per_vcpu=None, task_s=600.0,
+                now_s=10 * H - 1200, padding_s=300.0, lower_bound_vcpus=8, within_tasks=2.0)
+    args.update(kwargs)
+    with pytest.raises(InvalidField) as error:
+        last_wave_vcpus(**args)
     assert field in str(error.value)
 
 
