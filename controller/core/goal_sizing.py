@@ -36,8 +36,8 @@ from gleaner_common.ids import InvalidField
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
 from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, dedicated_releases, goal_from_dict,
-                    last_wave_vcpus, project, projection_rate, rate_measured_yet, report_lag, size_for_goal, sizing_rate, task_length,
-                    wave_finish)
+                    last_wave_vcpus, project, projection_rate, rate_measured_yet, report_lag, size_for_goal,
+                    sizing_rate, task_length, wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
