@@ -74,6 +74,13 @@ MIN_TASK_S, MAX_TASK_S = 60.0, HOUR   # a wave's length: the report lag, within 
 MAX_WAVE_TASKS = 100.0                 # last_wave_vcpus: how many tasks before the deadline it may look
 
 
+def _vcpus(value: object, field: str) -> int:
+    """A whole number of vCPUs within 0..MAX_VCPUS, or the error naming `field`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
+    return ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
+
+
 def _number(value: object, low: float, high: float, field: str, unit: str = "") -> float:
     """A finite number within [low, high], or InvalidField naming the field and the range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -264,20 +271,16 @@ def last_wave_vcpus(goal: Goal, progress: Progress, rate_per_vcpu: float | None,
                     padding_s: float, lower_bound_vcpus: int, within_tasks: float) -> int:
     """Dedicated vCPUs for the job's last wave: once the deadline less `padding_s` is within
     `within_tasks` tasks (`task_s`, task_length's) and the work left fits its lower bound in one
-    task, a vCPU per task left, within the bound; else 0 (and for least cost, or before a task is
-    said). Why: guests say progress as tasks end, so a volunteer preempted in the last wave loses
-    a task that cannot be run again in time, and volunteers come and go most near the end (the
-    tenants bench's runs with the deadline on the residual missed by 2 to 15 minutes, their last
-    tasks preempted). `rate_per_vcpu` as size_for_goal's (None: the goal's own)."""
+    task, a vCPU per task left, within the bound; else 0 (also for least cost, or before a task is
+    said). Guests say progress as tasks end: a volunteer preempted in the last wave loses a task
+    there is no time to run again. `rate_per_vcpu` as size_for_goal's (None: the goal's own)."""
     if task_s is None or not isinstance(goal, Deadline):
         return 0
     task = _number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
     now = _number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
     padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
     within = _number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
-    if isinstance(lower_bound_vcpus, bool) or not isinstance(lower_bound_vcpus, int):
-        raise InvalidField("lower_bound_vcpus", f"{lower_bound_vcpus!r} is not a whole number of vCPUs")
-    lower = ids.bounded(lower_bound_vcpus, 0, MAX_VCPUS, "lower_bound_vcpus", "vCPUs")
+    lower = _vcpus(lower_bound_vcpus, "lower_bound_vcpus")
     rate = _number(progress.total / goal.work_vcpu_hours if rate_per_vcpu is None else rate_per_vcpu, 0.0,
                    MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
     if rate <= 0 or now + within * task < goal.deadline_s - padding:
@@ -410,9 +413,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
     volunteer it is granted and the least dedicated vCPUs beside them that finish by the deadline
     less `padding_s` (none while its whole lower bound, bought `defer_s` from now, would still
     do: volunteers granted meanwhile need less of it; nor while it would, bought
-    `guaranteed_defer_s` from now, with the tenant holding up to `guaranteed_upper_vcpus`: what
-    its guaranteed lower bound lets it hold beside the residual when `upper_bound_vcpus`, what
-    the pool can place now, is less); for LeastCost, the cheapest dedicated
+    `guaranteed_defer_s` from now, holding up to `guaranteed_upper_vcpus`, its guaranteed bound
+    beside the residual, where the pool can place less now); for LeastCost, the cheapest dedicated
     capacity beside all the residual. Dedicated capacity never passes `lower_bound_vcpus` (the
     tenant's own lower bound); a deadline not met within it is at risk, with the projected
     finish at the bound. `rate_per_vcpu` is progress_rate's figure (None: not measured yet, the
@@ -444,10 +446,8 @@ def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[
         raise InvalidField("progress", f"{progress!r} is not a Progress")
     _number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
     for value, field in ((lower, "lower_bound_vcpus"), (upper, "upper_bound_vcpus")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
         if value is not None:
-            ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
+            _vcpus(value, field)
     work = getattr(goal, "work_vcpu_hours", None)
     if work is None:
         raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
@@ -477,9 +477,7 @@ def _guaranteed(job: _Job, upper: int | None, defer_s: float) -> tuple[_Job, flo
     defer = _number(defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
     if upper is None or defer <= 0:
         return None
-    if isinstance(upper, bool) or not isinstance(upper, int):
-        raise InvalidField("guaranteed_upper_vcpus", f"{upper!r} is not a whole number of vCPUs")
-    ids.bounded(upper, 0, MAX_VCPUS, "guaranteed_upper_vcpus", "vCPUs")
+    _vcpus(upper, "guaranteed_upper_vcpus")
     return (_Job(job.now_s, job.steps, job.work_left, float(upper)), defer) if upper > job.upper else None
 
 
@@ -501,9 +499,8 @@ def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0,
                       f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, but its lower bound's "
                       f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline", buys_later=True)
     if guaranteed is not None and lower >= 1:
-        # the pool cannot place its lower bound now (on-demand VMs fill it, its volunteers were
-        # preempted), but other tenants cannot take the bound: if it meets the deadline bought
-        # much later, what it could buy now is a burst's price for capacity that comes back
+        # the pool cannot place its bound now, but no other tenant's VM can take it: bought now,
+        # what the pool can place would be a burst's price for capacity that comes back
         later, wait = guaranteed
         if later.run(lower, dedicated_from=job.now_s + wait)[0] <= deadline:
             return Sizing(volunteers, 0, deadline, True,
