@@ -158,6 +158,11 @@ class TenantBounds:
         """The pool's capacity for the bounds: every node not down (a suspect node still holds its VMs)."""
         return total(n.capacity for n in self.nodes.values() if n.state != "down")
 
+    def effective_lower_bound(self, name: str) -> Size:
+        """What the tenant's lower bound guarantees it now (tenancy.effective_lower: honoured in
+        proportion while the pool is below the sum of the lower bounds)."""
+        return effective_lower(self.tenants, self.tenant_capacity()).lower.get(name, ZERO)
+
     def bounds_verdict(self, owner: str, want: Size) -> Reject | None:
         """None when the request's tenant may take `want` more; else the rejection, naming the bound.
         Past its own upper bound: code tenant_upper_bound (waiting would not help until the tenant

@@ -41,7 +41,7 @@ from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, de
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
-from .tenancy import TenantKind, effective_lower, total
+from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
 # RHIC pads its estimate by the average task length against stragglers; Gleaner pads by half the
@@ -352,8 +352,7 @@ class GoalSizing:
     def _guaranteed_upper(self, tenant, residual: float) -> int:
         """The most vCPUs the tenant could hold with its whole lower bound bought: the residual
         beside the bound (as honoured now: tenancy.effective_lower), within its upper bound."""
-        lower = effective_lower(self.tenants, self.tenant_capacity()).lower.get(tenant.name, ZERO).vcpus
-        return int(min(tenant.upper.vcpus, residual + lower))
+        return int(min(tenant.upper.vcpus, residual + self.effective_lower_bound(tenant.name).vcpus))
 
     def _dedicated(self, tenant: str) -> list:
         """The tenant's dedicated VMs (goal- requests' leases not being stopped), oldest first."""

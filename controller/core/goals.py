@@ -37,6 +37,7 @@ clock, no I/O, no numpy.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -277,19 +278,13 @@ def last_wave_vcpus(goal: Goal, progress: Progress, rate_per_vcpu: float | None,
     if task_s is None or not isinstance(goal, Deadline):
         return 0
     task = _number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
-    now = _number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
     padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
     within = _number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
-    lower = _vcpus(lower_bound_vcpus, "lower_bound_vcpus")
-    rate = _number(progress.total / goal.work_vcpu_hours if rate_per_vcpu is None else rate_per_vcpu, 0.0,
-                   MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
-    if rate <= 0 or now + within * task < goal.deadline_s - padding:
-        return 0
-    left_hours = max(0.0, progress.total - progress.done) / rate
+    left = _job(goal, progress, now_s, (), rate_per_vcpu, lower_bound_vcpus, None).work_left   # vCPU-hours
     task_hours = task / HOUR
-    if left_hours > lower * task_hours:
-        return 0
-    return min(lower, math.ceil(left_hours / task_hours - 1e-9))
+    if now_s + within * task < goal.deadline_s - padding or left > lower_bound_vcpus * task_hours:
+        return 0   # not yet, or more than one wave on the bound (a job never finishing: left is inf)
+    return min(lower_bound_vcpus, math.ceil(left / task_hours - 1e-9))
 
 
 def dedicated_releases(vms: Sequence[tuple[str, int, str, float]], wanted_vcpus: int, now_s: float,
@@ -432,8 +427,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
     if isinstance(goal, Deadline):
         padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
         defer = _number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
-        later = _guaranteed(job, guaranteed_upper_vcpus, guaranteed_defer_s)
-        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, defer, later)
+        waits = _waits(job, defer, guaranteed_upper_vcpus, guaranteed_defer_s)
+        return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, waits)
     if isinstance(goal, LeastCost):
         return _for_least_cost(job, goal, lower_bound_vcpus)
     raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
@@ -471,18 +466,23 @@ def _least(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
     return low
 
 
-def _guaranteed(job: _Job, upper: int | None, defer_s: float) -> tuple[_Job, float] | None:
-    """The job as it stands if the tenant buys later with its guaranteed cap, and how much later;
-    None when that cap adds nothing to what the pool can place now."""
-    defer = _number(defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
-    if upper is None or defer <= 0:
-        return None
-    _vcpus(upper, "guaranteed_upper_vcpus")
-    return (_Job(job.now_s, job.steps, job.work_left, float(upper)), defer) if upper > job.upper else None
+def _waits(job: _Job, defer_s: float, upper: int | None,
+           guaranteed_defer_s: float) -> list[tuple[_Job, float, str, str]]:
+    """The plans to buy the lower bound later that _for_deadline tries, each (the job as it would
+    stand, how much later, what the explanation says after the volunteers' finish and after the
+    bound): within what the pool can place now, then within the guaranteed cap when that is more
+    (the pool cannot place the bound now, but no other tenant's VM can take it)."""
+    waits = [(job, defer_s, "", "")]
+    later = _number(guaranteed_defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
+    if upper is not None and _vcpus(upper, "guaranteed_upper_vcpus") > job.upper and later > 0:
+        waits.append((dataclasses.replace(job, upper=float(upper)), later,
+                      f", and the pool can place only {job.upper:.0f} of its vCPUs now",
+                      " (kept from other tenants' on-demand VMs)"))
+    return waits
 
 
-def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0,
-                  guaranteed: tuple[_Job, float] | None = None) -> Sizing:
+def _for_deadline(job: _Job, deadline: float, lower: int,
+                  waits: Sequence[tuple[_Job, float, str, str]] = ()) -> Sizing:
     """Deadline: every volunteer it is granted, and the least dedicated capacity beside them."""
     finish, _ = job.run(0)
     volunteers = _whole(max(0.0, min(job.residual_now(), job.upper)))
@@ -492,22 +492,14 @@ def _for_deadline(job: _Job, deadline: float, lower: int, defer_s: float = 0.0,
                       f"met by volunteers alone: {volunteers} vCPUs now ({fewest} would do), finishing "
                       f"{deadline - finish:.0f} s before the deadline")
     late = "never finish" if math.isinf(finish) else f"finish {finish - deadline:.0f} s late"
-    if defer_s > 0 and lower >= 1 and job.run(lower, dedicated_from=job.now_s + defer_s)[0] <= deadline:
+    for plan, wait, pool_note, bound_note in waits:
         # dedicated capacity bought later meets it still: wait, as volunteers granted meanwhile
         # need less of it (buying now what a flat forecast says would buy for the whole run)
-        return Sizing(volunteers, 0, deadline, True,
-                      f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, but its lower bound's "
-                      f"{lower} dedicated vCPUs from {defer_s:.0f} s on would still meet the deadline", buys_later=True)
-    if guaranteed is not None and lower >= 1:
-        # the pool cannot place its bound now, but no other tenant's VM can take it: bought now,
-        # what the pool can place would be a burst's price for capacity that comes back
-        later, wait = guaranteed
-        if later.run(lower, dedicated_from=job.now_s + wait)[0] <= deadline:
+        if wait > 0 and lower >= 1 and plan.run(lower, dedicated_from=job.now_s + wait)[0] <= deadline:
             return Sizing(volunteers, 0, deadline, True,
-                          f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}, and the pool can place "
-                          f"only {job.upper:.0f} of its vCPUs now, but its lower bound's {lower} dedicated vCPUs "
-                          f"(kept from other tenants' on-demand VMs) from {wait:.0f} s on would still meet "
-                          "the deadline", buys_later=True)
+                          f"waiting: volunteers alone ({volunteers} vCPUs now) would {late}{pool_note}, but its lower "
+                          f"bound's {lower} dedicated vCPUs{bound_note} from {wait:.0f} s on would still meet the "
+                          "deadline", buys_later=True)
     dedicated = _least(1, lower, lambda d: job.run(d)[0] <= deadline) if lower >= 1 else None
     at_risk = dedicated is None
     if at_risk:   # the earliest finish within the bound, with the least dedicated capacity that gives it

@@ -187,7 +187,7 @@ class TenantBook:
             return
         if not any(want.fits_in(node.capacity) for node in self.ledger.nodes.values()):
             return   # larger than every node: no room would ever hold it, guaranteed or not
-        lower = effective_lower(self.ledger.tenants, self.ledger.tenant_capacity()).lower.get(name, ZERO)
+        lower = self.ledger.effective_lower_bound(name)
         held = self.ledger.tenant_usage.get(name, ZERO)
         if (held + want).fits_in(lower):
             self.violating[name].add(record.request_id)
