@@ -228,7 +228,7 @@ def report(message, known: set | None = None) -> None:
 
 # A guest's `progress DONE TOTAL` (its tenant's job, untrusted): 1 <= TOTAL <= this, 0 <= DONE <=
 # TOTAL; 0/0 is "nothing said" (and what an older agent sends). The agent reads no more
-# (nodeagent.host.workchannel.MAX_PROGRESS_TOTAL) and the sizing takes no more (goals.MAX_PROGRESS).
+# (nodeagent.host.workchannel.MAX_PROGRESS_TOTAL) and the sizing takes no more (job_progress.MAX_PROGRESS).
 MAX_PROGRESS_TOTAL = 10**15
 
 

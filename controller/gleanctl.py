@@ -738,7 +738,7 @@ def goal_state_text(tenant) -> str:
         text += " (by the deadline only if on-demand VMs leave as they have)"
     elif tenant.goal_state == "on_track" and late:
         # sized at the rate measured on the residual now; projected at no more than the goal states
-        # (goals.projection_rate), and in waves of its tasks on what it holds (goals.wave_finish)
+        # (goals.projection_rate), and in waves of its tasks on what it holds (job_progress.wave_finish)
         text += " (on track as sized; the finish projected comes after the deadline: the explanation says why)"
     return text
 

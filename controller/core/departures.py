@@ -33,7 +33,7 @@ import numpy as np
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
-from .goals import MAX_TIME_S as MAX_SECONDS, MAX_VCPUS   # the sizing's bounds: a forecast it takes stays within them
+from .job_progress import MAX_TIME_S as MAX_SECONDS, MAX_VCPUS   # the sizing's bounds: a forecast it takes stays within them
 
 MIN_LIFETIMES = 30            # fewer ended on-demand VMs than this: no forecast (the residual stays flat)
 LIFETIMES_KEPT = 5_000        # the books keep the most recent on-demand lives, no more

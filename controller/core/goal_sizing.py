@@ -5,7 +5,7 @@ for dedicated capacity. Every GOAL_INTERVAL_S the books size each such tenant (s
 job of its own: the controller's scheduler, the simulator's clock) from:
 
 - its progress, as its guests say it (`progress DONE TOTAL`, controller.core.progress; none
-  said yet: all of W is left), and its measured rate (goals.progress_rate over the samples;
+  said yet: all of W is left), and its measured rate (job_progress.progress_rate over the samples;
   the goal's own, TOTAL over W, until its guests say MEASURED_AFTER_SHARE of the job done);
 - the residual capacity it can be given now: what its backfill holds plus what the launcher
   would grant it (batch_fill), as a flat forecast;
@@ -35,9 +35,10 @@ from gleaner_common.ids import InvalidField
 
 from .backfill_plan import plan_backfill
 from .departures import forecast_offsets, freed_vcpus, residual_forecast
-from .goals import (MAX_TASK_S, MEASURED_AFTER_SHARE, Goal, Progress, Sizing, dedicated_releases, goal_from_dict,
-                    last_wave_vcpus, project, projection_rate, rate_measured_yet, report_lag, size_for_goal,
-                    sizing_rate, task_length, wave_finish)
+from .goals import (Goal, Sizing, dedicated_releases, goal_from_dict, last_wave_vcpus, project, projection_rate,
+                    size_for_goal)
+from .job_progress import (MAX_TASK_S, MEASURED_AFTER_SHARE, Progress, rate_measured_yet, report_lag, sizing_rate,
+                           task_length, wave_finish)
 from .policy import Decision, Preempt, Reject
 from .records import (BACKFILL_TENANT, GOAL_REQUEST_PREFIX, HOLDS_ALL, STOPS, VICTIM, ZERO, Ask, Audit, Effect, Size, Write,
                       is_dedicated, is_on_demand_vm)
@@ -45,7 +46,7 @@ from .tenancy import TenantKind, total
 
 GOAL_INTERVAL_S = 60.0       # RHIC re-evaluates as residual capacity changes; a minute bounds the churn
 # RHIC pads its estimate by the average task length against stragglers; Gleaner pads by half the
-# first task its guests said (goals.report_lag: the job's last wave ends half a task past the
+# first task its guests said (job_progress.report_lag: the job's last wave ends half a task past the
 # fluid finish on average), and by at least five minutes: its own reaction (a sizing a minute, a
 # launch) and the last reports. On the tenants bench's 24 seed sets (480 goal runs), dedicated
 # capacity bought over the hindsight searches' and deadlines met: 1.069 and 0.956, against 1.379
@@ -202,7 +203,7 @@ class GoalSizing:
     def _in_waves(self, tenant: str, goal: Goal, progress: Progress, history: list[tuple[float, float, float]],
                   task: float | None, rate: float | None, now: float, sizing: Sizing) -> Sizing | None:
         """The sizing with the finish in whole waves of the job's tasks on the vCPUs it holds and
-        the dedicated ones this sizing buys (goals.wave_finish); None where that does not apply. A
+        the dedicated ones this sizing buys (job_progress.wave_finish); None where that does not apply. A
         plan that buys its lower bound later shows it too: that plan meets the deadline only if
         it buys, and on the tenants bench the ones shown so at half time finished late. A least-
         cost goal's cost stays the sizing's."""
@@ -386,7 +387,7 @@ class GoalSizing:
         size) until they hold `vcpus`, in whole VMs within its lower bound. A request is made only
         when placement would take it now (none is queued or refused each interval), and never
         while one of its goal requests still waits for room. A VM is released only once it has
-        run HOLD_TASKS tasks of the job (`task_s`, goals.task_length; MAX_TASK_S before a task is
+        run HOLD_TASKS tasks of the job (`task_s`, job_progress.task_length; MAX_TASK_S before a task is
         said): guests say progress as tasks end, so one stopped sooner loses its work in flight.
         Also returns the vCPUs of them its upper bound keeps back (its volunteers fill it), and
         those kept past what `vcpus` wants until their tasks are done."""

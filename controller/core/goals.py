@@ -9,7 +9,7 @@ RHIC's model (section 4.4), as used here:
 - the job's progress depends on the *aggregate* productivity it receives (Insight 3), not on
   which nodes give it; so capacity is a number of vCPUs over time, volunteers plus dedicated;
 - the processing rate is measured (Eq. 5): R_proc = work completed / (elapsed x aggregate
-  productivity); here, progress units per vCPU-hour (progress_rate);
+  productivity); here, progress units per vCPU-hour (job_progress.progress_rate);
 - the time left is the work left over the predicted productivity times that rate (Eq. 6);
   here the predicted residual capacity is a step function of time (residual_forecast), so the
   time left is where the capacity's integral reaches the work left;
@@ -27,10 +27,10 @@ reported "at risk" with the projected finish. A deadline takes every volunteer t
 granted (RHIC hugs its deadlines with the fewest, as its volunteers are paid; Gleaner's are idle
 capacity, shared among batch tenants by PSF), and dedicated capacity waits while the tenant's
 whole lower bound bought a little later would still meet it. The job's tasks may say progress
-only when they finish, so the rate counts vCPU-time up to the report lag (report_lag) and the
-padding is at least one task; it steers the sizing only from a twentieth of the job on
-(sizing_rate). RHIC's I/O saturation model (section 4.3) has no counterpart: Gleaner's
-volunteers carry their own disks.
+only when they finish, so the rate counts vCPU-time up to the report lag
+(job_progress.report_lag) and the padding is at least one task; it steers the sizing only from a
+twentieth of the job on (job_progress.sizing_rate). RHIC's I/O saturation model (section 4.3)
+has no counterpart: Gleaner's volunteers carry their own disks.
 
 Pure: times are seconds on the caller's clock (now_s, deadline_s and the forecast share it); no
 clock, no I/O, no numpy.
@@ -46,32 +46,13 @@ from dataclasses import dataclass
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
-HOUR = 3600.0
-MAX_PROGRESS = 1e15            # a guest's progress figures: far past any real count, refused beyond
+from .job_progress import (HOUR, MAX_FORECAST_POINTS, MAX_TASK_S, MAX_TIME_S, MAX_VCPUS, MIN_TASK_S, Progress,
+                           bounded_number)
+
 MAX_WORK_VCPU_HOURS = 1e9
 MAX_PRICE = 1e9
-MAX_VCPUS = 1_000_000
-MAX_TIME_S = 1e12              # about 31,000 years of epoch seconds
-MAX_FORECAST_POINTS = 100_000
 MAX_RATE = 1e18
 GRID = 16                      # least cost: candidates per search pass (RHIC sampled every 2 of 36)
-# The measured rate steers the sizing once the guests say this share of the job is done; before,
-# the goal's own (progress TOTAL over W). A rate from the first few tasks reads the work lost with
-# the first volunteers preempted as the job's pace, and bought dedicated capacity released minutes
-# later: on the tenants bench, dedicated bought over the search's 1.41 -> 1.26, 1.61 -> 1.39, 1.37
-# -> 1.23 and 1.23 unchanged on four seed sets; at 0.10, 1.52 and 1.79 (docs/simulator.md, "The
-# rate from a twentieth of the job on").
-MEASURED_AFTER_SHARE = 0.05
-# The finish shown counts whole waves of the job's tasks on the vCPUs it holds (wave_finish) unless
-# those have risen by more than this share over their mean in the last RISING_WINDOW_S: then the
-# tenant is still being given capacity, and the finish is projected on the residual and the
-# on-demand VMs expected to leave. On the tenants bench, finish_error_at_half 0.126 -> 0.085 on
-# seeds 0-7, and 0.114 -> 0.088 and 0.121 -> 0.087 on eight seed sets not used to choose these;
-# at a share of 0.3, or a window of 15 min or 1 h, 0.10 to 0.16 (docs/simulator.md, "The finish
-# in waves of tasks").
-RISING_SHARE = 0.2
-RISING_WINDOW_S = 1800.0
-MIN_TASK_S, MAX_TASK_S = 60.0, HOUR   # a wave's length: the report lag, within these
 MAX_WAVE_TASKS = 100.0                 # last_wave_vcpus: how many tasks before the deadline it may look
 
 
@@ -80,13 +61,6 @@ def _vcpus(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
     return ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
-
-
-def _number(value: object, low: float, high: float, field: str, unit: str = "") -> float:
-    """A finite number within [low, high], or InvalidField naming the field and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidField(field, f"{value!r} is not a number")
-    return float(ids.bounded(value, low, high, field, unit))   # NaN fails the range too
 
 
 # ------------------------------------------------------------------------------------ goals
@@ -99,8 +73,8 @@ class Deadline:
     deadline_s: float
 
     def __post_init__(self) -> None:
-        _number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
-        _number(self.deadline_s, 0.0, MAX_TIME_S, "goal.deadline_s", "s")
+        bounded_number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        bounded_number(self.deadline_s, 0.0, MAX_TIME_S, "goal.deadline_s", "s")
 
 
 @dataclass(frozen=True)
@@ -116,10 +90,11 @@ class LeastCost:
     fixed_cost_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
-        dedicated = _number(self.price_per_dedicated_vcpu_hour, 0.0, MAX_PRICE, "goal.price_per_dedicated_vcpu_hour")
-        _number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
-        _number(self.price_per_volunteer_vcpu_hour, 0.0, dedicated, "goal.price_per_volunteer_vcpu_hour")
-        _number(self.fixed_cost_per_hour, 0.0, MAX_PRICE, "goal.fixed_cost_per_hour")
+        dedicated = bounded_number(self.price_per_dedicated_vcpu_hour, 0.0, MAX_PRICE,
+                                   "goal.price_per_dedicated_vcpu_hour")
+        bounded_number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        bounded_number(self.price_per_volunteer_vcpu_hour, 0.0, dedicated, "goal.price_per_volunteer_vcpu_hour")
+        bounded_number(self.fixed_cost_per_hour, 0.0, MAX_PRICE, "goal.fixed_cost_per_hour")
 
 
 Goal = Deadline | LeastCost
@@ -145,20 +120,6 @@ def goal_from_dict(values: Mapping[str, Any]) -> Goal:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """A job's progress as its guests report it (`progress DONE TOTAL` on the work channel):
-    untrusted, so bounded: 0 <= done <= total, 0 < total <= MAX_PROGRESS."""
-    done: float
-    total: float
-
-    def __post_init__(self) -> None:
-        total = _number(self.total, 0.0, MAX_PROGRESS, "progress.total")
-        if total <= 0:
-            raise InvalidField("progress.total", f"{self.total} must be more than 0")
-        _number(self.done, 0.0, total, "progress.done")
-
-
-@dataclass(frozen=True)
 class Sizing:
     """size_for_goal's answer: what to give the tenant this interval, and what it leads to.
     `volunteer_vcpus` is what it takes now (the forecast's value now, within its upper bound
@@ -177,28 +138,6 @@ class Sizing:
     buys_later: bool = False
 
 
-# ------------------------------------------------------------------------- the progress rate
-
-def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None:
-    """The job's measured processing rate, RHIC's Eq. 5: progress made over the vCPU-hours that
-    made it, in progress units per vCPU-hour. `history` is (time_s, done, vcpus) samples, vcpus
-    being what the tenant held from that sample to the next. None when it cannot be measured
-    (fewer than two samples, or no vCPU-time between them). Progress that went backwards (a
-    guest restarted its count) counts as none: net progress, never below 0, so a guest that
-    oscillates cannot inflate its own rate."""
-    if len(history) > MAX_FORECAST_POINTS:
-        raise InvalidField("history", f"{len(history)} samples; at most {MAX_FORECAST_POINTS}")
-    samples = sorted(history_point(point, i) for i, point in enumerate(history))
-    if len(samples) < 2:
-        return None
-    end = samples[-1][0] - report_lag(samples)   # progress said now is for vCPU-time up to `end`
-    vcpu_hours = sum(samples[i][2] * (min(samples[i + 1][0], end) - samples[i][0]) / HOUR
-                     for i in range(len(samples) - 1) if samples[i][0] < end)
-    if vcpu_hours <= 0:
-        return None
-    return max(0.0, samples[-1][1] - samples[0][1]) / vcpu_hours
-
-
 def projection_rate(goal: Goal, progress: Progress, measured: float | None) -> float:
     """The rate a projected finish is made at: the measured one (progress_rate), but never above
     what the goal states (progress TOTAL over W: what a vCPU does when no work is lost). Guests
@@ -207,65 +146,6 @@ def projection_rate(goal: Goal, progress: Progress, measured: float | None) -> f
     stated (work lost to preemption, a W set too low) is projected at its measured rate."""
     stated = progress.total / goal.work_vcpu_hours
     return stated if measured is None else min(measured, stated)
-
-
-def sizing_rate(said: Progress | None, history: Sequence[tuple[float, float, float]]) -> float | None:
-    """The rate a sizing is made at: progress_rate over `history` once the guests have said
-    MEASURED_AFTER_SHARE of the job done (a share of its TOTAL, not of the history kept: a long
-    job's history window may cover less); None before, or when nothing was said or no progress
-    measured, for the goal's own rate (progress TOTAL over W) to stand in."""
-    if said is None or not rate_measured_yet(said):
-        return None
-    rate = progress_rate(history)
-    return rate if rate is not None and rate > 0 else None
-
-
-def rate_measured_yet(said: Progress) -> bool:
-    """Whether the guests have said enough of the job done (MEASURED_AFTER_SHARE of its TOTAL)
-    for its measured rate to steer the sizing."""
-    return said.done >= MEASURED_AFTER_SHARE * said.total
-
-
-def report_lag(samples: Sequence[tuple[float, float, float]]) -> float:
-    """Seconds from the first vCPUs held to the first progress said. Guests say what they have
-    finished, so the vCPU-time of work in flight shows up only later: counted up to now, a job
-    just started (every job, at the start) would read as a slow job, and the sizing would buy
-    dedicated capacity it does not need. It is also how long a task of the job takes (the first
-    one said), which pads the sizing as RHIC pads by the average task length. 0 before any
-    progress (then the rate is 0, unmeasured). `samples` sorted by time, as progress_rate's."""
-    held = next((t for t, _done, vcpus in samples if vcpus > 0), None)
-    said = next((t for t, done, _vcpus in samples if done > samples[0][1]), None)
-    return 0.0 if held is None or said is None else max(0.0, said - held)
-
-
-def wave_finish(progress: Progress, history: Sequence[tuple[float, float, float]], rate_per_vcpu: float,
-                now_s: float, held_vcpus: float) -> float | None:
-    """The job's finish if its tasks run in whole waves on the vCPUs it holds now: a task takes
-    the report lag (the first task said, within MIN_TASK_S and MAX_TASK_S), the wave in flight
-    ends a whole number of tasks after the last progress said, and each later wave does
-    held_vcpus x task of the work left (progress left over `rate_per_vcpu`, as vCPU-seconds).
-    Guests say progress as tasks end, so the job moves in such steps; where its capacity holds,
-    this lands closer than the fluid projection (`project`, on the residual and the on-demand VMs
-    expected to leave). None where it does not apply: nothing held, no progress said yet (no
-    task length), or the held vCPUs rising (capacity_rising: a wave on what it holds now would
-    come late)."""
-    samples = sorted(history_point(point, i) for i, point in enumerate(history))
-    task = task_length(samples)
-    if held_vcpus <= 0 or task is None or rate_per_vcpu <= 0 or capacity_rising(samples, held_vcpus, now_s):
-        return None
-    rises = [t for (t, done, _), (_, before, _) in zip(samples[1:], samples) if done > before]
-    last = rises[-1] if rises else samples[0][0]
-    in_flight_end = last + task * max(1, math.ceil((now_s - last) / task))
-    left = (progress.total - progress.done) / rate_per_vcpu * HOUR   # vCPU-seconds
-    wave = held_vcpus * task
-    return in_flight_end + math.ceil(max(0.0, left - wave) / wave) * task
-
-
-def task_length(samples: Sequence[tuple[float, float, float]]) -> float | None:
-    """How long a task of the job takes, for its waves: the report lag within MIN_TASK_S and
-    MAX_TASK_S; None before any progress (no task said yet). `samples` sorted, as report_lag's."""
-    lag = report_lag(samples)
-    return None if lag <= 0 else min(max(lag, MIN_TASK_S), MAX_TASK_S)
 
 
 def last_wave_vcpus(goal: Goal, progress: Progress, rate_per_vcpu: float | None, task_s: float | None, now_s: float,
@@ -277,9 +157,9 @@ def last_wave_vcpus(goal: Goal, progress: Progress, rate_per_vcpu: float | None,
     there is no time to run again. `rate_per_vcpu` as size_for_goal's (None: the goal's own)."""
     if task_s is None or not isinstance(goal, Deadline):
         return 0
-    task = _number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
-    padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
-    within = _number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
+    task = bounded_number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
+    padding = bounded_number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
+    within = bounded_number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
     left = _job(goal, progress, now_s, (), rate_per_vcpu, lower_bound_vcpus, None).work_left   # vCPU-hours
     task_hours = task / HOUR
     if now_s + within * task < goal.deadline_s - padding or left > lower_bound_vcpus * task_hours:
@@ -308,22 +188,6 @@ def dedicated_releases(vms: Sequence[tuple[str, int, str, float]], wanted_vcpus:
             released.append(vm_id)
             held -= vcpus
     return released, (held - wanted_vcpus if young else 0)
-
-
-def capacity_rising(samples: Sequence[tuple[float, float, float]], held_vcpus: float, now_s: float) -> bool:
-    """Whether the vCPUs held now are over (1 + RISING_SHARE) times their mean over the samples
-    of the last RISING_WINDOW_S (`samples` as progress_rate's, sorted)."""
-    recent = [vcpus for t, _done, vcpus in samples if t >= now_s - RISING_WINDOW_S]
-    return bool(recent) and held_vcpus > (1 + RISING_SHARE) * sum(recent) / len(recent)
-
-
-def history_point(point: tuple[float, float, float], index: int) -> tuple[float, float, float]:
-    """A (time_s, done, vcpus) sample of a progress history, bounded (InvalidField names it)."""
-    if not isinstance(point, (tuple, list)) or len(point) != 3:
-        raise InvalidField(f"history[{index}]", f"{point!r} is not (time_s, done, vcpus)")
-    return (_number(point[0], 0.0, MAX_TIME_S, f"history[{index}].time_s", "s"),
-            _number(point[1], 0.0, MAX_PROGRESS, f"history[{index}].done"),
-            _number(point[2], 0.0, MAX_VCPUS, f"history[{index}].vcpus", "vCPUs"))
 
 
 # --------------------------------------------------------------------------- the job's model
@@ -394,8 +258,8 @@ def _steps(forecast: Sequence[tuple[float, float]], now_s: float) -> tuple[tuple
 def _point(point: tuple[float, float], index: int) -> tuple[float, float]:
     if not isinstance(point, (tuple, list)) or len(point) != 2:
         raise InvalidField(f"residual_forecast[{index}]", f"{point!r} is not (time_s, vcpus)")
-    return (_number(point[0], 0.0, MAX_TIME_S, f"residual_forecast[{index}].time_s", "s"),
-            _number(point[1], 0.0, MAX_VCPUS, f"residual_forecast[{index}].vcpus", "vCPUs"))
+    return (bounded_number(point[0], 0.0, MAX_TIME_S, f"residual_forecast[{index}].time_s", "s"),
+            bounded_number(point[1], 0.0, MAX_VCPUS, f"residual_forecast[{index}].vcpus", "vCPUs"))
 
 
 # ------------------------------------------------------------------------------- the sizing
@@ -425,8 +289,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
         return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None,
                       done=True)
     if isinstance(goal, Deadline):
-        padding = _number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
-        defer = _number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
+        padding = bounded_number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
+        defer = bounded_number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
         waits = _waits(job, defer, guaranteed_upper_vcpus, guaranteed_defer_s)
         return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, waits)
     if isinstance(goal, LeastCost):
@@ -439,14 +303,15 @@ def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[
     """The inputs checked and turned into the job's model."""
     if not isinstance(progress, Progress):
         raise InvalidField("progress", f"{progress!r} is not a Progress")
-    _number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
+    bounded_number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
     for value, field in ((lower, "lower_bound_vcpus"), (upper, "upper_bound_vcpus")):
         if value is not None:
             _vcpus(value, field)
     work = getattr(goal, "work_vcpu_hours", None)
     if work is None:
         raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
-    rate = _number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu", "per vCPU-hour")
+    rate = bounded_number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu",
+                          "per vCPU-hour")
     left = progress.total - progress.done
     work_left = 0.0 if left <= 0 else (left / rate if rate > 0 else math.inf)
     return _Job(float(now_s), _steps(forecast, float(now_s)), work_left,
@@ -473,7 +338,7 @@ def _waits(job: _Job, defer_s: float, upper: int | None,
     bound): within what the pool can place now, then within the guaranteed cap when that is more
     (the pool cannot place the bound now, but no other tenant's VM can take it)."""
     waits = [(job, defer_s, "", "")]
-    later = _number(guaranteed_defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
+    later = bounded_number(guaranteed_defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
     if upper is not None and _vcpus(upper, "guaranteed_upper_vcpus") > job.upper and later > 0:
         waits.append((dataclasses.replace(job, upper=float(upper)), later,
                       f", and the pool can place only {job.upper:.0f} of its vCPUs now",
@@ -581,7 +446,7 @@ def project(goal: Goal, progress: Progress, now_s: float, residual_forecast: Seq
     throughout, volunteers up to volunteer_cap of the residual. For a bench's hindsight (the
     forecast being what the residual turned out to be) and for the exhaustive check in the tests."""
     job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, dedicated_vcpus, upper_bound_vcpus)
-    cap = _number(volunteer_cap, 0.0, math.inf, "volunteer_cap", "vCPUs")
+    cap = bounded_number(volunteer_cap, 0.0, math.inf, "volunteer_cap", "vCPUs")
     finish, _ = job.run(dedicated_vcpus, cap)
     if isinstance(goal, LeastCost):
         if math.isinf(cap):

@@ -3,7 +3,7 @@ backfill guest may say `progress DONE TOTAL` on its work channel, its agent repo
 well-formed one per VM (ReportedVm.progress_done/progress_total, bounded by controller.checks),
 and the books keep here each live backfill lease's latest statement, the tenant's progress read
 from them (tenant_progress), and a bounded history of (time, done, vCPUs held) samples per tenant
-for goals.progress_rate.
+for job_progress.progress_rate.
 
 Trust: a statement is the guest's word. It is filed under the tenant the books give its lease
 (never a tenant the guest names), so a guest can mislead only its own tenant's sizing, which
@@ -25,7 +25,7 @@ from typing import Any
 
 from gleaner_common.ids import InvalidField
 
-from .goals import Progress, history_point
+from .job_progress import Progress, history_point
 
 MAX_SAMPLES = 256   # per tenant: at a job's end per sample, hours of history; progress_rate reads first to last
 
@@ -108,7 +108,7 @@ class ProgressBook:
         return live if live is not None else self._last.get(tenant)
 
     def history(self, tenant: str) -> tuple[tuple[float, float, float], ...]:
-        """The tenant's (time_s, done, vcpus) samples, oldest first, for goals.progress_rate."""
+        """The tenant's (time_s, done, vcpus) samples, oldest first, for job_progress.progress_rate."""
         return tuple(self._history.get(tenant, ()))
 
     def job_done(self, tenant: str) -> bool:

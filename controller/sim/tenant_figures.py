@@ -48,7 +48,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.goals import Deadline, Goal, Progress, project
+from ..core.goals import Deadline, Goal, project
+from ..core.job_progress import Progress
 from ..core.records import ZERO, Size
 from ..core.tenancy import TenantKind, effective_lower, psf
 

@@ -12,7 +12,8 @@ import math
 import pytest
 
 from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS, LAST_WAVE_TASKS
-from controller.core.goals import MAX_TASK_S, Deadline, LeastCost, Progress, goal_from_dict
+from controller.core.goals import Deadline, LeastCost, goal_from_dict
+from controller.core.job_progress import MAX_TASK_S, Progress
 from controller.core.ledger import Ledger
 from controller.core.departures import LIFETIMES_KEPT, MIN_LIFETIMES
 from controller.core.records import Ask, Launch, Lease, Stop, TenantRecord, Write

@@ -10,7 +10,8 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from controller.core.goals import Deadline, LeastCost, Progress, project, size_for_goal
+from controller.core.goals import Deadline, LeastCost, project, size_for_goal
+from controller.core.job_progress import Progress
 
 H = 3600.0
 

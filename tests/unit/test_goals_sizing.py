@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from controller.core.goals import (Deadline, LeastCost, Progress, last_wave_vcpus, project, progress_rate,
-                                   projection_rate, report_lag, size_for_goal, sizing_rate)
+from controller.core.goals import Deadline, LeastCost, last_wave_vcpus, project, projection_rate, size_for_goal
+from controller.core.job_progress import Progress, progress_rate, report_lag, sizing_rate
 from gleaner_common.ids import InvalidField
 
 H = 3600.0

@@ -10,8 +10,9 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.core.goals import (MAX_TASK_S, MIN_TASK_S, RISING_SHARE, RISING_WINDOW_S, Progress,
-                                   capacity_rising, dedicated_releases, wave_finish)
+from controller.core.goals import dedicated_releases
+from controller.core.job_progress import (MAX_TASK_S, MIN_TASK_S, RISING_SHARE, RISING_WINDOW_S, Progress,
+                                          capacity_rising, wave_finish)
 from gleaner_common.ids import InvalidField
 
 H = 3600.0

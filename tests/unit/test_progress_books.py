@@ -1,5 +1,5 @@
 """A batch tenant's progress as its guests say it (controller.core.progress, issue 26 item 3): the
-pure choice among statements, the book's history for goals.progress_rate, and the books reading
+pure choice among statements, the book's history for job_progress.progress_rate, and the books reading
 real report messages (the protos the service passes): each statement filed under the tenant of
 its VM's lease, never anyone else's, and forgotten with the lease."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from controller import checks
-from controller.core.goals import Progress, progress_rate
+from controller.core.job_progress import Progress, progress_rate
 from controller.core.ledger import Ledger
 from controller.core.progress import MAX_SAMPLES, ProgressBook, Statement, tenant_progress
 from controller.core.records import BackfillConfig, Policy
@@ -58,7 +58,7 @@ def test_the_history_samples_each_change_of_done_or_vcpus_and_feeds_progress_rat
     book.sample("batch", 4, T0 + 7200)
     assert book.history("batch") == ((T0, 0, 2), (T0 + 3600, 10, 4), (T0 + 7200, 30, 4))
     # 30 units over the vCPU-hours up to 1 h before the last word (the first word came 1 h after
-    # the first vCPUs: goals.report_lag): 2 vCPU-hours
+    # the first vCPUs: job_progress.report_lag): 2 vCPU-hours
     assert progress_rate(book.history("batch")) == pytest.approx(30 / 2)
     assert book.progress("batch") == Progress(30, 100)
     assert book.statement("l1") == Statement(30, 100, T0 + 7200)
