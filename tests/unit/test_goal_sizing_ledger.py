@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS, LAST_WAVE_TASKS
+from controller.core.goal_sizing import GOAL_INTERVAL_S, GOAL_PADDING_S, HOLD_TASKS, LAST_WAVE_TASKS, _tasks
 from controller.core.goals import Deadline, LeastCost, goal_from_dict
 from controller.core.job_progress import MAX_TASK_S, Progress
 from controller.core.ledger import Ledger
@@ -460,12 +460,13 @@ def test_no_dedicated_vm_goes_before_the_longest_task_while_no_task_is_said():
     assert len(released(ledger.size_goals(T0 + 2 + MAX_TASK_S))) == 4
 
 
-def test_a_dedicated_vm_goes_once_it_has_run_two_tasks_and_older_ones_go_in_place_of_younger():
+def test_a_dedicated_vm_goes_once_it_has_run_its_tasks_and_older_ones_go_in_place_of_younger():
     """Its guests said the first task 600 s after the tenant first held vCPUs: a task is 600 s,
-    and a dedicated VM stays two of them (goal_sizing.HOLD_TASKS). Of four VMs no longer wanted,
-    the two that have run two tasks go at once; the two younger ones stay until they have (the
-    youngest first, as always, once they are old enough)."""
-    assert HOLD_TASKS == 2
+    and a dedicated VM stays HOLD_TASKS of them (`keep`). Of four VMs no longer wanted, the two
+    that have run that long go at once; the two younger ones stay until they have (the youngest
+    first, as always, once they are old enough)."""
+    keep = HOLD_TASKS * 600
+    assert 810 < keep <= 1308   # what the launch times below tell apart
     ledger = bought_then_lightened([T0 + 2, T0 + 2, T0 + 500, T0 + 900])
     lease_id = ledger._dedicated("science")[0].lease_id
     for at, done in ((T0, 0), (T0 + 600, 10)):
@@ -475,11 +476,11 @@ def test_a_dedicated_vm_goes_once_it_has_run_two_tasks_and_older_ones_go_in_plac
     ledger.size_goals(now)   # the first sizing that wants fewer: the release clock starts
     first = released(ledger.size_goals(now + GOAL_INTERVAL_S))
     assert sorted(l.launched_at for l in first) == [T0 + 2, T0 + 2]
-    assert "2 more dedicated vCPUs stay until each has run two tasks of the job (10 min each" in \
+    assert f"2 more dedicated vCPUs stay until each has run {_tasks(HOLD_TASKS)} of the job (10 min each" in \
         ledger.sizings["science"].explain
-    assert [l.launched_at for l in released(ledger.size_goals(T0 + 1700))] == [T0 + 500]
-    assert not released(ledger.size_goals(T0 + 2000))
-    assert [l.launched_at for l in released(ledger.size_goals(T0 + 2100))] == [T0 + 900]
+    for launched in (T0 + 500, T0 + 900):
+        assert not released(ledger.size_goals(launched + keep - 50))
+        assert [l.launched_at for l in released(ledger.size_goals(launched + keep))] == [launched]
     assert "stay until" not in ledger.sizings["science"].explain
 
 
@@ -652,7 +653,7 @@ def test_after_a_restart_the_task_length_said_before_still_keeps_dedicated_vms(k
     first = sorted(l.launched_at for l in released(again.size_goals(now + GOAL_INTERVAL_S)))
     if kept:
         assert first == [T0 + 2, T0 + 2]
-        assert "two tasks of the job (10 min" in again.sizings["science"].explain
+        assert f"{_tasks(HOLD_TASKS)} of the job (10 min" in again.sizings["science"].explain
     else:
         assert first == [T0 + 2, T0 + 2, T0 + 500, T0 + 900]
 
