@@ -1,5 +1,6 @@
-"""The rules for every id and name a client may send, in one place for agent, controller and
-gleanctl. Pure: a value in, the same value out or InvalidField naming the field."""
+"""The rules for every id and name a client may send, and for the numbers checked with them, in
+one place for agent, controller and gleanctl. Pure: a value in, the same value out or
+InvalidField naming the field."""
 from __future__ import annotations
 
 import re
@@ -92,3 +93,17 @@ def bounded(value: int | float, low: int | float, high: int | float, field: str,
         suffix = f" {unit}" if unit else ""
         raise InvalidField(field, f"{value}{suffix} is outside {low}..{high}{suffix}")
     return value
+
+
+def number(value: object, low: float, high: float, field: str, unit: str = "") -> float:
+    """A finite number within [low, high] (not a bool), or InvalidField naming the field and the range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidField(field, f"{value!r} is not a number")
+    return float(bounded(value, low, high, field, unit))   # NaN fails the range too
+
+
+def whole(value: object, high: int, field: str, unit: str) -> int:
+    """A whole number within 0..high (not a bool), or InvalidField naming the field and the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(field, f"{value!r} is not a whole number of {unit}")
+    return int(bounded(value, 0, high, field, unit))

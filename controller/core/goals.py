@@ -46,21 +46,13 @@ from dataclasses import dataclass
 from gleaner_common import ids
 from gleaner_common.ids import InvalidField
 
-from .job_progress import (HOUR, MAX_FORECAST_POINTS, MAX_TASK_S, MAX_TIME_S, MAX_VCPUS, MIN_TASK_S, Progress,
-                           bounded_number)
+from .job_progress import HOUR, MAX_FORECAST_POINTS, MAX_TASK_S, MAX_TIME_S, MAX_VCPUS, MIN_TASK_S, Progress
 
 MAX_WORK_VCPU_HOURS = 1e9
 MAX_PRICE = 1e9
 MAX_RATE = 1e18
 GRID = 16                      # least cost: candidates per search pass (RHIC sampled every 2 of 36)
 MAX_WAVE_TASKS = 100.0                 # last_wave_vcpus: how many tasks before the deadline it may look
-
-
-def _vcpus(value: object, field: str) -> int:
-    """A whole number of vCPUs within 0..MAX_VCPUS, or the error naming `field`."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidField(field, f"{value!r} is not a whole number of vCPUs")
-    return ids.bounded(value, 0, MAX_VCPUS, field, "vCPUs")
 
 
 # ------------------------------------------------------------------------------------ goals
@@ -73,8 +65,8 @@ class Deadline:
     deadline_s: float
 
     def __post_init__(self) -> None:
-        bounded_number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
-        bounded_number(self.deadline_s, 0.0, MAX_TIME_S, "goal.deadline_s", "s")
+        ids.number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        ids.number(self.deadline_s, 0.0, MAX_TIME_S, "goal.deadline_s", "s")
 
 
 @dataclass(frozen=True)
@@ -90,11 +82,11 @@ class LeastCost:
     fixed_cost_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
-        dedicated = bounded_number(self.price_per_dedicated_vcpu_hour, 0.0, MAX_PRICE,
+        dedicated = ids.number(self.price_per_dedicated_vcpu_hour, 0.0, MAX_PRICE,
                                    "goal.price_per_dedicated_vcpu_hour")
-        bounded_number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
-        bounded_number(self.price_per_volunteer_vcpu_hour, 0.0, dedicated, "goal.price_per_volunteer_vcpu_hour")
-        bounded_number(self.fixed_cost_per_hour, 0.0, MAX_PRICE, "goal.fixed_cost_per_hour")
+        ids.number(self.work_vcpu_hours, 1e-9, MAX_WORK_VCPU_HOURS, "goal.work_vcpu_hours", "vCPU-hours")
+        ids.number(self.price_per_volunteer_vcpu_hour, 0.0, dedicated, "goal.price_per_volunteer_vcpu_hour")
+        ids.number(self.fixed_cost_per_hour, 0.0, MAX_PRICE, "goal.fixed_cost_per_hour")
 
 
 Goal = Deadline | LeastCost
@@ -157,9 +149,9 @@ def last_wave_vcpus(goal: Goal, progress: Progress, rate_per_vcpu: float | None,
     there is no time to run again. `rate_per_vcpu` as size_for_goal's (None: the goal's own)."""
     if task_s is None or not isinstance(goal, Deadline):
         return 0
-    task = bounded_number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
-    padding = bounded_number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
-    within = bounded_number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
+    task = ids.number(task_s, MIN_TASK_S, MAX_TASK_S, "task_s", "s")
+    padding = ids.number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
+    within = ids.number(within_tasks, 0.0, MAX_WAVE_TASKS, "within_tasks", "tasks")
     left = _job(goal, progress, now_s, (), rate_per_vcpu, lower_bound_vcpus, None).work_left   # vCPU-hours
     task_hours = task / HOUR
     if now_s + within * task < goal.deadline_s - padding or left > lower_bound_vcpus * task_hours:
@@ -258,8 +250,8 @@ def _steps(forecast: Sequence[tuple[float, float]], now_s: float) -> tuple[tuple
 def _point(point: tuple[float, float], index: int) -> tuple[float, float]:
     if not isinstance(point, (tuple, list)) or len(point) != 2:
         raise InvalidField(f"residual_forecast[{index}]", f"{point!r} is not (time_s, vcpus)")
-    return (bounded_number(point[0], 0.0, MAX_TIME_S, f"residual_forecast[{index}].time_s", "s"),
-            bounded_number(point[1], 0.0, MAX_VCPUS, f"residual_forecast[{index}].vcpus", "vCPUs"))
+    return (ids.number(point[0], 0.0, MAX_TIME_S, f"residual_forecast[{index}].time_s", "s"),
+            ids.number(point[1], 0.0, MAX_VCPUS, f"residual_forecast[{index}].vcpus", "vCPUs"))
 
 
 # ------------------------------------------------------------------------------- the sizing
@@ -289,8 +281,8 @@ def size_for_goal(goal: Goal, progress: Progress, now_s: float, residual_forecas
         return Sizing(0, 0, job.now_s, True, "done: no work left", 0.0 if isinstance(goal, LeastCost) else None,
                       done=True)
     if isinstance(goal, Deadline):
-        padding = bounded_number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
-        defer = bounded_number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
+        padding = ids.number(padding_s, 0.0, MAX_TIME_S, "padding_s", "s")
+        defer = ids.number(defer_s, 0.0, MAX_TIME_S, "defer_s", "s")
         waits = _waits(job, defer, guaranteed_upper_vcpus, guaranteed_defer_s)
         return _for_deadline(job, goal.deadline_s - padding, lower_bound_vcpus, waits)
     if isinstance(goal, LeastCost):
@@ -303,14 +295,14 @@ def _job(goal: Goal, progress: Progress, now_s: float, forecast: Sequence[tuple[
     """The inputs checked and turned into the job's model."""
     if not isinstance(progress, Progress):
         raise InvalidField("progress", f"{progress!r} is not a Progress")
-    bounded_number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
+    ids.number(now_s, 0.0, MAX_TIME_S, "now_s", "s")
     for value, field in ((lower, "lower_bound_vcpus"), (upper, "upper_bound_vcpus")):
         if value is not None:
-            _vcpus(value, field)
+            ids.whole(value, MAX_VCPUS, field, "vCPUs")
     work = getattr(goal, "work_vcpu_hours", None)
     if work is None:
         raise InvalidField("goal", f"{goal!r} is neither a Deadline nor a LeastCost")
-    rate = bounded_number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu",
+    rate = ids.number(progress.total / work if rate is None else rate, 0.0, MAX_RATE, "rate_per_vcpu",
                           "per vCPU-hour")
     left = progress.total - progress.done
     work_left = 0.0 if left <= 0 else (left / rate if rate > 0 else math.inf)
@@ -338,8 +330,8 @@ def _waits(job: _Job, defer_s: float, upper: int | None,
     bound): within what the pool can place now, then within the guaranteed cap when that is more
     (the pool cannot place the bound now, but no other tenant's VM can take it)."""
     waits = [(job, defer_s, "", "")]
-    later = bounded_number(guaranteed_defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
-    if upper is not None and _vcpus(upper, "guaranteed_upper_vcpus") > job.upper and later > 0:
+    later = ids.number(guaranteed_defer_s, 0.0, MAX_TIME_S, "guaranteed_defer_s", "s")
+    if upper is not None and ids.whole(upper, MAX_VCPUS, "guaranteed_upper_vcpus", "vCPUs") > job.upper and later > 0:
         waits.append((dataclasses.replace(job, upper=float(upper)), later,
                       f", and the pool can place only {job.upper:.0f} of its vCPUs now",
                       " (kept from other tenants' on-demand VMs)"))
@@ -446,7 +438,7 @@ def project(goal: Goal, progress: Progress, now_s: float, residual_forecast: Seq
     throughout, volunteers up to volunteer_cap of the residual. For a bench's hindsight (the
     forecast being what the residual turned out to be) and for the exhaustive check in the tests."""
     job = _job(goal, progress, now_s, residual_forecast, rate_per_vcpu, dedicated_vcpus, upper_bound_vcpus)
-    cap = bounded_number(volunteer_cap, 0.0, math.inf, "volunteer_cap", "vCPUs")
+    cap = ids.number(volunteer_cap, 0.0, math.inf, "volunteer_cap", "vCPUs")
     finish, _ = job.run(dedicated_vcpus, cap)
     if isinstance(goal, LeastCost):
         if math.isinf(cap):

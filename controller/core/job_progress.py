@@ -39,13 +39,6 @@ RISING_WINDOW_S = 1800.0
 MIN_TASK_S, MAX_TASK_S = 60.0, HOUR   # a wave's length: the report lag, within these
 
 
-def bounded_number(value: object, low: float, high: float, field: str, unit: str = "") -> float:
-    """A finite number within [low, high], or InvalidField naming the field and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidField(field, f"{value!r} is not a number")
-    return float(ids.bounded(value, low, high, field, unit))   # NaN fails the range too
-
-
 @dataclass(frozen=True)
 class Progress:
     """A job's progress as its guests report it (`progress DONE TOTAL` on the work channel):
@@ -54,10 +47,10 @@ class Progress:
     total: float
 
     def __post_init__(self) -> None:
-        total = bounded_number(self.total, 0.0, MAX_PROGRESS, "progress.total")
+        total = ids.number(self.total, 0.0, MAX_PROGRESS, "progress.total")
         if total <= 0:
             raise InvalidField("progress.total", f"{self.total} must be more than 0")
-        bounded_number(self.done, 0.0, total, "progress.done")
+        ids.number(self.done, 0.0, total, "progress.done")
 
 
 def progress_rate(history: Sequence[tuple[float, float, float]]) -> float | None:
@@ -150,6 +143,6 @@ def history_point(point: tuple[float, float, float], index: int) -> tuple[float,
     """A (time_s, done, vcpus) sample of a progress history, bounded (InvalidField names it)."""
     if not isinstance(point, (tuple, list)) or len(point) != 3:
         raise InvalidField(f"history[{index}]", f"{point!r} is not (time_s, done, vcpus)")
-    return (bounded_number(point[0], 0.0, MAX_TIME_S, f"history[{index}].time_s", "s"),
-            bounded_number(point[1], 0.0, MAX_PROGRESS, f"history[{index}].done"),
-            bounded_number(point[2], 0.0, MAX_VCPUS, f"history[{index}].vcpus", "vCPUs"))
+    return (ids.number(point[0], 0.0, MAX_TIME_S, f"history[{index}].time_s", "s"),
+            ids.number(point[1], 0.0, MAX_PROGRESS, f"history[{index}].done"),
+            ids.number(point[2], 0.0, MAX_VCPUS, f"history[{index}].vcpus", "vCPUs"))

@@ -50,19 +50,12 @@ class TenantKind(str, Enum):
     BATCH = "batch"           # the lower-priority SP: its requests may wait; owns backfill
 
 
-def _whole(value: object, high: int, field: str, unit: str) -> int:
-    """A non-negative whole number up to `high`, or InvalidField naming the field and the range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidField(field, f"{value!r} is not a whole number of {unit}")
-    return int(ids.bounded(value, 0, high, field, unit))
-
-
 def check_size(size: Size, field: str) -> Size:
     """A Size of non-negative whole vCPUs and MiB within the module's bounds."""
     if not isinstance(size, Size):
         raise InvalidField(field, f"{size!r} is not a size (vCPUs, MiB)")
-    _whole(size.vcpus, MAX_VCPUS, f"{field}.vcpus", "vCPUs")
-    _whole(size.memory_mib, MAX_MEMORY_MIB, f"{field}.memory_mib", "MiB")
+    ids.whole(size.vcpus, MAX_VCPUS, f"{field}.vcpus", "vCPUs")
+    ids.whole(size.memory_mib, MAX_MEMORY_MIB, f"{field}.memory_mib", "MiB")
     return size
 
 
@@ -107,9 +100,7 @@ class TenancySettings:
     def __post_init__(self) -> None:
         for name, low, high in (("rbt", MIN_RBT, MAX_RBT), ("urr", 0.0, 1.0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InvalidField(f"tenancy.{name}", f"{value!r} is not a number")
-            ids.bounded(value, low, high, f"tenancy.{name}")   # also refuses NaN
+            ids.number(value, low, high, f"tenancy.{name}")   # also refuses NaN
 
 
 def total(sizes: Iterable[Size]) -> Size:
@@ -307,9 +298,7 @@ class Share:
     def __post_init__(self) -> None:
         for dim in ("vcpus", "memory"):
             value = getattr(self, dim)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InvalidField(f"psf.{dim}", f"{value!r} is not a number")
-            ids.bounded(value, 0.0, 1.0, f"psf.{dim}")
+            ids.number(value, 0.0, 1.0, f"psf.{dim}")
 
     def of(self, size: Size) -> Size:
         """This share of a size, rounded down."""
@@ -362,9 +351,7 @@ def batch_grant(requested: Size, unallocated: Size, usage_rate: float, settings:
     down. `unallocated` is capacity minus everything allocated, backfill included."""
     for size, field in ((requested, "requested"), (upper_left, "upper_left")):
         check_size(_clip(size), field)
-    if isinstance(usage_rate, bool) or not isinstance(usage_rate, (int, float)):
-        raise InvalidField("usage_rate", f"{usage_rate!r} is not a number")
-    ids.bounded(usage_rate, 0.0, MAX_USAGE_RATE, "usage_rate")
+    ids.number(usage_rate, 0.0, MAX_USAGE_RATE, "usage_rate")
     asked = _min(_clip(requested), _clip(upper_left))
     free = _clip(unallocated)
     if usage_rate > settings.urr:
